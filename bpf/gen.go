@@ -1,0 +1,7 @@
+// Package bpf holds reconscope's eBPF programs and their bpf2go-generated Go bindings.
+//
+// The C sources are trace.bpf.c and the headers in include/. Run `make generate` to rebuild
+// the committed objects (trace_x86_bpfel.o, trace_arm64_bpfel.o) and their Go files.
+package bpf
+
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror" -target amd64,arm64 -type event -type site_config -type str_spec -type err_key -type err_layout -type g_key -type g_state Trace trace.bpf.c -- -I./include

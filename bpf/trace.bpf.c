@@ -1,0 +1,277 @@
+//go:build ignore
+
+/* trace.bpf.c — generic entry and return programs for Go function probe sites.
+ *
+ * Every attach point carries a cookie: the index of its struct site_config in `sites`,
+ * written by user space from the probe catalog. The programs read the Go ABI registers,
+ * the strings the site names, the goroutine's identity, and (for spans) the reconcile ID
+ * or the returned error's message, and submit one struct event to the ring buffer.
+ * They never write to the traced process and every read is bounded. */
+
+#include "include/types.h"
+#include "include/bpf_helpers.h"
+#include "include/go_abi.h"
+#include "include/events.h"
+
+char __license[] SEC("license") = "Dual MIT/GPL";
+
+/* Force wakeup of the reader once this many bytes wait in the ring buffer; below it,
+ * records are submitted without a wakeup and the reader polls on a short deadline. */
+volatile const __u64 wakeup_bytes = 256 * 1024;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 22);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct site_config);
+} sites SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} traced_pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct g_key);
+	__type(value, struct g_state);
+} goroutines SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct err_key);
+	__type(value, struct err_layout);
+} err_layouts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, COUNTER_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* Unused globals that make bpf2go emit Go types for these structs (-type). */
+const struct event *unused_event __attribute__((unused));
+const struct site_config *unused_site __attribute__((unused));
+const struct err_key *unused_err_key __attribute__((unused));
+const struct err_layout *unused_err_layout __attribute__((unused));
+const struct g_key *unused_g_key __attribute__((unused));
+const struct g_state *unused_g_state __attribute__((unused));
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		*v += 1;
+}
+
+/* read_go_string copies at most STR_MAX bytes of a Go string into dst. */
+static __always_inline void read_go_string(char *dst, __u16 *len_out, __u64 ptr, __u64 len)
+{
+	*len_out = len > 0xffff ? 0xffff : (__u16)len;
+	if (ptr == 0 || len == 0)
+		return;
+	__u32 n = len > STR_MAX ? STR_MAX : (__u32)len;
+	n &= (STR_MAX * 2 - 1); /* bound for the verifier: n <= STR_MAX */
+	if (n > STR_MAX)
+		return;
+	if (bpf_probe_read_user(dst, n, (const void *)ptr) != 0)
+		*len_out = 0;
+}
+
+static __always_inline void read_spec(struct event *e, const struct str_spec *s, int i)
+{
+	__u64 ptr = 0, len = 0;
+	if (s->base_slot >= 0) {
+		__u64 hdr[2] = {};
+		__u32 slot = (__u32)s->base_slot;
+		if (slot >= GO_ARG_SLOTS)
+			return;
+		__u64 base = e->args[slot];
+		if (base == 0)
+			return;
+		if (bpf_probe_read_user(hdr, sizeof(hdr), (const void *)(base + s->off)) != 0)
+			return;
+		ptr = hdr[0];
+		len = hdr[1];
+	} else if (s->ptr_slot >= 0) {
+		__u32 ps = (__u32)s->ptr_slot, ls = (__u32)s->len_slot;
+		if (ps >= GO_ARG_SLOTS || ls >= GO_ARG_SLOTS)
+			return;
+		ptr = e->args[ps];
+		len = e->args[ls];
+	} else {
+		return;
+	}
+	read_go_string(e->str[i], &e->str_len[i], ptr, len);
+}
+
+/* is_uuid reports whether the 36 bytes look like a UUID's text form. */
+static __always_inline int is_uuid(const char *s)
+{
+	return s[8] == '-' && s[13] == '-' && s[18] == '-' && s[23] == '-';
+}
+
+/* find_reconcile_id walks up a context chain (each context embeds its parent as the first
+ * field, an interface whose data word is at +8) looking for a valueCtx whose value (an
+ * interface at +32) holds a 36-byte string: controller-runtime's reconcileID. */
+static __always_inline void find_reconcile_id(struct event *e, __u64 ctx)
+{
+	for (int depth = 0; depth < 6; depth++) {
+		if (ctx == 0)
+			return;
+		__u64 val_data = 0;
+		if (bpf_probe_read_user(&val_data, sizeof(val_data), (const void *)(ctx + 40)) == 0 &&
+		    val_data != 0) {
+			__u64 hdr[2] = {};
+			if (bpf_probe_read_user(hdr, sizeof(hdr), (const void *)val_data) == 0 &&
+			    hdr[1] == 36 && hdr[0] != 0) {
+				if (bpf_probe_read_user(e->str[STR_EXTRA], 36, (const void *)hdr[0]) == 0 &&
+				    is_uuid(e->str[STR_EXTRA])) {
+					e->str_len[STR_EXTRA] = 36;
+					e->flags |= EVENT_F_RECONCILE_ID;
+					return;
+				}
+			}
+		}
+		__u64 parent = 0;
+		if (bpf_probe_read_user(&parent, sizeof(parent), (const void *)(ctx + 8)) != 0)
+			return;
+		ctx = parent;
+	}
+}
+
+static __always_inline void read_error_message(struct event *e, __u32 pid, const struct site_config *cfg)
+{
+	__u32 slot = (__u32)cfg->err_slot;
+	if (slot + 1 >= GO_ARG_SLOTS)
+		return;
+	struct err_key k = {.pid = pid, .itab = e->args[slot]};
+	__u64 data = e->args[slot + 1];
+	if (k.itab == 0 || data == 0)
+		return;
+	struct err_layout *l = bpf_map_lookup_elem(&err_layouts, &k);
+	if (!l)
+		return;
+	__u64 hdr[2] = {};
+	if (bpf_probe_read_user(hdr, sizeof(hdr), (const void *)(data + l->msg_off)) != 0)
+		return;
+	read_go_string(e->str[STR_EXTRA], &e->str_len[STR_EXTRA], hdr[0], hdr[1]);
+	if (e->str_len[STR_EXTRA] > 0)
+		e->flags |= EVENT_F_ERROR_MSG;
+}
+
+static __always_inline __u64 submit_flags(void)
+{
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		return BPF_RB_FORCE_WAKEUP;
+	return BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline int handle(struct go_regs *regs)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 pid = pid_tgid >> 32;
+	if (!bpf_map_lookup_elem(&traced_pids, &pid))
+		return 0;
+	count(COUNTER_HITS);
+
+	__u32 site = (__u32)bpf_get_attach_cookie(regs);
+	struct site_config *cfg = bpf_map_lookup_elem(&sites, &site);
+	if (!cfg)
+		return 0;
+
+	struct g_key gk = {.pid = pid, .g = GO_G(regs)};
+	struct g_state *gs = bpf_map_lookup_elem(&goroutines, &gk);
+	if (cfg->role == ROLE_CALL && !gs) {
+		count(COUNTER_CALL_OUTSIDE);
+		return 0;
+	}
+
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(COUNTER_LOST_RINGBUF);
+		/* Keep goroutine state right even when the event is lost. */
+		if (cfg->role == ROLE_SPAN && cfg->kind == SITE_RETURN && gs) {
+			if (gs->depth > 1)
+				gs->depth--;
+			else
+				bpf_map_delete_elem(&goroutines, &gk);
+		}
+		return 0;
+	}
+	e->kind = cfg->kind == SITE_ENTRY ? EVENT_ENTRY : EVENT_RETURN;
+	e->flags = 0;
+	e->_pad0 = 0;
+	e->site = site;
+	e->pid = pid;
+	e->tid = (__u32)pid_tgid;
+	e->ktime = bpf_ktime_get_ns();
+	e->g = gk.g;
+	e->goid = -1;
+	e->span_start = gs ? gs->start : 0;
+	go_args(regs, e->args);
+#pragma unroll
+	for (int i = 0; i < STR_COUNT; i++)
+		e->str_len[i] = 0;
+
+	if (cfg->goid_off != 0 && gk.g != 0) {
+		__s64 goid = -1;
+		if (bpf_probe_read_user(&goid, sizeof(goid), (const void *)(gk.g + cfg->goid_off)) == 0)
+			e->goid = goid;
+	}
+
+#pragma unroll
+	for (int i = 0; i < 3; i++)
+		read_spec(e, &cfg->str[i], i);
+
+	if (cfg->kind == SITE_ENTRY) {
+		if (cfg->ctx_slot >= 0 && cfg->ctx_slot < GO_ARG_SLOTS)
+			find_reconcile_id(e, e->args[cfg->ctx_slot & 15]);
+		if (cfg->role == ROLE_SPAN) {
+			if (gs) {
+				gs->depth++;
+				e->flags |= EVENT_F_NESTED;
+			} else {
+				struct g_state ns = {.start = e->ktime, .site = site, .depth = 1, .goid = e->goid};
+				if (bpf_map_update_elem(&goroutines, &gk, &ns, BPF_ANY) != 0)
+					count(COUNTER_LOST_STATE);
+			}
+		}
+	} else {
+		if (cfg->err_slot >= 0)
+			read_error_message(e, pid, cfg);
+		if (cfg->role == ROLE_SPAN) {
+			if (!gs)
+				e->flags |= EVENT_F_NO_ENTRY;
+			else if (gs->depth > 1)
+				gs->depth--;
+			else
+				bpf_map_delete_elem(&goroutines, &gk);
+		}
+	}
+
+	bpf_ringbuf_submit(e, submit_flags());
+	return 0;
+}
+
+SEC("uprobe")
+int probe_site(struct go_regs *regs)
+{
+	return handle(regs);
+}
+
+SEC("uprobe.multi")
+int probe_site_multi(struct go_regs *regs)
+{
+	return handle(regs);
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/symbols"
+)
+
+const inspectSummary = `Usage: reconscope-agent inspect BINARY | --pid PID [--json]
+
+Says, without privileges, what 'trace' would attach to a Go binary: Go version, arch,
+stripped or not, PIE or not, the controller module versions, each probe site (symbol, role,
+entry and return addresses and file offsets), the struct-field offsets the probes read and
+where each came from (DWARF or the offsets table), and what cannot be traced and why.
+The JSON schema is in docs/inspect.md.
+
+Exit status: 0 traceable; 2 not traceable (not ELF, not Go, unsupported Go version, no
+controller code reconscope knows); 1 on error (missing or unreadable file, truncated binary).`
+
+// InspectReport is inspect's JSON output (docs/inspect.md).
+type InspectReport struct {
+	Binary     string            `json:"binary"`
+	Traceable  bool              `json:"traceable"`
+	Reason     string            `json:"reason,omitempty"`
+	GoVersion  string            `json:"go_version,omitempty"`
+	Arch       string            `json:"arch,omitempty"`
+	Stripped   bool              `json:"stripped"`
+	PIE        bool              `json:"pie"`
+	DWARF      bool              `json:"dwarf"`
+	MainModule string            `json:"main_module,omitempty"`
+	Modules    map[string]string `json:"modules,omitempty"`
+	Probes     []InspectProbe    `json:"probes"`
+	Offsets    []InspectOffset   `json:"offsets"`
+	Missing    []probes.Missing  `json:"missing"`
+}
+
+// InspectProbe is one probed function.
+type InspectProbe struct {
+	Probe   string        `json:"probe"`
+	Role    string        `json:"role"`
+	Symbol  string        `json:"symbol"`
+	Address uint64        `json:"address"`
+	Size    uint64        `json:"size"`
+	Entry   InspectSite   `json:"entry"`
+	Returns []InspectSite `json:"returns"`
+}
+
+// InspectSite is one probe site.
+type InspectSite struct {
+	Address    uint64 `json:"address"`
+	Offset     uint64 `json:"offset"` // from the function's start
+	FileOffset uint64 `json:"file_offset"`
+	Insn       string `json:"insn"`
+}
+
+// InspectOffset is one struct-field offset the probes read.
+type InspectOffset struct {
+	Type   string `json:"type"`
+	Field  string `json:"field"`
+	Value  uint64 `json:"value"`
+	Source string `json:"source,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// relevantModules are the modules inspect reports when present.
+var relevantModules = []string{
+	"sigs.k8s.io/controller-runtime", "k8s.io/client-go", "k8s.io/apimachinery", "k8s.io/kubernetes",
+}
+
+func runInspect(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("inspect", inspectSummary, stdout)
+	pid := fs.Int("pid", 0, "inspect the executable of this process (/proc/PID/exe)")
+	asJSON := fs.Bool("json", false, "print JSON (schema in docs/inspect.md)")
+	if code, exit := parse(fs, args); exit {
+		return code
+	}
+	var path string
+	switch {
+	case *pid > 0 && fs.NArg() == 0:
+		path = fmt.Sprintf("/proc/%d/exe", *pid)
+	case *pid == 0 && fs.NArg() == 1:
+		path = fs.Arg(0)
+	default:
+		fmt.Fprintln(stderr, "reconscope-agent inspect: give one BINARY or --pid PID (see --help)")
+		return 2
+	}
+	rep, code := inspect(path)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+	} else {
+		printInspect(stdout, rep)
+	}
+	if code != 0 && rep.Reason != "" {
+		fmt.Fprintf(stderr, "reconscope-agent inspect: %s\n", rep.Reason)
+	}
+	return code
+}
+
+func inspect(path string) (*InspectReport, int) {
+	rep := &InspectReport{Binary: path, Probes: []InspectProbe{}, Offsets: []InspectOffset{}, Missing: []probes.Missing{}}
+	bin, err := symbols.Open(path)
+	if err != nil {
+		rep.Reason = err.Error()
+		if errors.Is(err, symbols.ErrNotELF) || errors.Is(err, symbols.ErrNotGo) || errors.Is(err, symbols.ErrUnsupportedGo) {
+			return rep, 2
+		}
+		return rep, 1
+	}
+	defer bin.Close()
+	rep.GoVersion, rep.Arch, rep.Stripped, rep.PIE, rep.DWARF = bin.GoVersion, bin.Arch, bin.Stripped, bin.PIE, bin.HasDWARF
+	rep.MainModule = bin.MainModule
+	rep.Modules = map[string]string{}
+	for _, m := range relevantModules {
+		if v, ok := bin.Modules[m]; ok {
+			rep.Modules[m] = v
+		}
+	}
+	plan, err := probes.NewPlan(bin, probes.Catalog)
+	if plan != nil {
+		fill(rep, plan)
+	}
+	if err != nil {
+		rep.Reason = err.Error()
+		if errors.Is(err, probes.ErrNothingToTrace) {
+			return rep, 2
+		}
+		return rep, 1
+	}
+	rep.Traceable = true
+	return rep, 0
+}
+
+func fill(rep *InspectReport, plan *probes.Plan) {
+	byFn := map[string]*InspectProbe{}
+	for _, s := range plan.Sites {
+		p := byFn[s.Function.Name]
+		if p == nil {
+			role := "span"
+			if s.Probe.Role == probes.RoleCall {
+				role = "call"
+			}
+			p = &InspectProbe{Probe: s.Probe.ID, Role: role, Symbol: s.Function.Name, Address: s.Function.Entry, Size: s.Function.End - s.Function.Entry, Returns: []InspectSite{}}
+			byFn[s.Function.Name] = p
+		}
+		site := InspectSite{Address: s.Addr, Offset: s.Addr - s.Function.Entry, FileOffset: s.FileOffset, Insn: s.Insn}
+		if s.Kind == probes.SiteEntry {
+			p.Entry = site
+		} else {
+			p.Returns = append(p.Returns, site)
+		}
+	}
+	for _, p := range byFn {
+		rep.Probes = append(rep.Probes, *p)
+	}
+	sort.Slice(rep.Probes, func(i, j int) bool { return rep.Probes[i].Address < rep.Probes[j].Address })
+	for _, o := range plan.Offsets {
+		io := InspectOffset{Type: o.Type, Field: o.Path, Value: o.Value, Source: o.Source}
+		if o.Err != nil {
+			io.Error = o.Err.Error()
+		}
+		rep.Offsets = append(rep.Offsets, io)
+	}
+	rep.Missing = append(rep.Missing, plan.Missing...)
+}
+
+func printInspect(w io.Writer, r *InspectReport) {
+	fmt.Fprintf(w, "binary:     %s\n", r.Binary)
+	if r.GoVersion == "" {
+		fmt.Fprintf(w, "traceable:  no: %s\n", r.Reason)
+		return
+	}
+	fmt.Fprintf(w, "go:         %s %s   stripped: %s   PIE: %s   DWARF: %s\n", r.GoVersion, r.Arch, yesNo(r.Stripped), yesNo(r.PIE), yesNo(r.DWARF))
+	fmt.Fprintf(w, "main:       %s\n", r.MainModule)
+	mods := make([]string, 0, len(r.Modules))
+	for m := range r.Modules {
+		mods = append(mods, m)
+	}
+	sort.Strings(mods)
+	for _, m := range mods {
+		fmt.Fprintf(w, "module:     %s %s\n", m, r.Modules[m])
+	}
+	if r.Traceable {
+		fmt.Fprintln(w, "traceable:  yes")
+	} else {
+		fmt.Fprintf(w, "traceable:  no: %s\n", r.Reason)
+	}
+	for _, p := range r.Probes {
+		fmt.Fprintf(w, "\nprobe %s (%s)\n  %s\n  function %#x size %d\n", p.Probe, p.Role, p.Symbol, p.Address, p.Size)
+		fmt.Fprintf(w, "  entry  %#x (+%d, file %#x)  %s\n", p.Entry.Address, p.Entry.Offset, p.Entry.FileOffset, p.Entry.Insn)
+		for _, s := range p.Returns {
+			fmt.Fprintf(w, "  return %#x (+%d, file %#x)  %s\n", s.Address, s.Offset, s.FileOffset, s.Insn)
+		}
+	}
+	if len(r.Offsets) > 0 {
+		fmt.Fprintln(w, "\noffsets:")
+		for _, o := range r.Offsets {
+			if o.Error != "" {
+				fmt.Fprintf(w, "  %s.%s: unknown: %s\n", o.Type, o.Field, o.Error)
+				continue
+			}
+			fmt.Fprintf(w, "  %s.%s = %d (%s)\n", o.Type, o.Field, o.Value, o.Source)
+		}
+	}
+	if len(r.Missing) > 0 {
+		fmt.Fprintln(w, "\nnot traced:")
+		for _, m := range r.Missing {
+			fmt.Fprintf(w, "  %s: %s\n", m.ProbeID, m.Reason)
+		}
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,98 @@
+// Command reconscope-agent traces Kubernetes controllers with eBPF: one span per reconcile,
+// with no change to the traced programs.
+//
+// Commands:
+//
+//	reconscope-agent trace   --pid PID | --exe PATH   live reconcile tree or JSON lines (root)
+//	reconscope-agent inspect BINARY | --pid PID      what would be traced, without privileges
+//	reconscope-agent version
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+)
+
+// Set by the build: -ldflags "-X main.version=..."
+var version = "dev"
+
+const usage = `reconscope-agent traces Kubernetes controllers with eBPF: one span per reconcile
+(controller, object, result, error, duration), with no change to the traced programs.
+
+Usage:
+  reconscope-agent <command> [flags]
+
+Commands:
+  trace     trace running controllers and print their reconciles (needs root, or CAP_BPF,
+            CAP_PERFMON, CAP_SYS_RESOURCE, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)
+  inspect   show what would be traced in a binary, without privileges
+  version   print the version
+
+Run 'reconscope-agent <command> --help' for a command's flags.
+
+Examples:
+  sudo reconscope-agent trace --pid 4242
+  sudo reconscope-agent trace --exe ./bin/manager --output json
+  reconscope-agent inspect ./bin/manager
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "trace":
+		return runTrace(rest, stdout, stderr)
+	case "inspect":
+		return runInspect(rest, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintf(stdout, "reconscope-agent %s\n", version)
+		return 0
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "reconscope-agent: unknown command %q\n\n%s", cmd, usage)
+	return 2
+}
+
+// newFlagSet returns a flag set whose --help prints summary then the flags, to stdout.
+func newFlagSet(name, summary string, stdout io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	fs.Usage = func() {
+		fmt.Fprintf(stdout, "%s\n\nFlags:\n", strings.TrimSpace(summary))
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags; it returns (exit code, true) when the program should exit.
+func parse(fs *flag.FlagSet, args []string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, true
+		}
+		return 2, true
+	}
+	return 0, false
+}
+
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/reconscope/reconscope/pkg/collector"
+	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/tracer"
+)
+
+const traceSummary = `Usage: reconscope-agent trace (--pid PID[,PID...] | --exe PATH) [flags]
+
+Traces running Go controllers (controller-runtime managers) and prints one entry per
+reconcile: a live tree on a terminal, or with --output json one JSON object per line (schema
+in docs/json.md). Ctrl-C detaches the probes, prints a summary (reconciles by controller and
+result, events lost) to stderr and exits 0. Needs root (or the capabilities listed by
+'reconscope-agent --help').
+
+With --exe, every process running that executable is traced, including ones started later.`
+
+func runTrace(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("trace", traceSummary, stdout)
+	pids := fs.String("pid", "", "comma-separated process IDs to trace")
+	exe := fs.String("exe", "", "trace every process running this executable, now and later")
+	output := fs.String("output", "tree", "output format: tree or json")
+	ringSize := fs.Int("ring-buffer-size", 4<<20, "kernel ring buffer size in bytes (a power of two)")
+	duration := fs.Duration("duration", 0, "stop after this long (0: until Ctrl-C or SIGTERM)")
+	abandon := fs.Duration("abandon-after", 10*time.Minute, "close a reconcile whose return never came as abandoned after this long")
+	single := fs.Bool("single-uprobes", false, "attach one uprobe per site even where the kernel has uprobe_multi links")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if code, exit := parse(fs, args); exit {
+		return code
+	}
+	if (*pids == "") == (*exe == "") {
+		fmt.Fprintln(stderr, "reconscope-agent trace: give exactly one of --pid or --exe (see --help)")
+		return 2
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
+		return 2
+	}
+	var w exporter.Writer
+	switch *output {
+	case "tree":
+		w = exporter.NewTreeWriter(stdout, exporter.NewClock())
+	case "json":
+		w = exporter.NewJSONWriter(stdout, exporter.NewClock())
+	default:
+		fmt.Fprintf(stderr, "reconscope-agent trace: --output %q: want tree or json\n", *output)
+		return 2
+	}
+	summary := exporter.NewSummary()
+
+	t, err := tracer.New(tracer.Options{
+		Collector: collector.Options{RingBufferSize: *ringSize, ForceSingleUprobes: *single},
+		Assembler: spanOptions(*abandon),
+		Writer:    exporter.Multi{w, summary},
+		Logger:    log,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
+		return 1
+	}
+	defer t.Close()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+
+	traced := 0
+	if *pids != "" {
+		for _, s := range strings.Split(*pids, ",") {
+			pid, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || pid <= 0 {
+				fmt.Fprintf(stderr, "reconscope-agent trace: --pid %q: not a process ID\n", s)
+				return 2
+			}
+			if _, err := t.TracePID(pid); err != nil {
+				log.Error("cannot trace", "pid", pid, "err", err)
+				continue
+			}
+			traced++
+		}
+		if traced == 0 {
+			fmt.Fprintln(stderr, "reconscope-agent trace: no process could be traced")
+			return 1
+		}
+	} else {
+		path, err := filepath.Abs(*exe)
+		if err != nil {
+			fmt.Fprintf(stderr, "reconscope-agent trace: --exe: %v\n", err)
+			return 2
+		}
+		if _, err := os.Stat(path); err != nil {
+			fmt.Fprintf(stderr, "reconscope-agent trace: --exe: %v\n", err)
+			return 1
+		}
+		go watchExe(ctx, t, path, log)
+	}
+
+	err = t.Run(ctx)
+	st := t.Stats()
+	fmt.Fprintf(stderr, "\nreconscope: %d reconciles\n", st.Assembler.Spans)
+	summary.Print(stderr)
+	fmt.Fprintf(stderr, "events: %d read, %d lost (ring buffer full), %d malformed; spans abandoned: %d, orphan returns: %d\n",
+		st.Reader.Events, st.Kernel.LostRingBuffer, st.Reader.Malformed, st.Assembler.Abandoned, st.Assembler.OrphanReturns)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// watchExe traces every process running path, now and as they start (polling /proc).
+func watchExe(ctx context.Context, t *tracer.Tracer, path string, log interface {
+	Error(string, ...any)
+}) {
+	want, err := os.Stat(path)
+	if err != nil {
+		return
+	}
+	failed := map[int]bool{}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		traced := map[int]bool{}
+		for _, pid := range t.PIDs() {
+			traced[pid] = true
+		}
+		for _, pid := range procPIDs() {
+			if traced[pid] || failed[pid] {
+				continue
+			}
+			fi, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
+			if err != nil || !os.SameFile(fi, want) {
+				continue
+			}
+			if _, err := t.TracePID(pid); err != nil {
+				failed[pid] = true
+				log.Error("cannot trace", "pid", pid, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func procPIDs() []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

@@ -1,0 +1,305 @@
+// Package collector is reconscope's kernel edge: it loads the eBPF objects, attaches an
+// executable's probe plan as uprobes (one attach per executable serves all its processes; a
+// PID filter in the kernel selects the traced ones), reads the ring buffer, decodes events and
+// counts every drop. It never uses uretprobes: returns are probed at each RET instruction.
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+
+	rbpf "github.com/reconscope/reconscope/bpf"
+	"github.com/reconscope/reconscope/pkg/probes"
+)
+
+// Options configures a Collector.
+type Options struct {
+	// RingBufferSize is the ring buffer's size in bytes: a power of two, multiple of the page
+	// size. Zero means 4 MiB.
+	RingBufferSize int
+	// WakeupBytes makes the kernel wake the reader once this many bytes wait; below it the
+	// reader polls every PollInterval. Zero means a quarter of the ring buffer.
+	WakeupBytes int
+	// ForceSingleUprobes attaches one perf-event uprobe per site even where the kernel has
+	// uprobe_multi links.
+	ForceSingleUprobes bool
+	// Logger receives attach and detach messages. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrPermission means the kernel refused to load or attach eBPF programs.
+var ErrPermission = errors.New("permission denied: reconscope needs root or CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE (and CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH to read other processes' binaries and memory)")
+
+// Collector owns the loaded eBPF objects and the ring-buffer reader.
+type Collector struct {
+	log    *slog.Logger
+	coll   *ebpf.Collection
+	prog   *ebpf.Program
+	multi  bool
+	sites  *ebpf.Map
+	pids   *ebpf.Map
+	errs   *ebpf.Map
+	gors   *ebpf.Map
+	counts *ebpf.Map
+	reader *ringbuf.Reader
+
+	mu       sync.RWMutex
+	table    []*probes.Site // index = attach cookie
+	free     []int          // free ranges in table, by start index
+	attached map[*Attachment]struct{}
+	procs    map[uint32]*process
+}
+
+// New loads the eBPF objects. It needs CAP_BPF and CAP_PERFMON (or root).
+func New(opts Options) (*Collector, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.RingBufferSize == 0 {
+		opts.RingBufferSize = 4 << 20
+	}
+	if opts.RingBufferSize < os.Getpagesize() || opts.RingBufferSize&(opts.RingBufferSize-1) != 0 {
+		return nil, fmt.Errorf("ring buffer size %d: must be a power of two of at least %d bytes", opts.RingBufferSize, os.Getpagesize())
+	}
+	if opts.WakeupBytes == 0 {
+		opts.WakeupBytes = opts.RingBufferSize / 4
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", permission(err))
+	}
+	spec, err := rbpf.LoadTrace()
+	if err != nil {
+		return nil, fmt.Errorf("load eBPF spec: %w", err)
+	}
+	spec.Maps[rbpf.TraceMapEvents].MaxEntries = uint32(opts.RingBufferSize)
+	if err := spec.Variables["wakeup_bytes"].Set(uint64(opts.WakeupBytes)); err != nil {
+		return nil, fmt.Errorf("set wakeup threshold: %w", err)
+	}
+	multi := !opts.ForceSingleUprobes && features.HaveBPFLinkUprobeMulti() == nil
+	progName := rbpf.TraceProgProbeSite
+	if multi {
+		progName = rbpf.TraceProgProbeSiteMulti
+		delete(spec.Programs, rbpf.TraceProgProbeSite)
+	} else {
+		delete(spec.Programs, rbpf.TraceProgProbeSiteMulti)
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load eBPF programs: verifier: %+v", ve)
+		}
+		return nil, fmt.Errorf("load eBPF programs: %w", permission(err))
+	}
+	c := &Collector{
+		log:      opts.Logger,
+		coll:     coll,
+		prog:     coll.Programs[progName],
+		multi:    multi,
+		sites:    coll.Maps[rbpf.TraceMapSites],
+		pids:     coll.Maps[rbpf.TraceMapTracedPids],
+		errs:     coll.Maps[rbpf.TraceMapErrLayouts],
+		gors:     coll.Maps[rbpf.TraceMapGoroutines],
+		counts:   coll.Maps[rbpf.TraceMapCounters],
+		table:    make([]*probes.Site, 0, 64),
+		attached: map[*Attachment]struct{}{},
+		procs:    map[uint32]*process{},
+	}
+	c.reader, err = ringbuf.NewReader(coll.Maps[rbpf.TraceMapEvents])
+	if err != nil {
+		coll.Close()
+		return nil, fmt.Errorf("open ring buffer: %w", err)
+	}
+	return c, nil
+}
+
+// UprobeMulti reports whether sites are attached through uprobe_multi links.
+func (c *Collector) UprobeMulti() bool { return c.multi }
+
+func permission(err error) error {
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, ebpf.ErrNotPermitted) {
+		return fmt.Errorf("%w: %v", ErrPermission, err)
+	}
+	return err
+}
+
+// Counters are the kernel side's per-CPU counters, summed.
+type Counters struct {
+	LostRingBuffer uint64 // events dropped because the ring buffer was full
+	LostState      uint64 // span entries whose goroutine state could not be stored
+	CallsOutside   uint64 // call probe hits outside any span (filtered, not lost)
+	Hits           uint64 // probe hits in traced processes
+}
+
+// Counters reads the kernel's counters.
+func (c *Collector) Counters() (Counters, error) {
+	var out Counters
+	fields := []*uint64{&out.LostRingBuffer, &out.LostState, &out.CallsOutside, &out.Hits}
+	for i, f := range fields {
+		var per []uint64
+		if err := c.counts.Lookup(uint32(i), &per); err != nil {
+			return out, fmt.Errorf("read counter %d: %w", i, err)
+		}
+		for _, v := range per {
+			*f += v
+		}
+	}
+	return out, nil
+}
+
+// OpenGoroutines returns how many goroutines the kernel holds span state for.
+func (c *Collector) OpenGoroutines() int {
+	var k rbpf.TraceG_key
+	var v rbpf.TraceG_state
+	n := 0
+	it := c.gors.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	return n
+}
+
+// Close detaches everything and frees the eBPF objects.
+func (c *Collector) Close() error {
+	c.mu.Lock()
+	atts := make([]*Attachment, 0, len(c.attached))
+	for a := range c.attached {
+		atts = append(atts, a)
+	}
+	c.mu.Unlock()
+	var errs []error
+	for _, a := range atts {
+		errs = append(errs, a.Close())
+	}
+	errs = append(errs, c.reader.Close())
+	c.coll.Close()
+	return errors.Join(errs...)
+}
+
+// allocSites reserves n consecutive cookies. Callers hold c.mu.
+func (c *Collector) allocSites(n int) (int, error) {
+	max := int(c.sites.MaxEntries())
+	// first fit among freed slots
+	start := 0
+	for start+n <= len(c.table) {
+		ok := true
+		for i := start; i < start+n; i++ {
+			if c.table[i] != nil {
+				ok = false
+				start = i + 1
+				break
+			}
+		}
+		if ok {
+			return start, nil
+		}
+	}
+	start = len(c.table)
+	if start+n > max {
+		return 0, fmt.Errorf("site table full (%d of %d used): detach some executables", len(c.table), max)
+	}
+	c.table = append(c.table, make([]*probes.Site, n)...)
+	return start, nil
+}
+
+// Attachment is one executable's attached plan.
+type Attachment struct {
+	c     *Collector
+	Path  string
+	Plan  *probes.Plan
+	first int
+	links []link.Link
+	once  sync.Once
+}
+
+// Attach attaches plan's sites to the executable at path (for a process, /proc/PID/exe works
+// and survives the file being replaced on disk). Processes are traced only once Trace names
+// them.
+func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) {
+	if len(plan.Sites) == 0 {
+		return nil, probes.ErrNothingToTrace
+	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return nil, fmt.Errorf("open executable: %w", err)
+	}
+	c.mu.Lock()
+	first, err := c.allocSites(len(plan.Sites))
+	if err != nil {
+		c.mu.Unlock()
+		return nil, err
+	}
+	a := &Attachment{c: c, Path: path, Plan: plan, first: first}
+	for i := range plan.Sites {
+		c.table[first+i] = &plan.Sites[i]
+	}
+	c.attached[a] = struct{}{}
+	c.mu.Unlock()
+
+	for i := range plan.Sites {
+		if err := c.sites.Put(uint32(first+i), &plan.Sites[i].Config); err != nil {
+			a.Close()
+			return nil, fmt.Errorf("write site config: %w", err)
+		}
+	}
+	if c.multi {
+		addrs := make([]uint64, len(plan.Sites))
+		cookies := make([]uint64, len(plan.Sites))
+		for i, s := range plan.Sites {
+			addrs[i] = s.FileOffset
+			cookies[i] = uint64(first + i)
+		}
+		l, err := ex.UprobeMulti(nil, c.prog, &link.UprobeMultiOptions{Addresses: addrs, Cookies: cookies})
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("attach uprobe_multi to %s: %w", path, permission(err))
+		}
+		a.links = append(a.links, l)
+	} else {
+		for i, s := range plan.Sites {
+			l, err := ex.Uprobe("", c.prog, &link.UprobeOptions{Address: s.FileOffset, Cookie: uint64(first + i)})
+			if err != nil {
+				a.Close()
+				return nil, fmt.Errorf("attach uprobe to %s at %s+%#x (%s): %w", path, s.Function.Name, s.Addr-s.Function.Entry, s.Kind, permission(err))
+			}
+			a.links = append(a.links, l)
+		}
+	}
+	c.log.Debug("attached", "exe", path, "sites", len(plan.Sites), "uprobe_multi", c.multi)
+	return a, nil
+}
+
+// Links returns how many kernel links the attachment holds.
+func (a *Attachment) Links() int { return len(a.links) }
+
+// Close detaches the executable's probes and frees its site slots.
+func (a *Attachment) Close() error {
+	var errs []error
+	a.once.Do(func() {
+		for _, l := range a.links {
+			errs = append(errs, l.Close())
+		}
+		c := a.c
+		c.mu.Lock()
+		for i := range a.Plan.Sites {
+			if a.first+i < len(c.table) {
+				c.table[a.first+i] = nil
+			}
+		}
+		delete(c.attached, a)
+		c.mu.Unlock()
+		for i := range a.Plan.Sites {
+			_ = c.sites.Delete(uint32(a.first + i)) // arrays cannot delete; stale configs are harmless without links
+		}
+	})
+	return errors.Join(errs...)
+}

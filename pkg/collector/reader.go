@@ -1,0 +1,140 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf/ringbuf"
+
+	rbpf "github.com/reconscope/reconscope/bpf"
+	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/span"
+)
+
+// Event flag bits (EVENT_F_* in bpf/include/events.h).
+const (
+	flagReconcileID = 0x01 // EVENT_F_RECONCILE_ID
+	flagErrorMsg    = 0x02 // EVENT_F_ERROR_MSG
+	flagNoEntry     = 0x04 // EVENT_F_NO_ENTRY
+	flagNested      = 0x08 // EVENT_F_NESTED
+	eventEntry      = 1    // EVENT_ENTRY
+	strExtra        = 3    // STR_EXTRA
+)
+
+// PollInterval bounds how long an event waits in the ring buffer when the kernel did not
+// wake the reader (records are submitted without a wakeup below the threshold).
+const PollInterval = 50 * time.Millisecond
+
+// ReadStats counts what the reader saw.
+type ReadStats struct {
+	Events    uint64
+	Malformed uint64 // records too short or naming an unknown site
+}
+
+// Run reads the ring buffer until ctx ends or Close is called and hands each decoded event
+// to handle, on this goroutine. idle, when not nil, is called after every poll interval
+// without events, so the caller can expire old state.
+func (c *Collector) Run(ctx context.Context, handle func(span.Event), idle func()) (ReadStats, error) {
+	var st ReadStats
+	stop := context.AfterFunc(ctx, func() { c.reader.Close() })
+	defer stop()
+	var rec ringbuf.Record
+	var raw probes.Raw
+	for {
+		c.reader.SetDeadline(time.Now().Add(PollInterval))
+		err := c.reader.ReadInto(&rec)
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				if idle != nil {
+					idle()
+				}
+				continue
+			}
+			if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, os.ErrClosed) {
+				return st, nil
+			}
+			return st, fmt.Errorf("read ring buffer: %w", err)
+		}
+		st.Events++
+		site, ok := c.decode(rec.RawSample, &raw)
+		if !ok {
+			st.Malformed++
+			continue
+		}
+		dec := site.Probe.DecodeEntry
+		if site.Kind == probes.SiteReturn {
+			dec = site.Probe.DecodeReturn
+		}
+		handle(dec(&raw))
+	}
+}
+
+// Decode turns one ring-buffer record into raw, resolving the error type through the traced
+// process. It returns the record's site, or false for a malformed record.
+func (c *Collector) decode(b []byte, raw *probes.Raw) (*probes.Site, bool) {
+	if len(b) < int(unsafe.Sizeof(rbpf.TraceEvent{})) {
+		return nil, false
+	}
+	e := (*rbpf.TraceEvent)(unsafe.Pointer(&b[0]))
+	c.mu.RLock()
+	var site *probes.Site
+	if int(e.Site) < len(c.table) {
+		site = c.table[e.Site]
+	}
+	p := c.procs[e.Pid]
+	c.mu.RUnlock()
+	if site == nil {
+		return nil, false
+	}
+	DecodeEvent(e, raw)
+	if site.Kind == probes.SiteReturn && site.Config.ErrSlot >= 0 {
+		if itab := e.Args[site.Config.ErrSlot]; itab != 0 {
+			raw.ErrorType = "unknown"
+			if p != nil {
+				raw.ErrorType = p.errorType(itab)
+			}
+		}
+	}
+	return site, true
+}
+
+// DecodeEvent copies the kernel's event into raw (strings, flags); it is pure.
+func DecodeEvent(e *rbpf.TraceEvent, raw *probes.Raw) {
+	*raw = probes.Raw{
+		Entry:     e.Kind == eventEntry,
+		PID:       e.Pid,
+		Time:      e.Ktime,
+		G:         e.G,
+		Goid:      e.Goid,
+		SpanStart: e.SpanStart,
+		Nested:    e.Flags&flagNested != 0,
+		NoEntry:   e.Flags&flagNoEntry != 0,
+		Args:      e.Args,
+	}
+	for i := 0; i < strExtra; i++ {
+		raw.Str[i], raw.Truncated[i] = cString(&e.Str[i], e.StrLen[i])
+	}
+	extra, trunc := cString(&e.Str[strExtra], e.StrLen[strExtra])
+	switch {
+	case e.Flags&flagReconcileID != 0:
+		raw.ReconcileID = extra
+	case e.Flags&flagErrorMsg != 0:
+		raw.ErrorMsg = extra
+		if trunc {
+			raw.ErrorMsg += "…" // long messages are cut; the span stays complete
+		}
+	}
+}
+
+func cString(b *[128]int8, n uint16) (string, bool) {
+	l := int(n)
+	trunc := false
+	if l > len(b) {
+		l, trunc = len(b), true
+	}
+	return string(unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), l)), trunc
+}

@@ -1,0 +1,263 @@
+// Package exporter sends finished spans where users look at them: a live tree on a terminal,
+// JSON lines, OpenTelemetry traces over OTLP, and Prometheus metrics.
+package exporter
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/reconscope/reconscope/pkg/span"
+)
+
+// Writer consumes finished spans.
+type Writer interface {
+	Write(s *span.Span) error
+}
+
+// Clock turns the kernel's monotonic nanoseconds (bpf_ktime_get_ns) into wall-clock time.
+type Clock struct{ offset int64 }
+
+// NewClock measures the offset between CLOCK_REALTIME and CLOCK_MONOTONIC now.
+func NewClock() Clock {
+	var mono, real1, real2 unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &real1)
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
+	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &real2)
+	real := (real1.Nano() + real2.Nano()) / 2
+	return Clock{offset: real - mono.Nano()}
+}
+
+// Wall returns the wall-clock time of a monotonic timestamp.
+func (c Clock) Wall(mono uint64) time.Time { return time.Unix(0, int64(mono)+c.offset).UTC() }
+
+// Monotonic returns the kernel's monotonic clock now.
+func Monotonic() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// JSONSpan is the JSON-lines contract (docs/json.md): one object per finished reconcile.
+type JSONSpan struct {
+	Controller     string     `json:"controller"`
+	Namespace      string     `json:"namespace"`
+	Name           string     `json:"name"`
+	UID            string     `json:"uid"`
+	ReconcileID    string     `json:"reconcile_id"`
+	Start          time.Time  `json:"start"`
+	DurationNS     int64      `json:"duration_ns"`
+	Result         string     `json:"result"`
+	RequeueAfterNS int64      `json:"requeue_after_ns"`
+	ErrorType      string     `json:"error_type"`
+	Error          string     `json:"error"`
+	PID            uint32     `json:"pid"`
+	Goid           int64      `json:"goid"`
+	Exe            string     `json:"exe"`
+	Pod            string     `json:"pod"`
+	Container      string     `json:"container"`
+	Phases         JSONPhases `json:"phases"`
+	Calls          []JSONCall `json:"calls"`
+	Noop           bool       `json:"noop"`
+	Incomplete     bool       `json:"incomplete"`
+}
+
+// JSONPhases is the phases object of a JSON span.
+type JSONPhases struct {
+	ReadNS    int64 `json:"read_ns"`
+	WriteNS   int64 `json:"write_ns"`
+	ComputeNS int64 `json:"compute_ns"`
+}
+
+// JSONCall is one call of a JSON span.
+type JSONCall struct {
+	Kind        string    `json:"kind"`
+	Verb        string    `json:"verb"`
+	Resource    string    `json:"resource"`
+	Subresource string    `json:"subresource"`
+	Namespace   string    `json:"namespace"`
+	Name        string    `json:"name"`
+	Status      int       `json:"status"`
+	Start       time.Time `json:"start"`
+	DurationNS  int64     `json:"duration_ns"`
+}
+
+// ToJSON converts a span to its JSON form.
+func ToJSON(s *span.Span, clock Clock) JSONSpan {
+	j := JSONSpan{
+		Controller: s.Controller, Namespace: s.Namespace, Name: s.Name, UID: s.UID,
+		ReconcileID: s.ReconcileID, Start: clock.Wall(s.Start), DurationNS: int64(s.Duration),
+		Result: string(s.Result), RequeueAfterNS: int64(s.RequeueAfter), ErrorType: s.ErrorType,
+		Error: s.Error, PID: s.PID, Goid: s.Goid, Exe: s.Exe, Pod: s.Pod, Container: s.Container,
+		Phases: JSONPhases{ReadNS: int64(s.Phases.Read), WriteNS: int64(s.Phases.Write), ComputeNS: int64(s.Phases.Compute)},
+		Calls:  make([]JSONCall, 0, len(s.Calls)),
+		Noop:   s.Noop, Incomplete: s.Incomplete,
+	}
+	for _, c := range s.Calls {
+		j.Calls = append(j.Calls, JSONCall{
+			Kind: string(c.Kind), Verb: c.Verb, Resource: c.Resource, Subresource: c.Subresource,
+			Namespace: c.Namespace, Name: c.Name, Status: c.Status, Start: clock.Wall(c.Start),
+			DurationNS: int64(c.Duration),
+		})
+	}
+	return j
+}
+
+// JSONWriter writes one JSON object per line.
+type JSONWriter struct {
+	mu    sync.Mutex
+	w     *bufio.Writer
+	enc   *json.Encoder
+	clock Clock
+}
+
+// NewJSONWriter returns a writer of JSON lines to w; each line is flushed as it is written.
+func NewJSONWriter(w io.Writer, clock Clock) *JSONWriter {
+	bw := bufio.NewWriter(w)
+	return &JSONWriter{w: bw, enc: json.NewEncoder(bw), clock: clock}
+}
+
+// Write implements Writer.
+func (j *JSONWriter) Write(s *span.Span) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.enc.Encode(ToJSON(s, j.clock)); err != nil {
+		return fmt.Errorf("write JSON span: %w", err)
+	}
+	return j.w.Flush()
+}
+
+// TreeWriter prints each reconcile as a small tree, readable live on a terminal.
+type TreeWriter struct {
+	mu    sync.Mutex
+	w     io.Writer
+	clock Clock
+}
+
+// NewTreeWriter returns a TreeWriter.
+func NewTreeWriter(w io.Writer, clock Clock) *TreeWriter { return &TreeWriter{w: w, clock: clock} }
+
+// Write implements Writer.
+func (t *TreeWriter) Write(s *span.Span) error {
+	var b strings.Builder
+	obj := s.Name
+	if s.Namespace != "" {
+		obj = s.Namespace + "/" + s.Name
+	}
+	fmt.Fprintf(&b, "%s %-12s %-32s %-13s %9s", t.clock.Wall(s.Start).Local().Format("15:04:05.000"), s.Controller, obj, s.Result, round(s.Duration))
+	switch {
+	case s.Result == span.ResultRequeueAfter:
+		fmt.Fprintf(&b, "  after=%s", s.RequeueAfter)
+	case s.ErrorType != "":
+		fmt.Fprintf(&b, "  %s", s.ErrorType)
+		if s.Error != "" {
+			fmt.Fprintf(&b, ": %q", s.Error)
+		}
+	}
+	if s.ReconcileID != "" {
+		fmt.Fprintf(&b, "  id=%s", s.ReconcileID[:8])
+	}
+	if s.Incomplete {
+		b.WriteString("  (incomplete)")
+	}
+	fmt.Fprintf(&b, "  pid=%d", s.PID)
+	b.WriteByte('\n')
+	for i, c := range s.Calls {
+		branch := "├─"
+		if i == len(s.Calls)-1 {
+			branch = "└─"
+		}
+		target := c.Resource
+		if c.Name != "" {
+			target += " " + joinNS(c.Namespace, c.Name)
+		} else if c.Namespace != "" {
+			target += " ns=" + c.Namespace
+		}
+		if c.Subresource != "" {
+			target += "/" + c.Subresource
+		}
+		status := ""
+		if c.Status != 0 {
+			status = fmt.Sprintf(" %d", c.Status)
+		}
+		fmt.Fprintf(&b, "    %s%s %-10s %-6s %s%s %s\n", branch, strings.Repeat("  ", c.Depth), c.Kind, c.Verb, target, status, round(c.Duration))
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, err := io.WriteString(t.w, b.String())
+	return err
+}
+
+func joinNS(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d > time.Second:
+		return d.Round(time.Millisecond)
+	case d > time.Millisecond:
+		return d.Round(time.Microsecond)
+	}
+	return d
+}
+
+// Summary counts spans by controller and result, for the report printed at exit.
+type Summary struct {
+	mu     sync.Mutex
+	counts map[[2]string]int
+}
+
+// NewSummary returns an empty Summary.
+func NewSummary() *Summary { return &Summary{counts: map[[2]string]int{}} }
+
+// Write implements Writer.
+func (s *Summary) Write(sp *span.Span) error {
+	s.mu.Lock()
+	s.counts[[2]string{sp.Controller, string(sp.Result)}]++
+	s.mu.Unlock()
+	return nil
+}
+
+// Print writes the counts, one controller/result pair per line.
+func (s *Summary) Print(w io.Writer) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([][2]string, 0, len(s.counts))
+	for k := range s.counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][0] != keys[j][0] {
+			return keys[i][0] < keys[j][0]
+		}
+		return keys[i][1] < keys[j][1]
+	})
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %-24s %-14s %d\n", k[0], k[1], s.counts[k])
+	}
+}
+
+// Multi fans a span out to several writers; it returns the first error and keeps going.
+type Multi []Writer
+
+// Write implements Writer.
+func (m Multi) Write(s *span.Span) error {
+	var first error
+	for _, w := range m {
+		if err := w.Write(s); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

@@ -1,0 +1,346 @@
+package span
+
+import (
+	"sort"
+	"time"
+)
+
+// Options bounds the Assembler.
+type Options struct {
+	// AbandonAfter closes a span whose return has not come after this long (event time) as
+	// abandoned. Zero means 10 minutes.
+	AbandonAfter time.Duration
+	// MaxOpen bounds the number of open spans; beyond it the oldest is closed as abandoned.
+	// Zero means 65536.
+	MaxOpen int
+	// MaxCalls bounds the calls kept per span; further calls are counted in Stats.CallsDropped.
+	// Zero means 256.
+	MaxCalls int
+	// ReorderWindow is how long (event time) a return that arrived before its entry waits for
+	// it. Zero means 1 second.
+	ReorderWindow time.Duration
+}
+
+// Stats counts what the Assembler saw that did not become a normal span.
+type Stats struct {
+	Spans           uint64 // spans emitted, all results
+	Abandoned       uint64 // spans closed without a return
+	OrphanReturns   uint64 // returns for which no entry ever came
+	OrphanCalls     uint64 // call events with no open span or no matching start
+	CallsDropped    uint64 // calls beyond MaxCalls
+	Evicted         uint64 // open spans closed early because MaxOpen was reached
+	ReorderedPaired uint64 // returns that arrived before their entry and were paired anyway
+}
+
+type goroutineKey struct {
+	pid  uint32
+	goid int64
+	g    uint64
+}
+
+func keyOf(e *Event) goroutineKey {
+	if e.Goid >= 0 {
+		return goroutineKey{pid: e.PID, goid: e.Goid}
+	}
+	return goroutineKey{pid: e.PID, goid: -1, g: e.G}
+}
+
+type openSpan struct {
+	span  Span
+	depth int        // nested entries (recursion) not yet returned
+	calls []openCall // calls begun and not yet ended, innermost last
+}
+
+type openCall struct {
+	info  CallInfo
+	start uint64
+}
+
+// Assembler pairs events into spans. It is not safe for concurrent use: feed it from one
+// goroutine.
+type Assembler struct {
+	opts    Options
+	open    map[goroutineKey]*openSpan
+	pending map[goroutineKey]Event // returns that came before their entry
+	stats   Stats
+	emit    func(Span)
+}
+
+// NewAssembler returns an Assembler that hands each finished span to emit.
+func NewAssembler(opts Options, emit func(Span)) *Assembler {
+	if opts.AbandonAfter == 0 {
+		opts.AbandonAfter = 10 * time.Minute
+	}
+	if opts.MaxOpen == 0 {
+		opts.MaxOpen = 65536
+	}
+	if opts.MaxCalls == 0 {
+		opts.MaxCalls = 256
+	}
+	if opts.ReorderWindow == 0 {
+		opts.ReorderWindow = time.Second
+	}
+	return &Assembler{
+		opts:    opts,
+		open:    make(map[goroutineKey]*openSpan),
+		pending: make(map[goroutineKey]Event),
+		emit:    emit,
+	}
+}
+
+// Stats returns the counters so far.
+func (a *Assembler) Stats() Stats { return a.stats }
+
+// Open returns the number of spans open now.
+func (a *Assembler) Open() int { return len(a.open) }
+
+// Add feeds one event.
+func (a *Assembler) Add(e Event) {
+	k := keyOf(&e)
+	switch e.Kind {
+	case SpanStart:
+		a.start(k, e)
+	case SpanEnd:
+		a.end(k, e)
+	case CallStart:
+		o := a.open[k]
+		if o == nil {
+			a.stats.OrphanCalls++
+			return
+		}
+		o.calls = append(o.calls, openCall{info: e.Call, start: e.Time})
+	case CallEnd:
+		a.callEnd(k, e)
+	}
+}
+
+func (a *Assembler) start(k goroutineKey, e Event) {
+	if o := a.open[k]; o != nil {
+		if e.Nested {
+			o.depth++
+			return
+		}
+		// The previous span's return was lost: it can no longer be finished.
+		a.abandon(k, o)
+	}
+	if p, ok := a.pending[k]; ok && p.Time >= e.Time {
+		delete(a.pending, k)
+		a.stats.ReorderedPaired++
+		o := a.newOpen(e)
+		a.finish(o, p)
+		return
+	}
+	if len(a.open) >= a.opts.MaxOpen {
+		a.evictOldest()
+	}
+	a.open[k] = a.newOpen(e)
+}
+
+func (a *Assembler) newOpen(e Event) *openSpan {
+	return &openSpan{
+		depth: 1,
+		span: Span{
+			Controller:  e.Controller,
+			Namespace:   e.Namespace,
+			Name:        e.Name,
+			ReconcileID: e.ReconcileID,
+			PID:         e.PID,
+			Goid:        e.Goid,
+			Start:       e.Time,
+			Incomplete:  e.Incomplete,
+		},
+	}
+}
+
+func (a *Assembler) end(k goroutineKey, e Event) {
+	o := a.open[k]
+	if o == nil {
+		if e.SpanStartTime == 0 {
+			// Perhaps its entry is still on its way (another CPU): wait for it a little.
+			if _, ok := a.pending[k]; ok {
+				a.stats.OrphanReturns++
+			}
+			a.pending[k] = e
+			return
+		}
+		// The entry event was lost, but the kernel kept its time: a span without the
+		// entry's fields, marked incomplete.
+		o = &openSpan{depth: 1, span: Span{PID: e.PID, Goid: e.Goid, Start: e.SpanStartTime, Incomplete: true}}
+		a.finish(o, e)
+		return
+	}
+	if o.depth > 1 {
+		o.depth--
+		return
+	}
+	delete(a.open, k)
+	a.finish(o, e)
+}
+
+func (a *Assembler) finish(o *openSpan, e Event) {
+	s := o.span
+	if e.Time > s.Start {
+		s.Duration = time.Duration(e.Time - s.Start)
+	}
+	s.Result = e.Result
+	s.RequeueAfter = e.RequeueAfter
+	s.ErrorType = e.ErrorType
+	s.Error = e.Error
+	s.Incomplete = s.Incomplete || e.Incomplete
+	// Calls still open at the return were cut short (a panic unwound them).
+	if len(o.calls) > 0 {
+		a.stats.OrphanCalls += uint64(len(o.calls))
+		s.Incomplete = true
+	}
+	finalize(&s)
+	a.stats.Spans++
+	a.emit(s)
+}
+
+func (a *Assembler) callEnd(k goroutineKey, e Event) {
+	o := a.open[k]
+	if o == nil || len(o.calls) == 0 {
+		a.stats.OrphanCalls++
+		return
+	}
+	c := o.calls[len(o.calls)-1]
+	o.calls = o.calls[:len(o.calls)-1]
+	info := c.info
+	mergeCallInfo(&info, e.Call)
+	if len(o.span.Calls) >= a.opts.MaxCalls {
+		a.stats.CallsDropped++
+		o.span.Incomplete = true
+		return
+	}
+	var d time.Duration
+	if e.Time > c.start {
+		d = time.Duration(e.Time - c.start)
+	}
+	o.span.Calls = append(o.span.Calls, Call{CallInfo: info, Start: c.start, Duration: d, Depth: len(o.calls)})
+	if info.UID != "" && o.span.UID == "" && info.Name == o.span.Name && info.Namespace == o.span.Namespace {
+		o.span.UID = info.UID
+	}
+}
+
+// mergeCallInfo fills what the call's return learnt (status, UID) into what its entry knew.
+func mergeCallInfo(dst *CallInfo, ret CallInfo) {
+	if ret.Status != 0 {
+		dst.Status = ret.Status
+	}
+	if ret.UID != "" {
+		dst.UID = ret.UID
+	}
+	if dst.Verb == "" {
+		dst.Verb = ret.Verb
+	}
+	if dst.Resource == "" {
+		dst.Resource = ret.Resource
+	}
+	if dst.Namespace == "" {
+		dst.Namespace = ret.Namespace
+	}
+	if dst.Name == "" {
+		dst.Name = ret.Name
+	}
+	if dst.Subresource == "" {
+		dst.Subresource = ret.Subresource
+	}
+}
+
+func (a *Assembler) abandon(k goroutineKey, o *openSpan) {
+	delete(a.open, k)
+	s := o.span
+	s.Result = ResultAbandoned
+	s.Incomplete = true
+	finalize(&s)
+	a.stats.Abandoned++
+	a.stats.Spans++
+	a.emit(s)
+}
+
+func (a *Assembler) evictOldest() {
+	var oldestK goroutineKey
+	var oldest *openSpan
+	for k, o := range a.open {
+		if oldest == nil || o.span.Start < oldest.span.Start {
+			oldestK, oldest = k, o
+		}
+	}
+	if oldest != nil {
+		a.stats.Evicted++
+		a.abandon(oldestK, oldest)
+	}
+}
+
+// Expire closes, as abandoned, every span open for longer than AbandonAfter at monotonic
+// time now, and gives up on returns that waited longer than ReorderWindow for their entry.
+func (a *Assembler) Expire(now uint64) {
+	for _, k := range a.sortedKeys(func(o *openSpan) bool {
+		return now > o.span.Start && time.Duration(now-o.span.Start) > a.opts.AbandonAfter
+	}) {
+		a.abandon(k, a.open[k])
+	}
+	for k, p := range a.pending {
+		if now > p.Time && time.Duration(now-p.Time) > a.opts.ReorderWindow {
+			delete(a.pending, k)
+			a.stats.OrphanReturns++
+		}
+	}
+}
+
+// ProcessExited closes every span still open in process pid as abandoned: its returns will
+// never come.
+func (a *Assembler) ProcessExited(pid uint32) {
+	for _, k := range a.sortedKeys(func(o *openSpan) bool { return o.span.PID == pid }) {
+		a.abandon(k, a.open[k])
+	}
+	for k := range a.pending {
+		if k.pid == pid {
+			delete(a.pending, k)
+			a.stats.OrphanReturns++
+		}
+	}
+}
+
+// Flush closes every open span as abandoned (the agent is stopping).
+func (a *Assembler) Flush() {
+	for _, k := range a.sortedKeys(func(*openSpan) bool { return true }) {
+		a.abandon(k, a.open[k])
+	}
+	a.stats.OrphanReturns += uint64(len(a.pending))
+	clear(a.pending)
+}
+
+// sortedKeys returns the keys of open spans that match, oldest first, so output is stable.
+func (a *Assembler) sortedKeys(match func(*openSpan) bool) []goroutineKey {
+	var ks []goroutineKey
+	for k, o := range a.open {
+		if match(o) {
+			ks = append(ks, k)
+		}
+	}
+	sort.Slice(ks, func(i, j int) bool { return a.open[ks[i]].span.Start < a.open[ks[j]].span.Start })
+	return ks
+}
+
+// finalize derives the phases and the no-op flag from the calls.
+func finalize(s *Span) {
+	var read, write time.Duration
+	wrote := false
+	for _, c := range s.Calls {
+		if c.Depth > 0 {
+			continue // its time is inside the call that made it
+		}
+		if c.IsWrite() {
+			write += c.Duration
+			wrote = true
+		} else {
+			read += c.Duration
+		}
+	}
+	s.Phases = Phases{Read: read, Write: write}
+	if rest := s.Duration - read - write; rest > 0 {
+		s.Phases.Compute = rest
+	}
+	s.Noop = !wrote && s.Result != ResultAbandoned
+}

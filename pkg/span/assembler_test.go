@@ -1,0 +1,204 @@
+package span
+
+import (
+	"testing"
+	"time"
+)
+
+func start(pid uint32, goid int64, t uint64, name string) Event {
+	return Event{Kind: SpanStart, PID: pid, Goid: goid, Time: t, Controller: "c", Namespace: "ns", Name: name}
+}
+
+func end(pid uint32, goid int64, t uint64, r Result) Event {
+	return Event{Kind: SpanEnd, PID: pid, Goid: goid, Time: t, SpanStartTime: 0, Result: r}
+}
+
+func TestAssembler(t *testing.T) {
+	type want struct {
+		name       string
+		result     Result
+		dur        time.Duration
+		incomplete bool
+		calls      int
+	}
+	tests := []struct {
+		name   string
+		events []Event
+		final  func(a *Assembler)
+		want   []want
+		stats  Stats
+	}{
+		{
+			name:   "entry then return",
+			events: []Event{start(1, 10, 100, "a"), end(1, 10, 350, ResultSuccess)},
+			want:   []want{{"a", ResultSuccess, 250, false, 0}},
+			stats:  Stats{Spans: 1},
+		},
+		{
+			name: "interleaved goroutines pair by goroutine, not order",
+			events: []Event{
+				start(1, 10, 100, "a"), start(1, 11, 110, "b"),
+				end(1, 10, 200, ResultError), end(1, 11, 400, ResultRequeue),
+			},
+			want:  []want{{"a", ResultError, 100, false, 0}, {"b", ResultRequeue, 290, false, 0}},
+			stats: Stats{Spans: 2},
+		},
+		{
+			name: "same goid in two processes are different goroutines",
+			events: []Event{
+				start(1, 10, 100, "a"), start(2, 10, 120, "b"),
+				end(2, 10, 150, ResultSuccess), end(1, 10, 300, ResultSuccess),
+			},
+			want:  []want{{"b", ResultSuccess, 30, false, 0}, {"a", ResultSuccess, 200, false, 0}},
+			stats: Stats{Spans: 2},
+		},
+		{
+			name: "goroutine reused: a second entry without return abandons the first",
+			events: []Event{
+				start(1, 10, 100, "a"), start(1, 10, 500, "b"), end(1, 10, 600, ResultSuccess),
+			},
+			want:  []want{{"a", ResultAbandoned, 0, true, 0}, {"b", ResultSuccess, 100, false, 0}},
+			stats: Stats{Spans: 2, Abandoned: 1},
+		},
+		{
+			name: "nested entry (recursion) waits for the outer return",
+			events: []Event{
+				start(1, 10, 100, "a"),
+				{Kind: SpanStart, PID: 1, Goid: 10, Time: 150, Nested: true},
+				end(1, 10, 200, ResultSuccess), end(1, 10, 300, ResultError),
+			},
+			want:  []want{{"a", ResultError, 200, false, 0}},
+			stats: Stats{Spans: 1},
+		},
+		{
+			name: "return before its entry (another CPU) is paired",
+			events: []Event{
+				end(1, 10, 300, ResultSuccess), start(1, 10, 100, "a"),
+			},
+			want:  []want{{"a", ResultSuccess, 200, false, 0}},
+			stats: Stats{Spans: 1, ReorderedPaired: 1},
+		},
+		{
+			name:   "return whose entry was lost but whose start the kernel kept",
+			events: []Event{{Kind: SpanEnd, PID: 1, Goid: 10, Time: 900, SpanStartTime: 400, Result: ResultSuccess}},
+			want:   []want{{"", ResultSuccess, 500, true, 0}},
+			stats:  Stats{Spans: 1},
+		},
+		{
+			name:   "orphan return expires after the reorder window",
+			events: []Event{end(1, 10, 300, ResultSuccess)},
+			final:  func(a *Assembler) { a.Expire(300 + uint64(2*time.Second)) },
+			stats:  Stats{OrphanReturns: 1},
+		},
+		{
+			name:   "process exit abandons its open spans only",
+			events: []Event{start(1, 10, 100, "a"), start(2, 10, 100, "b")},
+			final:  func(a *Assembler) { a.ProcessExited(1) },
+			want:   []want{{"a", ResultAbandoned, 0, true, 0}},
+			stats:  Stats{Spans: 1, Abandoned: 1},
+		},
+		{
+			name:   "span open too long is abandoned",
+			events: []Event{start(1, 10, 100, "a")},
+			final:  func(a *Assembler) { a.Expire(100 + uint64(11*time.Minute)) },
+			want:   []want{{"a", ResultAbandoned, 0, true, 0}},
+			stats:  Stats{Spans: 1, Abandoned: 1},
+		},
+		{
+			name: "calls nest under the span on the same goroutine",
+			events: []Event{
+				start(1, 10, 100, "a"),
+				{Kind: CallStart, PID: 1, Goid: 10, Time: 110, Call: CallInfo{Kind: CallAPI, Verb: "GET", Resource: "configmaps"}},
+				{Kind: CallEnd, PID: 1, Goid: 10, Time: 130, Call: CallInfo{Status: 200}},
+				{Kind: CallStart, PID: 1, Goid: 11, Time: 140}, // other goroutine: not ours
+				end(1, 10, 200, ResultSuccess),
+			},
+			want:  []want{{"a", ResultSuccess, 100, false, 1}},
+			stats: Stats{Spans: 1, OrphanCalls: 1},
+		},
+		{
+			name: "goroutines without goid are told apart by g pointer",
+			events: []Event{
+				{Kind: SpanStart, PID: 1, Goid: -1, G: 0xa, Time: 100, Name: "a"},
+				{Kind: SpanStart, PID: 1, Goid: -1, G: 0xb, Time: 110, Name: "b"},
+				{Kind: SpanEnd, PID: 1, Goid: -1, G: 0xa, Time: 200, Result: ResultSuccess},
+				{Kind: SpanEnd, PID: 1, Goid: -1, G: 0xb, Time: 300, Result: ResultSuccess},
+			},
+			want:  []want{{"a", ResultSuccess, 100, false, 0}, {"b", ResultSuccess, 190, false, 0}},
+			stats: Stats{Spans: 2},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []Span
+			a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+			for _, e := range tc.events {
+				a.Add(e)
+			}
+			if tc.final != nil {
+				tc.final(a)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d spans, want %d: %+v", len(got), len(tc.want), got)
+			}
+			for i, w := range tc.want {
+				g := got[i]
+				if g.Name != w.name || g.Result != w.result || g.Duration != w.dur || g.Incomplete != w.incomplete || len(g.Calls) != w.calls {
+					t.Errorf("span %d = {name %q result %s dur %d incomplete %v calls %d}, want %+v", i, g.Name, g.Result, g.Duration, g.Incomplete, len(g.Calls), w)
+				}
+			}
+			if a.Stats() != tc.stats {
+				t.Errorf("stats = %+v, want %+v", a.Stats(), tc.stats)
+			}
+		})
+	}
+}
+
+func TestBoundedOpenSpans(t *testing.T) {
+	var got []Span
+	a := NewAssembler(Options{MaxOpen: 3}, func(s Span) { got = append(got, s) })
+	for i := range 5 {
+		a.Add(start(1, int64(i), uint64(100+i), "x"))
+	}
+	if a.Open() != 3 {
+		t.Fatalf("open = %d, want 3", a.Open())
+	}
+	if len(got) != 2 || got[0].Goid != 0 || got[1].Goid != 1 || got[0].Result != ResultAbandoned {
+		t.Fatalf("evicted %+v, want goroutines 0 and 1 abandoned", got)
+	}
+	if a.Stats().Evicted != 2 {
+		t.Fatalf("evicted = %d", a.Stats().Evicted)
+	}
+}
+
+func TestPhasesAndNoop(t *testing.T) {
+	var got []Span
+	a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+	ev := []Event{
+		start(1, 1, 0, "a"),
+		{Kind: CallStart, PID: 1, Goid: 1, Time: 100, Call: CallInfo{Kind: CallCacheGet, Verb: "GET", Namespace: "ns", Name: "a"}},
+		{Kind: CallEnd, PID: 1, Goid: 1, Time: 300, Call: CallInfo{UID: "uid-1"}},
+		{Kind: CallStart, PID: 1, Goid: 1, Time: 400, Call: CallInfo{Kind: CallAPI, Verb: "PUT"}},
+		{Kind: CallStart, PID: 1, Goid: 1, Time: 410, Call: CallInfo{Kind: CallAPI, Verb: "GET"}}, // nested inside the PUT
+		{Kind: CallEnd, PID: 1, Goid: 1, Time: 420},
+		{Kind: CallEnd, PID: 1, Goid: 1, Time: 900, Call: CallInfo{Status: 200}},
+		end(1, 1, 1000, ResultSuccess),
+		start(1, 1, 2000, "b"), end(1, 1, 2100, ResultSuccess),
+	}
+	for _, e := range ev {
+		a.Add(e)
+	}
+	s := got[0]
+	if s.Phases.Read != 200 || s.Phases.Write != 500 || s.Phases.Compute != 300 {
+		t.Errorf("phases = %+v, want read 200 write 500 compute 300", s.Phases)
+	}
+	if s.Phases.Read+s.Phases.Write+s.Phases.Compute != s.Duration {
+		t.Errorf("phases do not add up to %v", s.Duration)
+	}
+	if s.UID != "uid-1" || s.Noop {
+		t.Errorf("uid %q noop %v, want uid-1 and a writing reconcile", s.UID, s.Noop)
+	}
+	if !got[1].Noop {
+		t.Errorf("reconcile without writes should be a no-op")
+	}
+}

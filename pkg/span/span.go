@@ -1,0 +1,141 @@
+// Package span turns decoded probe events into finished reconcile spans.
+//
+// It is pure: events in, spans out, no kernel and no clock of its own. The Assembler pairs
+// each span entry with its return on the same goroutine (keyed by process and goroutine ID,
+// never by thread), nests the calls made on that goroutine under the open span, derives the
+// read/write/compute phases, and closes spans whose return never comes as abandoned.
+package span
+
+import "time"
+
+// Result is how a reconcile ended.
+type Result string
+
+// The results a span can have (the JSON contract's "result" field).
+const (
+	ResultSuccess      Result = "success"
+	ResultError        Result = "error"
+	ResultRequeue      Result = "requeue"
+	ResultRequeueAfter Result = "requeue_after"
+	ResultAbandoned    Result = "abandoned"
+)
+
+// EventKind says what a probe event marks.
+type EventKind uint8
+
+// Event kinds.
+const (
+	SpanStart EventKind = iota + 1 // a reconcile (or sync handler) began
+	SpanEnd                        // it returned
+	CallStart                      // a call inside the reconcile began
+	CallEnd                        // it returned
+)
+
+// CallKind names what a call inside a reconcile does.
+type CallKind string
+
+// Call kinds (the JSON contract's calls[].kind).
+const (
+	CallCacheGet  CallKind = "cache_get"
+	CallCacheList CallKind = "cache_list"
+	CallAPI       CallKind = "api"
+)
+
+// Event is one decoded probe hit, already interpreted by its probe's catalog entry.
+type Event struct {
+	Kind EventKind
+	PID  uint32
+	// Goroutine identity: the goroutine ID when it could be read (>= 0), else the g pointer.
+	Goid int64
+	G    uint64
+	// Time is the kernel's monotonic clock in nanoseconds.
+	Time uint64
+	// SpanStartTime is, on any event, the entry time of the span the kernel saw open on this
+	// goroutine (0 if none). It lets a return whose entry event was lost still be timed.
+	SpanStartTime uint64
+	// Nested marks a span entry while another span was open on the goroutine.
+	Nested bool
+
+	// Span entry fields.
+	Controller  string
+	Namespace   string
+	Name        string
+	ReconcileID string
+
+	// Span return fields.
+	Result       Result
+	RequeueAfter time.Duration
+	ErrorType    string
+	Error        string
+
+	// Call fields.
+	Call CallInfo
+
+	// Incomplete marks an event some of whose fields could not be read (truncated strings,
+	// unknown offsets).
+	Incomplete bool
+}
+
+// CallInfo describes a call made inside a reconcile.
+type CallInfo struct {
+	Kind        CallKind
+	Verb        string
+	Resource    string
+	Subresource string
+	Namespace   string
+	Name        string
+	Status      int
+	UID         string
+}
+
+// Call is a finished call inside a span.
+type Call struct {
+	CallInfo
+	Start    uint64 // monotonic ns
+	Duration time.Duration
+	// Depth is 0 for a call made by the reconcile itself, 1 for a call made inside it, ...
+	Depth int
+}
+
+// Span is one finished reconcile.
+type Span struct {
+	Controller   string
+	Namespace    string
+	Name         string
+	UID          string
+	ReconcileID  string
+	PID          uint32
+	Goid         int64
+	Start        uint64 // monotonic ns
+	Duration     time.Duration
+	Result       Result
+	RequeueAfter time.Duration
+	ErrorType    string
+	Error        string
+	Calls        []Call
+	Phases       Phases
+	Noop         bool
+	// Incomplete is set when events of this span were lost or unreadable: fields may be missing.
+	Incomplete bool
+
+	// Process metadata, filled in by the agent before export.
+	Exe       string
+	Pod       string // namespace/name, when known
+	Container string
+}
+
+// Phases splits a span's duration into time spent reading, writing and the rest.
+type Phases struct {
+	Read    time.Duration
+	Write   time.Duration
+	Compute time.Duration
+}
+
+// IsWrite reports whether a call changes state in the API server.
+func (c CallInfo) IsWrite() bool {
+	switch c.Verb {
+	case "POST", "PUT", "PATCH", "DELETE", "CREATE", "UPDATE", "DELETECOLLECTION":
+		return true
+	}
+	return false
+}
