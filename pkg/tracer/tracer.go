@@ -59,7 +59,7 @@ type Tracer struct {
 	mu    sync.Mutex
 	exes  map[exeKey]*exe
 	procs map[int]exeKey
-	gone  []int // exited processes whose spans the run loop must close
+	dying map[int]bool // exited processes, closed at the next idle poll (their last events are read by then)
 
 	asm     *span.Assembler
 	rstats  collector.ReadStats
@@ -89,6 +89,7 @@ func New(opts Options) (*Tracer, error) {
 		clock: exporter.NewClock(),
 		exes:  map[exeKey]*exe{},
 		procs: map[int]exeKey{},
+		dying: map[int]bool{},
 	}
 	t.asm = span.NewAssembler(opts.Assembler, t.emit)
 	return t, nil
@@ -223,20 +224,20 @@ func (t *Tracer) PIDs() []int {
 func (t *Tracer) Run(ctx context.Context) error {
 	last := time.Now()
 	n := 0
-	house := func() {
+	house := func(idle bool) {
 		now := time.Now()
 		if now.Sub(last) < t.opts.Housekeeping {
 			return
 		}
 		last = now
-		t.housekeep()
+		t.housekeep(idle)
 	}
 	rs, err := t.col.Run(ctx, func(e span.Event) {
 		t.asm.Add(e)
 		if n++; n&1023 == 0 {
-			house()
+			house(false)
 		}
-	}, house)
+	}, func() { house(true) })
 	t.statsMu.Lock()
 	t.rstats = rs
 	t.statsMu.Unlock()
@@ -245,12 +246,23 @@ func (t *Tracer) Run(ctx context.Context) error {
 }
 
 // housekeep closes the spans of exited processes and expires old state. Run's goroutine only.
-func (t *Tracer) housekeep() {
-	for _, pid := range t.PIDs() {
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) || isZombie(pid) {
+// A process seen dead is closed only at a later idle poll: idle means the ring buffer was
+// drained, so every event the process wrote before it died has been read by then.
+func (t *Tracer) housekeep(idle bool) {
+	if idle {
+		for pid := range t.dying {
 			t.asm.ProcessExited(uint32(pid))
 			t.UntracePID(pid)
+			delete(t.dying, pid)
 			t.log.Info("process exited", "pid", pid)
+		}
+	}
+	for _, pid := range t.PIDs() {
+		if t.dying[pid] {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) || isZombie(pid) {
+			t.dying[pid] = true
 		}
 	}
 	t.asm.Expire(exporter.Monotonic())

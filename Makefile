@@ -1,0 +1,59 @@
+# reconscope — make help lists the targets.
+#
+# Tracing needs root (eBPF). Targets that trace run their privileged step through sudo only
+# when you are not root and sudo exists; as root they run directly.
+
+GO       ?= go
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+BIN      := bin/reconscope-agent
+LDFLAGS  := -X main.version=$(VERSION)
+SUDO     := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then echo "sudo -E env PATH=$$PATH"; fi)
+PKGS     := ./...
+# go test flags for `make test`; RUN=TestName runs one test.
+TESTFLAGS ?= -count=1 -timeout 40m
+RUN      ?=
+
+.PHONY: help build generate check-generate test e2e bench soak lint demo controlplane fuzz clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## build bin/reconscope-agent (static, no cgo)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agent
+
+generate: ## regenerate the eBPF objects and their Go bindings with bpf2go (needs clang)
+	$(GO) generate ./bpf/...
+
+check-generate: generate ## fail when the committed eBPF objects differ from make generate's
+	@git diff --exit-code --stat -- bpf/ || { echo "bpf/: committed bpf2go output is stale: run make generate and commit"; exit 1; }
+
+controlplane: ## build (or reuse cached) etcd, kube-apiserver, kube-controller-manager, kubectl
+	test/tools/build-controlplane.sh >/dev/null
+
+test: controlplane ## unit and privileged integration tests (real eBPF, real kube-apiserver)
+	@[ -z "$(SUDO)" ] || echo "make test: not root: running the tests through sudo (eBPF needs it)"
+	$(SUDO) $(GO) test $(TESTFLAGS) $(if $(RUN),-run '$(RUN)') $(PKGS)
+
+e2e: controlplane ## end-to-end tests (build tag e2e)
+	$(SUDO) $(GO) test -tags e2e $(TESTFLAGS) -v ./test/e2e/...
+
+bench: controlplane ## run the benchmarks and rewrite BENCHMARKS.md
+	$(SUDO) test/bench/run.sh
+
+fuzz: ## run each fuzz target briefly (FUZZTIME=10s)
+	@for t in $$(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include=*_test.go pkg | sed 's/func //'); do \
+	  pkg=$$(grep -rlE "^func $$t\(" --include=*_test.go pkg | head -1 | xargs dirname); \
+	  echo "fuzz $$t in ./$$pkg"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-10s} ./$$pkg || exit 1; \
+	done
+
+lint: ## gofmt, go vet, and staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+demo: build controlplane ## a real controller on a local control plane, traced live (needs root)
+	@[ -z "$(SUDO)" ] || echo "make demo: not root: running the traced demo through sudo (eBPF needs it)"
+	$(SUDO) $(GO) run ./test/demo --agent $(BIN)
+
+clean: ## remove build output (the control-plane cache stays; see test/tools)
+	rm -rf bin

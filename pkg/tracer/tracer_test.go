@@ -1,0 +1,240 @@
+package tracer_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/tracer"
+)
+
+// fakeProbe is the controller-runtime reconcile probe (v0.23+ layout) pointed at fakectl,
+// which has the same function shape in package main.
+func fakeProbe(t *testing.T) []*probes.Probe {
+	t.Helper()
+	var cr *probes.Probe
+	for _, p := range probes.Catalog {
+		if p.ID == "controller-runtime/reconcile" && p.MinVersion == "v0.23.0" {
+			cr = p
+		}
+	}
+	if cr == nil {
+		t.Fatal("catalog has no controller-runtime v0.23+ reconcile probe")
+	}
+	p := *cr
+	p.ID, p.Module, p.MinVersion = "test/fake-reconcile", "", ""
+	p.Symbol = regexp.MustCompile(`^main\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`)
+	p.Entry.Strings[0].Field = probes.FieldRef{Type: "main.Controller", Path: "Name"}
+	return []*probes.Probe{&p}
+}
+
+type truth struct {
+	Name         string `json:"name"`
+	Outcome      string `json:"outcome"`
+	ErrorType    string `json:"error_type"`
+	Error        string `json:"error"`
+	RequeueAfter int64  `json:"requeue_after_ns"`
+	ReconcileID  string `json:"reconcile_id"`
+}
+
+type collect struct {
+	mu    sync.Mutex
+	spans []span.Span
+}
+
+func (c *collect) Write(s *span.Span) error {
+	c.mu.Lock()
+	c.spans = append(c.spans, *s)
+	c.mu.Unlock()
+	return nil
+}
+
+func buildFake(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "fakectl")
+	cmd := exec.Command("go", append(append([]string{"build", "-o", out}, args...), "./testdata/fakectl")...)
+	cmd.Dir = "../collector"
+	cmd.Env = append(os.Environ(), env...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build fakectl: %v\n%s", err, b)
+	}
+	return out
+}
+
+// traceFake runs fakectl under the tracer and returns its ground truth and our spans.
+func traceFake(t *testing.T, bin string, args ...string) ([]truth, []span.Span, tracer.Stats) {
+	t.Helper()
+	startFile := filepath.Join(t.TempDir(), "start")
+	var stdout bytes.Buffer
+	cmd := exec.Command(bin, append([]string{"-start", startFile}, args...)...)
+	cmd.Stdout = &stdout
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	sink := &collect{}
+	tr, err := tracer.New(tracer.Options{
+		Catalog: fakeProbe(t),
+		Writer:  sink,
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	plan, err := tr.TracePID(cmd.Process.Pid)
+	if err != nil {
+		t.Fatalf("trace fakectl: %v", err)
+	}
+	if len(plan.Sites) < 2 {
+		t.Fatalf("plan has %d sites, want an entry and at least one return", len(plan.Sites))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+
+	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("fakectl failed while traced: %v", err)
+	}
+	// The tracer notices the exit and closes the process at an idle poll.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(tr.PIDs()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := len(tr.PIDs()); n > 0 {
+		t.Errorf("tracer still traces %d processes after fakectl exited", n)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	var truths []truth
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		var tr truth
+		if err := json.Unmarshal(sc.Bytes(), &tr); err != nil {
+			t.Fatalf("ground truth %q: %v", sc.Text(), err)
+		}
+		truths = append(truths, tr)
+	}
+	return truths, sink.spans, tr.Stats()
+}
+
+// checkMatch asserts one span per ground-truth reconcile with the same fields.
+func checkMatch(t *testing.T, truths []truth, spans []span.Span, stats tracer.Stats, wantController string) {
+	t.Helper()
+	if stats.Kernel.LostRingBuffer != 0 {
+		t.Errorf("lost %d events", stats.Kernel.LostRingBuffer)
+	}
+	if len(spans) != len(truths) {
+		t.Errorf("got %d spans for %d reconciles (stats %+v)", len(spans), len(truths), stats)
+	}
+	byID := map[string]span.Span{}
+	for _, s := range spans {
+		if _, dup := byID[s.ReconcileID]; dup {
+			t.Errorf("two spans with reconcile ID %q", s.ReconcileID)
+		}
+		byID[s.ReconcileID] = s
+	}
+	bad := 0
+	for _, tr := range truths {
+		s, ok := byID[tr.ReconcileID]
+		var problems []string
+		switch {
+		case !ok:
+			problems = append(problems, "no span")
+		default:
+			if s.Controller != wantController {
+				problems = append(problems, fmt.Sprintf("controller %q", s.Controller))
+			}
+			if s.Namespace != "ns" || s.Name != tr.Name {
+				problems = append(problems, fmt.Sprintf("object %s/%s", s.Namespace, s.Name))
+			}
+			if string(s.Result) != tr.Outcome {
+				problems = append(problems, fmt.Sprintf("result %s", s.Result))
+			}
+			if s.ErrorType != tr.ErrorType {
+				problems = append(problems, fmt.Sprintf("error type %q", s.ErrorType))
+			}
+			if (tr.ErrorType == "*errors.errorString" || tr.ErrorType == "*fmt.wrapError") && s.Error != tr.Error {
+				problems = append(problems, fmt.Sprintf("error %q", s.Error))
+			}
+			if int64(s.RequeueAfter) != tr.RequeueAfter {
+				problems = append(problems, fmt.Sprintf("requeue after %v", s.RequeueAfter))
+			}
+			if s.Goid <= 0 || s.Duration <= 0 {
+				problems = append(problems, fmt.Sprintf("goid %d duration %v", s.Goid, s.Duration))
+			}
+		}
+		if len(problems) > 0 {
+			if bad++; bad <= 10 {
+				t.Errorf("%s (%s, want %s %s): %s", tr.Name, tr.ReconcileID, tr.Outcome, tr.ErrorType, strings.Join(problems, "; "))
+			}
+		}
+	}
+	if bad > 10 {
+		t.Errorf("... %d reconciles mismatched in all", bad)
+	}
+}
+
+func TestTraceFakeController(t *testing.T) {
+	bpftest.Require(t)
+	builds := []struct {
+		name       string
+		env        []string
+		args       []string
+		controller string // stripped builds have no DWARF for main.Controller: no name
+	}{
+		{"plain", nil, nil, "fake"},
+		{"stripped", nil, []string{"-ldflags=-s -w"}, ""},
+		{"pie", nil, []string{"-buildmode=pie"}, "fake"},
+		{"cgo", []string{"CGO_ENABLED=1"}, []string{"-ldflags=-linkmode=external"}, "fake"},
+	}
+	for _, b := range builds {
+		t.Run(b.name, func(t *testing.T) {
+			bin := buildFake(t, b.env, b.args...)
+			truths, spans, stats := traceFake(t, bin, "-n", "140", "-deep", "40")
+			if len(truths) != 140 {
+				t.Fatalf("fakectl reported %d reconciles, want 140", len(truths))
+			}
+			checkMatch(t, truths, spans, stats, b.controller)
+		})
+	}
+}
+
+// TestTraceStress: 8 workers, 10 000 reconciles with stack growth and forced GC inside.
+func TestTraceStress(t *testing.T) {
+	bpftest.Require(t)
+	if testing.Short() {
+		t.Skip("stress test skipped in -short mode")
+	}
+	bin := buildFake(t, nil)
+	truths, spans, stats := traceFake(t, bin, "-n", "10000", "-workers", "8", "-deep", "64", "-gc-every", "500")
+	if len(truths) != 10000 {
+		t.Fatalf("fakectl reported %d reconciles, want 10000", len(truths))
+	}
+	checkMatch(t, truths, spans, stats, "fake")
+	if stats.Assembler.Abandoned != 0 || stats.Assembler.OrphanReturns != 0 {
+		t.Errorf("entries and returns do not pair: %+v", stats.Assembler)
+	}
+}
