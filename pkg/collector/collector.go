@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 
 	rbpf "github.com/reconscope/reconscope/bpf"
 	"github.com/reconscope/reconscope/pkg/probes"
@@ -126,7 +127,7 @@ func New(opts Options) (*Collector, error) {
 func (c *Collector) UprobeMulti() bool { return c.multi }
 
 func permission(err error) error {
-	if errors.Is(err, os.ErrPermission) || errors.Is(err, ebpf.ErrNotPermitted) {
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, unix.EPERM) {
 		return fmt.Errorf("%w: %v", ErrPermission, err)
 	}
 	return err

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
@@ -237,4 +238,124 @@ func TestTraceStress(t *testing.T) {
 	if stats.Assembler.Abandoned != 0 || stats.Assembler.OrphanReturns != 0 {
 		t.Errorf("entries and returns do not pair: %+v", stats.Assembler)
 	}
+}
+
+// TestAttachDetachBusy attaches to and detaches from a busy process 50 times: the process
+// keeps its own counts right, no uretprobe is ever created, and no link is left behind.
+func TestAttachDetachBusy(t *testing.T) {
+	bpftest.Require(t)
+	for _, single := range []bool{false, true} {
+		name := "uprobe_multi"
+		if single {
+			name = "single_uprobes"
+		}
+		t.Run(name, func(t *testing.T) {
+			bin := buildFake(t, nil)
+			before := linksFor(t, bin)
+			if len(before) != 0 {
+				t.Fatalf("links on a fresh binary before attaching: %+v", before)
+			}
+			startFile := filepath.Join(t.TempDir(), "start")
+			if err := os.WriteFile(startFile, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var stdout bytes.Buffer
+			stopFile := filepath.Join(t.TempDir(), "stop")
+			cmd := exec.Command(bin, "-start", startFile, "-stop", stopFile, "-n", "100000000", "-workers", "4", "-interval", "200us", "-deep", "30")
+			cmd.Stdout = &stdout
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+
+			sawSpans := 0
+			for i := 0; i < 50; i++ {
+				sink := &collect{}
+				tr, err := tracer.New(tracer.Options{
+					Catalog:   fakeProbe(t),
+					Writer:    sink,
+					Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+					Collector: collectorOpts(single),
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tr.TracePID(cmd.Process.Pid); err != nil {
+					tr.Close()
+					t.Fatalf("attach %d: %v", i, err)
+				}
+				for _, l := range linksFor(t, bin) {
+					if l.Return {
+						t.Fatalf("attach %d created a return probe: %+v", i, l)
+					}
+				}
+				if got := linksFor(t, bin); len(got) == 0 {
+					t.Fatalf("attach %d: no uprobe link in the kernel for the binary", i)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+				if err := tr.Run(ctx); err != nil {
+					t.Fatalf("run %d: %v", i, err)
+				}
+				cancel()
+				if err := tr.Close(); err != nil {
+					t.Fatalf("detach %d: %v", i, err)
+				}
+				if left := linksFor(t, bin); len(left) != 0 {
+					t.Fatalf("after detach %d, links left: %+v", i, left)
+				}
+				sink.mu.Lock()
+				sawSpans += len(sink.spans)
+				sink.mu.Unlock()
+			}
+			if sawSpans == 0 {
+				t.Error("50 attaches saw no reconcile at all")
+			}
+			if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-exited; err != nil {
+				t.Fatalf("busy process failed: %v", err)
+			}
+			// Its own record: every object reconciled exactly once, obj-0 .. obj-(n-1).
+			seen := map[string]bool{}
+			sc := bufio.NewScanner(&stdout)
+			for sc.Scan() {
+				var tr truth
+				if err := json.Unmarshal(sc.Bytes(), &tr); err != nil {
+					t.Fatalf("busy process wrote %q: %v", sc.Text(), err)
+				}
+				if seen[tr.Name] {
+					t.Fatalf("%s reconciled twice", tr.Name)
+				}
+				seen[tr.Name] = true
+			}
+			for i := range len(seen) {
+				if !seen[fmt.Sprintf("obj-%d", i)] {
+					t.Fatalf("obj-%d missing from the busy process's %d reconciles", i, len(seen))
+				}
+			}
+			t.Logf("busy process: %d reconciles, %d seen by the 50 short traces", len(seen), sawSpans)
+		})
+	}
+}
+
+func linksFor(t *testing.T, bin string) []bpftest.ProbeLink {
+	t.Helper()
+	all, err := bpftest.UprobeLinks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []bpftest.ProbeLink
+	for _, l := range all {
+		if l.File == bin || strings.HasSuffix(l.File, "/exe") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func collectorOpts(single bool) collector.Options {
+	return collector.Options{ForceSingleUprobes: single}
 }

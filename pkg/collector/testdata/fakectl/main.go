@@ -86,6 +86,8 @@ func main() {
 	start := flag.String("start", "", "wait until this file exists before reconciling")
 	deep := flag.Int("deep", 0, "recursion depth inside every 7th reconcile (stack growth)")
 	gcEvery := flag.Int("gc-every", 0, "force a GC every N reconciles")
+	interval := flag.Duration("interval", 0, "pause between two reconciles of one worker")
+	stop := flag.String("stop", "", "stop early (cleanly) once this file exists")
 	flag.Parse()
 
 	if *start != "" {
@@ -151,10 +153,18 @@ func main() {
 				mu.Lock()
 				enc.Encode(t)
 				mu.Unlock()
+				if *interval > 0 {
+					time.Sleep(*interval)
+				}
 			}
 		}()
 	}
 	for i := 0; i < *n; i++ {
+		if *stop != "" && i%64 == 0 {
+			if _, err := os.Stat(*stop); err == nil {
+				break
+			}
+		}
 		next <- i
 	}
 	close(next)

@@ -1,0 +1,60 @@
+package bpftest
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf/link"
+)
+
+// ProbeLink is one uprobe link the kernel holds, as `bpftool link list` shows it.
+type ProbeLink struct {
+	ID     link.ID
+	Kind   string // "uprobe", "uretprobe", "uprobe_multi", "uretprobe_multi"
+	File   string
+	Count  int // sites (uprobe_multi) or 1
+	Return bool
+}
+
+// bpfFUprobeMultiReturn is BPF_F_UPROBE_MULTI_RETURN.
+const bpfFUprobeMultiReturn = 1
+
+// UprobeLinks lists every uprobe link in the kernel, from every process.
+func UprobeLinks() ([]ProbeLink, error) {
+	var out []ProbeLink
+	it := new(link.Iterator)
+	defer it.Close()
+	for it.Next() {
+		info, err := it.Link.Info()
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if um := info.UprobeMulti(); um != nil {
+			ret := um.Flags&bpfFUprobeMultiReturn != 0
+			kind := "uprobe_multi"
+			if ret {
+				kind = "uretprobe_multi"
+			}
+			out = append(out, ProbeLink{ID: info.ID, Kind: kind, File: um.File, Count: int(um.Count), Return: ret})
+			continue
+		}
+		if pe := info.PerfEvent(); pe != nil {
+			switch pe.Type {
+			case link.PerfEventUprobe, link.PerfEventUretprobe:
+				ret := pe.Type == link.PerfEventUretprobe
+				kind := "uprobe"
+				if ret {
+					kind = "uretprobe"
+				}
+				file := ""
+				if u := pe.Uprobe(); u != nil {
+					file = u.File
+				}
+				out = append(out, ProbeLink{ID: info.ID, Kind: kind, File: file, Count: 1, Return: ret})
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return out, fmt.Errorf("list kernel links: %w", err)
+	}
+	return out, nil
+}
