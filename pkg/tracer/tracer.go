@@ -47,6 +47,7 @@ type exeKey struct{ dev, ino uint64 }
 type exe struct {
 	att  *collector.Attachment
 	pids map[int]bool
+	path string // the executable's path as the process sees it
 }
 
 // Tracer traces processes. Add targets with TracePID, then Run.
@@ -103,7 +104,7 @@ func (t *Tracer) emit(s span.Span) {
 		t.mu.Lock()
 		if k, ok := t.procs[int(s.PID)]; ok {
 			if e := t.exes[k]; e != nil {
-				s.Exe = e.att.Plan.Binary.Path
+				s.Exe = e.path
 			}
 		}
 		t.mu.Unlock()
@@ -159,11 +160,14 @@ func (t *Tracer) TracePID(pid int) (*probes.Plan, error) {
 			bin.Close()
 			return plan, fmt.Errorf("process %d: %w", pid, err)
 		}
-		e = &exe{att: att, pids: map[int]bool{}}
+		e = &exe{att: att, pids: map[int]bool{}, path: exePath}
+		if real, err := os.Readlink(exePath); err == nil {
+			e.path = real
+		}
 		t.mu.Lock()
 		t.exes[key] = e
 		t.mu.Unlock()
-		t.log.Info("attached", "exe", bin.Path, "pid", pid, "go", bin.GoVersion, "sites", len(plan.Sites), "probes", plan.Probes())
+		t.log.Info("attached", "exe", e.path, "pid", pid, "go", bin.GoVersion, "sites", len(plan.Sites), "probes", plan.Probes())
 	}
 	if err := t.col.Trace(pid, e.att); err != nil {
 		t.releaseIfUnused(key)
@@ -202,10 +206,10 @@ func (t *Tracer) releaseIfUnused(key exeKey) {
 	delete(t.exes, key)
 	t.mu.Unlock()
 	if err := e.att.Close(); err != nil {
-		t.log.Warn("detach", "exe", e.att.Plan.Binary.Path, "err", err)
+		t.log.Warn("detach", "exe", e.path, "err", err)
 	}
 	e.att.Plan.Binary.Close()
-	t.log.Info("detached", "exe", e.att.Plan.Binary.Path)
+	t.log.Info("detached", "exe", e.path)
 }
 
 // PIDs returns the traced processes.
