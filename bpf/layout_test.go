@@ -16,6 +16,7 @@ func TestLayout(t *testing.T) {
 		"event":       reflect.TypeFor[TraceEvent](),
 		"site_config": reflect.TypeFor[TraceSiteConfig](),
 		"str_spec":    reflect.TypeFor[TraceStrSpec](),
+		"val_spec":    reflect.TypeFor[TraceValSpec](),
 		"err_key":     reflect.TypeFor[TraceErrKey](),
 		"err_layout":  reflect.TypeFor[TraceErrLayout](),
 		"g_key":       reflect.TypeFor[TraceG_key](),

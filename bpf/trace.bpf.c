@@ -88,15 +88,23 @@ static __always_inline void read_go_string(char *dst, __u16 *len_out, __u64 ptr,
 		*len_out = 0;
 }
 
-static __always_inline void read_spec(struct event *e, const struct str_spec *s, int i)
+/* base_of returns the base pointer a spec names: a register, or the call's saved pointer. */
+static __always_inline __u64 base_of(const struct event *e, __s8 base_slot, const struct g_state *gs)
+{
+	if (base_slot == SLOT_SAVED)
+		return gs ? gs->saved : 0;
+	__u32 slot = (__u8)base_slot;
+	if (slot >= GO_ARG_SLOTS)
+		return 0;
+	return e->args[slot & 15]; /* the mask keeps the verifier's bound when clang copies slot */
+}
+
+static __always_inline void read_spec(struct event *e, const struct str_spec *s, int i, const struct g_state *gs)
 {
 	__u64 ptr = 0, len = 0;
-	if (s->base_slot >= 0) {
+	if (s->base_slot >= 0 || s->base_slot == SLOT_SAVED) {
 		__u64 hdr[2] = {};
-		__u32 slot = (__u32)s->base_slot;
-		if (slot >= GO_ARG_SLOTS)
-			return;
-		__u64 base = e->args[slot];
+		__u64 base = base_of(e, s->base_slot, gs);
 		if (base == 0)
 			return;
 		if (bpf_probe_read_user(hdr, sizeof(hdr), (const void *)(base + s->off)) != 0)
@@ -107,8 +115,8 @@ static __always_inline void read_spec(struct event *e, const struct str_spec *s,
 		__u32 ps = (__u32)s->ptr_slot, ls = (__u32)s->len_slot;
 		if (ps >= GO_ARG_SLOTS || ls >= GO_ARG_SLOTS)
 			return;
-		ptr = e->args[ps];
-		len = e->args[ls];
+		ptr = e->args[ps & 15];
+		len = e->args[ls & 15];
 	} else {
 		return;
 	}
@@ -155,8 +163,8 @@ static __always_inline void read_error_message(struct event *e, __u32 pid, const
 	__u32 slot = (__u32)cfg->err_slot;
 	if (slot + 1 >= GO_ARG_SLOTS)
 		return;
-	struct err_key k = {.pid = pid, .itab = e->args[slot]};
-	__u64 data = e->args[slot + 1];
+	struct err_key k = {.pid = pid, .itab = e->args[slot & 15]};
+	__u64 data = e->args[(slot + 1) & 15];
 	if (k.itab == 0 || data == 0)
 		return;
 	struct err_layout *l = bpf_map_lookup_elem(&err_layouts, &k);
@@ -231,10 +239,22 @@ static __always_inline int handle(struct go_regs *regs)
 	}
 
 #pragma unroll
-	for (int i = 0; i < 3; i++)
-		read_spec(e, &cfg->str[i], i);
+	for (int i = 0; i < STR_SPECS; i++)
+		read_spec(e, &cfg->str[i], i, gs);
+#pragma unroll
+	for (int i = 0; i < VAL_SPECS; i++) {
+		e->vals[i] = 0;
+		const struct val_spec *v = &cfg->val[i];
+		if (v->base_slot >= 0 || v->base_slot == SLOT_SAVED) {
+			__u64 base = base_of(e, v->base_slot, gs);
+			if (base != 0)
+				bpf_probe_read_user(&e->vals[i], sizeof(__u64), (const void *)(base + v->off));
+		}
+	}
 
 	if (cfg->kind == SITE_ENTRY) {
+		if (cfg->role == ROLE_CALL && gs && cfg->save_slot >= 0 && cfg->save_slot < GO_ARG_SLOTS)
+			gs->saved = e->args[cfg->save_slot & 15];
 		if (cfg->ctx_slot >= 0 && cfg->ctx_slot < GO_ARG_SLOTS)
 			find_reconcile_id(e, e->args[cfg->ctx_slot & 15]);
 		if (cfg->role == ROLE_SPAN) {
@@ -242,7 +262,7 @@ static __always_inline int handle(struct go_regs *regs)
 				gs->depth++;
 				e->flags |= EVENT_F_NESTED;
 			} else {
-				struct g_state ns = {.start = e->ktime, .site = site, .depth = 1, .goid = e->goid};
+				struct g_state ns = {.start = e->ktime, .saved = 0, .site = site, .depth = 1, .goid = e->goid};
 				if (bpf_map_update_elem(&goroutines, &gk, &ns, BPF_ANY) != 0)
 					count(COUNTER_LOST_STATE);
 			}

@@ -39,8 +39,10 @@ type TraceEvent struct {
 	Goid      int64
 	SpanStart uint64
 	Args      [9]uint64
-	StrLen    [4]uint16
-	Str       [4][128]int8
+	Vals      [2]uint64
+	StrLen    [6]uint16
+	Str       [6][128]int8
+	_         [4]byte
 }
 
 type TraceG_key struct {
@@ -53,19 +55,23 @@ type TraceG_key struct {
 type TraceG_state struct {
 	_     structs.HostLayout
 	Start uint64
+	Saved uint64
 	Site  uint32
 	Depth uint32
 	Goid  int64
 }
 
 type TraceSiteConfig struct {
-	_       structs.HostLayout
-	Kind    uint8
-	Role    uint8
-	CtxSlot int8
-	ErrSlot int8
-	GoidOff uint32
-	Str     [3]TraceStrSpec
+	_        structs.HostLayout
+	Kind     uint8
+	Role     uint8
+	CtxSlot  int8
+	ErrSlot  int8
+	GoidOff  uint32
+	SaveSlot int8
+	Pad0     [3]uint8
+	Str      [5]TraceStrSpec
+	Val      [2]TraceValSpec
 }
 
 type TraceStrSpec struct {
@@ -74,6 +80,13 @@ type TraceStrSpec struct {
 	LenSlot  int8
 	BaseSlot int8
 	Pad0     uint8
+	Off      uint32
+}
+
+type TraceValSpec struct {
+	_        structs.HostLayout
+	BaseSlot int8
+	Pad0     [3]uint8
 	Off      uint32
 }
 

@@ -6,8 +6,11 @@
 #define RECONSCOPE_EVENTS_H
 
 #define STR_MAX 128   /* bytes kept of each string; longer ones are marked truncated */
-#define STR_COUNT 4   /* strings per event: 3 from the site's specs, 1 for id/error text */
-#define STR_EXTRA 3   /* index of the string that holds the reconcile ID or the error message */
+#define STR_SPECS 5   /* strings a site can name */
+#define STR_COUNT 6   /* strings per event: STR_SPECS from the site's specs, 1 for id/error text */
+#define STR_EXTRA 5   /* index of the string that holds the reconcile ID or the error message */
+#define VAL_SPECS 2   /* integer values a site can name */
+#define SLOT_SAVED (-2) /* base slot meaning: the pointer the call's entry saved (save_slot) */
 
 /* event.kind */
 #define EVENT_ENTRY 1
@@ -46,17 +49,26 @@ struct event {
 	__s64 goid;      /* runtime.g.goid, -1 when unreadable */
 	__u64 span_start; /* ktime of the open span's entry on this goroutine, 0 if none */
 	__u64 args[9];   /* Go ABI integer registers, slots 0..8 */
+	__u64 vals[VAL_SPECS]; /* integers read through the site's val specs */
 	__u16 str_len[STR_COUNT]; /* original length of each string (> STR_MAX: truncated) */
 	char str[STR_COUNT][STR_MAX];
 };
 
-/* Where a string argument comes from. Either a (ptr, len) register pair, or a Go string
- * header at base register + off (with deref: at *(base register + off)... see the C). */
+/* Where a string argument comes from: a (ptr, len) register pair, or a Go string header
+ * {ptr, len} at base + off, where base is a register (base_slot >= 0) or the pointer the
+ * call's entry saved (base_slot == SLOT_SAVED). */
 struct str_spec {
 	__s8 ptr_slot;   /* register slot of the data pointer, -1: unused */
 	__s8 len_slot;   /* register slot of the length */
-	__s8 base_slot;  /* >= 0: read the string header {ptr, len} at regs[base_slot] + off */
+	__s8 base_slot;  /* >= 0 or SLOT_SAVED: read the string header at base + off */
 	__u8 _pad0;
+	__u32 off;
+};
+
+/* An 8-byte integer at base + off (base as in str_spec). */
+struct val_spec {
+	__s8 base_slot;  /* -1: unused */
+	__u8 _pad0[3];
 	__u32 off;
 };
 
@@ -66,7 +78,10 @@ struct site_config {
 	__s8 ctx_slot;   /* slot of the context.Context data word, to find the reconcile ID; -1 none */
 	__s8 err_slot;   /* slot of the returned error's itab (data word follows); -1 none */
 	__u32 goid_off;  /* offset of goid in runtime.g; 0: unknown */
-	struct str_spec str[3];
+	__s8 save_slot;  /* call entries: keep this register for the call's return (SLOT_SAVED); -1 none */
+	__u8 _pad0[3];
+	struct str_spec str[STR_SPECS];
+	struct val_spec val[VAL_SPECS];
 };
 
 /* How to find the message of an error whose concrete type is known (by its itab). */
@@ -90,6 +105,7 @@ struct g_key {
 
 struct g_state {
 	__u64 start;     /* ktime of the span's entry */
+	__u64 saved;     /* pointer the last call entry saved (save_slot) */
 	__u32 site;
 	__u32 depth;     /* nested span entries on this goroutine */
 	__s64 goid;

@@ -22,7 +22,7 @@ const (
 	flagNoEntry     = 0x04 // EVENT_F_NO_ENTRY
 	flagNested      = 0x08 // EVENT_F_NESTED
 	eventEntry      = 1    // EVENT_ENTRY
-	strExtra        = 3    // STR_EXTRA
+	strExtra        = 5    // STR_EXTRA
 )
 
 // PollInterval bounds how long an event waits in the ring buffer when the kernel did not
@@ -99,6 +99,11 @@ func (c *Collector) decode(b []byte, raw *probes.Raw) (*probes.Site, bool) {
 			}
 		}
 	}
+	if slot := site.ItabSlot(); slot >= 0 {
+		if itab := e.Args[slot]; itab != 0 && p != nil {
+			raw.ItabType = p.errorType(itab)
+		}
+	}
 	return site, true
 }
 
@@ -114,6 +119,7 @@ func DecodeEvent(e *rbpf.TraceEvent, raw *probes.Raw) {
 		Nested:    e.Flags&flagNested != 0,
 		NoEntry:   e.Flags&flagNoEntry != 0,
 		Args:      e.Args,
+		Vals:      e.Vals,
 	}
 	for i := 0; i < strExtra; i++ {
 		raw.Str[i], raw.Truncated[i] = cString(&e.Str[i], e.StrLen[i])

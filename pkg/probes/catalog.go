@@ -37,13 +37,31 @@ type StringArg struct {
 type FieldRef struct {
 	Type string // full type name; generic types without their brackets
 	Path string // field, dotted for nested fields
+	// Add is added to the field's offset: for a field of a struct embedded at a known place
+	// (ObjectMeta after TypeMeta in every Kubernetes object).
+	Add uint64
+}
+
+// Saved, as a Base, means the pointer the call's entry kept (Layout.Save), read at its return.
+const Saved = -2
+
+// ValueArg is an 8-byte integer field of the struct a register (or the saved pointer) points to.
+type ValueArg struct {
+	Base  int // register slot, Saved, or None
+	Field FieldRef
 }
 
 // Layout is what one site (entry or return) reads.
 type Layout struct {
-	Strings [3]StringArg
+	Strings [5]StringArg
+	Values  [2]ValueArg
 	Ctx     int // slot of the context.Context's data word (reconcile ID), or None
 	Err     int // slot of a returned error's itab (its data word follows), or None
+	// Save keeps this register at a call's entry for its return sites (Base: Saved), or None.
+	Save int
+	// Itab is a slot holding an interface's itab whose concrete type the decoder wants named
+	// (Raw.ItabType), or None.
+	Itab int
 }
 
 // Decoder turns a raw event of one site into a span event.
@@ -72,50 +90,140 @@ func str(ptr, length int) StringArg { return StringArg{Ptr: ptr, Len: length, Ba
 
 var noString = StringArg{Ptr: None, Len: None, Base: None}
 
-// controllerName reads controller-runtime's Controller.Name through the receiver (slot 0).
-var controllerName = StringArg{Ptr: None, Len: None, Base: 0, Field: FieldRef{
-	Type: "sigs.k8s.io/controller-runtime/pkg/internal/controller.Controller", Path: "Name"}}
+// field reads a string field of the struct that register base points to (or Saved).
+func field(base int, typ, path string) StringArg {
+	return StringArg{Ptr: None, Len: None, Base: base, Field: FieldRef{Type: typ, Path: path}}
+}
 
-const controllerRuntime = "sigs.k8s.io/controller-runtime"
+// layout returns a Layout that reads nothing; its methods add what a site reads.
+func layout() Layout {
+	l := Layout{Ctx: None, Err: None, Save: None, Itab: None}
+	for i := range l.Strings {
+		l.Strings[i] = noString
+	}
+	for i := range l.Values {
+		l.Values[i] = ValueArg{Base: None}
+	}
+	return l
+}
 
-// Catalog is the built-in probe catalog.
+func (l Layout) str(i int, a StringArg) Layout { l.Strings[i] = a; return l }
+func (l Layout) val(i int, v ValueArg) Layout  { l.Values[i] = v; return l }
+func (l Layout) ctx(slot int) Layout           { l.Ctx = slot; return l }
+func (l Layout) err(slot int) Layout           { l.Err = slot; return l }
+func (l Layout) save(slot int) Layout          { l.Save = slot; return l }
+func (l Layout) itab(slot int) Layout          { l.Itab = slot; return l }
+
+const (
+	controllerRuntime = "sigs.k8s.io/controller-runtime"
+	clientGo          = "k8s.io/client-go"
+	kubernetes        = "k8s.io/kubernetes"
+	crController      = "sigs.k8s.io/controller-runtime/pkg/internal/controller.Controller"
+	restRequest       = "k8s.io/client-go/rest.Request"
+	objectMeta        = "k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta"
+	// typeMetaSize is the size of metav1.TypeMeta (two strings), which every Kubernetes object
+	// embeds right before its ObjectMeta: the UID of any object is at 32 + ObjectMeta.UID.
+	typeMetaSize = 32
+)
+
+// Slots of the reconcile request {Namespace, Name} strings, by layout.
+var (
+	crGenericEntry = layout().str(0, field(0, crController, "Name")).str(1, str(4, 5)).str(2, str(6, 7)).ctx(3)
+	crLegacyEntry  = layout().str(0, field(0, crController, "Name")).str(1, str(3, 4)).str(2, str(5, 6)).ctx(2)
+	// sync handlers (recv, ctx context.Context, key string) error
+	syncEntry  = layout().str(0, str(3, 4))
+	syncReturn = layout().err(0)
+)
+
+// Catalog is the built-in probe catalog. A probe ID may appear once per layout (module
+// version range); the plan uses the entries whose range holds the binary's version.
 var Catalog = []*Probe{
-	{
-		// v0.23+: generic shape body; receiver, dictionary, ctx (2 words), req (ns, name);
-		// returns Result{Requeue, RequeueAfter, Priority} then error.
-		ID:           "controller-runtime/reconcile",
-		Module:       controllerRuntime,
-		MinVersion:   "v0.23.0",
-		Symbol:       regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
+	// controller-runtime: every controller of a manager through one function.
+	{ID: "controller-runtime/reconcile", Module: controllerRuntime, MinVersion: "v0.23.0", Role: RoleSpan,
+		// generic shape body: recv, dict, ctx, req; returns Result{Requeue, RequeueAfter, Priority}, error
+		Symbol: regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
+		Entry:  crGenericEntry, Return: layout().err(3),
+		DecodeEntry: decodeReconcileEntry, DecodeReturn: decodeReconcileReturn(0, 1)},
+	{ID: "controller-runtime/reconcile", Module: controllerRuntime, MinVersion: "v0.19.0", MaxVersion: "v0.22.99", Role: RoleSpan,
+		// generic; Result{Requeue, RequeueAfter}
+		Symbol: regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
+		Entry:  crGenericEntry, Return: layout().err(2),
+		DecodeEntry: decodeReconcileEntry, DecodeReturn: decodeReconcileReturn(0, 1)},
+	{ID: "controller-runtime/reconcile", Module: controllerRuntime, MaxVersion: "v0.18.99", Role: RoleSpan,
+		// not generic: recv, ctx, req
+		Symbol: regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\)\.Reconcile$`),
+		Entry:  crLegacyEntry, Return: layout().err(2),
+		DecodeEntry: decodeReconcileEntry, DecodeReturn: decodeReconcileReturn(0, 1)},
+
+	// controller-runtime informer cache reads: Get(ctx, key, obj, opts...) error; the object's
+	// UID is read at return through the obj pointer kept at entry.
+	{ID: "controller-runtime/cache-get", Module: controllerRuntime, Role: RoleCall,
+		Symbol:      regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/cache\.\(\*informerCache\)\.Get$`),
+		Entry:       layout().str(0, str(3, 4)).str(1, str(5, 6)).save(8).itab(7),
+		Return:      layout().str(0, StringArg{Ptr: None, Len: None, Base: Saved, Field: FieldRef{Type: objectMeta, Path: "UID", Add: typeMetaSize}}).err(0),
+		DecodeEntry: decodeCacheEntry(span.CallCacheGet), DecodeReturn: decodeCallReturn},
+	{ID: "controller-runtime/cache-list", Module: controllerRuntime, Role: RoleCall,
+		Symbol:      regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/cache\.\(\*informerCache\)\.List$`),
+		Entry:       layout().itab(3),
+		Return:      layout().err(0),
+		DecodeEntry: decodeCacheEntry(span.CallCacheList), DecodeReturn: decodeCallReturn},
+
+	// client-go: every API request (typed clients, dynamic clients, controller-runtime's
+	// client) goes through (*Request).request(ctx, fn) error.
+	{ID: "client-go/request", Module: clientGo, Role: RoleCall,
+		Symbol: regexp.MustCompile(`^k8s\.io/client-go/rest\.\(\*Request\)\.request$`),
+		Entry: layout().str(0, field(0, restRequest, "verb")).str(1, field(0, restRequest, "resource")).
+			str(2, field(0, restRequest, "namespace")).str(3, field(0, restRequest, "resourceName")).
+			str(4, field(0, restRequest, "subresource")),
+		Return:      layout().err(0),
+		DecodeEntry: decodeRequestEntry, DecodeReturn: decodeCallReturn},
+	// ... and its HTTP status: transformResponse(ctx, resp *http.Response, req) runs inside it.
+	{ID: "client-go/response", Module: clientGo, Role: RoleCall,
+		Symbol:      regexp.MustCompile(`^k8s\.io/client-go/rest\.\(\*Request\)\.transformResponse$`),
+		Entry:       layout().val(0, ValueArg{Base: 3, Field: FieldRef{Type: "net/http.Response", Path: "StatusCode"}}),
+		Return:      layout(),
+		DecodeEntry: decodeResponseStatus, DecodeReturn: decodeIgnore},
+}
+
+// SyncHandlers are kube-controller-manager's client-go workqueue sync handlers:
+// (recv, ctx, key string) error, one span per call, the object from the key.
+var SyncHandlers = []struct {
+	Controller string
+	Symbol     string
+	Entry      Layout
+	Return     Layout
+}{
+	{"replicaset", "k8s.io/kubernetes/pkg/controller/replicaset.(*ReplicaSetController).syncReplicaSet", syncEntry, syncReturn},
+	{"deployment", "k8s.io/kubernetes/pkg/controller/deployment.(*DeploymentController).syncDeployment", syncEntry, syncReturn},
+	{"statefulset", "k8s.io/kubernetes/pkg/controller/statefulset.(*StatefulSetController).sync", syncEntry, syncReturn},
+	{"daemonset", "k8s.io/kubernetes/pkg/controller/daemon.(*DaemonSetsController).syncDaemonSet", syncEntry, syncReturn},
+	{"job", "k8s.io/kubernetes/pkg/controller/job.(*Controller).syncJob", syncEntry, syncReturn},
+	// sync(ctx, key) (*time.Duration, error)
+	{"cronjob", "k8s.io/kubernetes/pkg/controller/cronjob.(*ControllerV2).sync", syncEntry, layout().err(1)},
+	// syncService(logger klog.Logger (3 words), key string) error
+	{"endpointslice", "k8s.io/kubernetes/pkg/controller/endpointslice.(*Controller).syncService", layout().str(0, str(4, 5)), syncReturn},
+	{"namespace", "k8s.io/kubernetes/pkg/controller/namespace.(*NamespaceController).syncNamespaceFromKey", syncEntry, syncReturn},
+	{"serviceaccount", "k8s.io/kubernetes/pkg/controller/serviceaccount.(*ServiceAccountsController).syncNamespace", syncEntry, syncReturn},
+}
+
+func init() {
+	for _, h := range SyncHandlers {
+		p := SyncProbe(h.Controller, h.Symbol, h.Entry, h.Return)
+		p.Module = kubernetes
+		Catalog = append(Catalog, p)
+	}
+}
+
+// SyncProbe is a span probe on a client-go style sync handler whose entry reads the key
+// (namespace/name) as string 0 and whose return reads the error.
+func SyncProbe(controller, symbol string, entry, ret Layout) *Probe {
+	return &Probe{
+		ID:           "sync/" + controller,
+		Symbol:       regexp.MustCompile("^" + regexp.QuoteMeta(symbol) + "$"),
 		Role:         RoleSpan,
-		Entry:        Layout{Strings: [3]StringArg{controllerName, str(4, 5), str(6, 7)}, Ctx: 3, Err: None},
-		Return:       Layout{Strings: [3]StringArg{noString, noString, noString}, Ctx: None, Err: 3},
-		DecodeEntry:  decodeReconcileEntry,
-		DecodeReturn: decodeReconcileReturn(0, 1),
-	},
-	{
-		// v0.19–v0.22: generic, Result{Requeue, RequeueAfter} then error.
-		ID:           "controller-runtime/reconcile",
-		Module:       controllerRuntime,
-		MinVersion:   "v0.19.0",
-		MaxVersion:   "v0.22.99",
-		Symbol:       regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
-		Role:         RoleSpan,
-		Entry:        Layout{Strings: [3]StringArg{controllerName, str(4, 5), str(6, 7)}, Ctx: 3, Err: None},
-		Return:       Layout{Strings: [3]StringArg{noString, noString, noString}, Ctx: None, Err: 2},
-		DecodeEntry:  decodeReconcileEntry,
-		DecodeReturn: decodeReconcileReturn(0, 1),
-	},
-	{
-		// up to v0.18: not generic; receiver, ctx (2 words), req (ns, name).
-		ID:           "controller-runtime/reconcile",
-		Module:       controllerRuntime,
-		MaxVersion:   "v0.18.99",
-		Symbol:       regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\)\.Reconcile$`),
-		Role:         RoleSpan,
-		Entry:        Layout{Strings: [3]StringArg{controllerName, str(3, 4), str(5, 6)}, Ctx: 2, Err: None},
-		Return:       Layout{Strings: [3]StringArg{noString, noString, noString}, Ctx: None, Err: 2},
-		DecodeEntry:  decodeReconcileEntry,
-		DecodeReturn: decodeReconcileReturn(0, 1),
-	},
+		Entry:        entry,
+		Return:       ret,
+		DecodeEntry:  decodeSyncEntry(controller),
+		DecodeReturn: decodeSyncReturn,
+	}
 }

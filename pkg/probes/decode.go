@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"strings"
 	"time"
 
 	"github.com/reconscope/reconscope/pkg/span"
@@ -17,20 +18,23 @@ type Raw struct {
 	Nested      bool
 	NoEntry     bool
 	Args        [9]uint64
-	Str         [4]string
-	Truncated   [4]bool
+	Vals        [2]uint64
+	Str         [6]string
+	Truncated   [6]bool
 	ReconcileID string
 	ErrorMsg    string
 	// ErrorType is the concrete type of the returned error, resolved by the collector from
 	// the itab in the site's error slot ("" when nil or unknown).
 	ErrorType string
+	// ItabType is the concrete type behind the itab in the site's Itab slot ("" when none).
+	ItabType string
 	// Incomplete marks fields that could not be read (unknown offsets, truncated strings).
 	Incomplete bool
 }
 
 func base(r *Raw, kind span.EventKind) span.Event {
 	incomplete := r.Incomplete
-	for _, t := range r.Truncated[:3] {
+	for _, t := range r.Truncated[:5] {
 		incomplete = incomplete || t
 	}
 	return span.Event{
@@ -76,4 +80,86 @@ func decodeReconcileReturn(requeueSlot, afterSlot int) Decoder {
 		}
 		return e
 	}
+}
+
+func decodeIgnore(*Raw) span.Event { return span.Event{} }
+
+// resourceOf guesses the resource (lower-case plural) from an object's Go type as %T prints
+// it: "*v1.ConfigMap" -> "configmaps", "*v1.PodList" -> "pods". Unstructured objects and
+// unknown types give "".
+func resourceOf(typeName string) string {
+	name := typeName
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		name = name[i+1:]
+	}
+	name = strings.TrimSuffix(name, "List")
+	if name == "" || strings.HasPrefix(name, "Unstructured") || typeName == "unknown" {
+		return ""
+	}
+	r := strings.ToLower(name)
+	switch {
+	case strings.HasSuffix(r, "s"), strings.HasSuffix(r, "x"), strings.HasSuffix(r, "ch"), strings.HasSuffix(r, "sh"):
+		return r + "es"
+	case strings.HasSuffix(r, "y") && !strings.HasSuffix(r, "ay") && !strings.HasSuffix(r, "ey"):
+		return r[:len(r)-1] + "ies"
+	}
+	return r + "s"
+}
+
+func decodeCacheEntry(kind span.CallKind) Decoder {
+	return func(r *Raw) span.Event {
+		e := base(r, span.CallStart)
+		verb := "GET"
+		if kind == span.CallCacheList {
+			verb = "LIST"
+		}
+		e.Call = span.CallInfo{Kind: kind, Verb: verb, Resource: resourceOf(r.ItabType), Namespace: r.Str[0], Name: r.Str[1]}
+		return e
+	}
+}
+
+func decodeCallReturn(r *Raw) span.Event {
+	e := base(r, span.CallEnd)
+	e.Call.UID = r.Str[0]
+	if r.ErrorType != "" {
+		e.Call.Error = r.ErrorType
+	}
+	return e
+}
+
+func decodeRequestEntry(r *Raw) span.Event {
+	e := base(r, span.CallStart)
+	e.Call = span.CallInfo{Kind: span.CallAPI, Verb: r.Str[0], Resource: r.Str[1], Namespace: r.Str[2], Name: r.Str[3], Subresource: r.Str[4]}
+	return e
+}
+
+func decodeResponseStatus(r *Raw) span.Event {
+	e := base(r, span.CallStatus)
+	e.Call.Status = int(int64(r.Vals[0]))
+	return e
+}
+
+func decodeSyncEntry(controller string) Decoder {
+	return func(r *Raw) span.Event {
+		e := base(r, span.SpanStart)
+		e.Controller = controller
+		key := r.Str[0]
+		if ns, name, ok := strings.Cut(key, "/"); ok {
+			e.Namespace, e.Name = ns, name
+		} else {
+			e.Name = key
+		}
+		return e
+	}
+}
+
+func decodeSyncReturn(r *Raw) span.Event {
+	e := base(r, span.SpanEnd)
+	e.Result = span.ResultSuccess
+	if r.ErrorType != "" {
+		e.Result = span.ResultError
+		e.ErrorType = r.ErrorType
+		e.Error = r.ErrorMsg
+	}
+	return e
 }

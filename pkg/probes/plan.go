@@ -72,6 +72,7 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 	p := &Plan{Binary: bin}
 	offsets := map[FieldRef]*OffsetUse{}
 	offset := func(ref FieldRef) (uint64, bool) {
+		ref.Add = 0
 		if u, ok := offsets[ref]; ok {
 			return u.Value, u.Err == nil
 		}
@@ -99,8 +100,7 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		if pr.Module != "" {
 			v, ok := bin.Modules[pr.Module]
 			if !ok && bin.MainModule != pr.Module {
-				p.missing(pr.ID, fmt.Sprintf("module %s is not in the binary", pr.Module))
-				continue
+				continue // not this kind of program: nothing to say
 			}
 			if ok && !inRange(v, pr.MinVersion, pr.MaxVersion) {
 				p.missing(pr.ID, fmt.Sprintf("%s %s is outside this layout's range [%s, %s]", pr.Module, v, orAny(pr.MinVersion), orAny(pr.MaxVersion)))
@@ -168,11 +168,12 @@ func (p *Plan) missing(id, reason string) {
 // left out (the span comes without it) rather than failing the probe.
 func siteConfig(pr *Probe, kind SiteKind, l Layout, goidOff uint64, offset func(FieldRef) (uint64, bool)) (rbpf.TraceSiteConfig, error) {
 	c := rbpf.TraceSiteConfig{
-		Kind:    uint8(kind),
-		Role:    uint8(pr.Role),
-		CtxSlot: int8(l.Ctx),
-		ErrSlot: int8(l.Err),
-		GoidOff: uint32(goidOff),
+		Kind:     uint8(kind),
+		Role:     uint8(pr.Role),
+		CtxSlot:  int8(l.Ctx),
+		ErrSlot:  int8(l.Err),
+		GoidOff:  uint32(goidOff),
+		SaveSlot: int8(l.Save),
 	}
 	for i, s := range l.Strings {
 		spec := rbpf.TraceStrSpec{PtrSlot: int8(s.Ptr), LenSlot: int8(s.Len), BaseSlot: int8(s.Base)}
@@ -181,10 +182,19 @@ func siteConfig(pr *Probe, kind SiteKind, l Layout, goidOff uint64, offset func(
 			if !ok {
 				spec = rbpf.TraceStrSpec{PtrSlot: None, LenSlot: None, BaseSlot: None}
 			} else {
-				spec.Off = uint32(off)
+				spec.Off = uint32(off + s.Field.Add)
 			}
 		}
 		c.Str[i] = spec
+	}
+	for i, v := range l.Values {
+		spec := rbpf.TraceValSpec{BaseSlot: None}
+		if v.Base != None {
+			if off, ok := offset(v.Field); ok {
+				spec = rbpf.TraceValSpec{BaseSlot: int8(v.Base), Off: uint32(off + v.Field.Add)}
+			}
+		}
+		c.Val[i] = spec
 	}
 	return c, nil
 }
@@ -226,4 +236,13 @@ func (p *Plan) Probes() []string {
 // String is a one-line summary.
 func (p *Plan) String() string {
 	return fmt.Sprintf("%d sites (%s)", len(p.Sites), strings.Join(p.Probes(), ", "))
+}
+
+// ItabSlot is the register slot whose itab names a type the site's decoder wants (Layout.Itab),
+// or -1.
+func (s *Site) ItabSlot() int {
+	if s.Kind == SiteEntry {
+		return s.Probe.Entry.Itab
+	}
+	return s.Probe.Return.Itab
 }

@@ -111,6 +111,10 @@ func (a *Assembler) Add(e Event) {
 		o.calls = append(o.calls, openCall{info: e.Call, start: e.Time})
 	case CallEnd:
 		a.callEnd(k, e)
+	case CallStatus:
+		if o := a.open[k]; o != nil && len(o.calls) > 0 {
+			o.calls[len(o.calls)-1].info.Status = e.Call.Status
+		}
 	}
 }
 
@@ -229,6 +233,9 @@ func mergeCallInfo(dst *CallInfo, ret CallInfo) {
 	}
 	if ret.UID != "" {
 		dst.UID = ret.UID
+	}
+	if ret.Error != "" {
+		dst.Error = ret.Error
 	}
 	if dst.Verb == "" {
 		dst.Verb = ret.Verb

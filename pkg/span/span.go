@@ -25,10 +25,11 @@ type EventKind uint8
 
 // Event kinds.
 const (
-	SpanStart EventKind = iota + 1 // a reconcile (or sync handler) began
-	SpanEnd                        // it returned
-	CallStart                      // a call inside the reconcile began
-	CallEnd                        // it returned
+	SpanStart  EventKind = iota + 1 // a reconcile (or sync handler) began
+	SpanEnd                         // it returned
+	CallStart                       // a call inside the reconcile began
+	CallEnd                         // it returned
+	CallStatus                      // the innermost open call learnt its HTTP status
 )
 
 // CallKind names what a call inside a reconcile does.
@@ -86,6 +87,8 @@ type CallInfo struct {
 	Name        string
 	Status      int
 	UID         string
+	// Error is the concrete type of the error the call returned, "" when none.
+	Error string
 }
 
 // Call is a finished call inside a span.

@@ -1,0 +1,291 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// PodInfo says where a container runs in Kubernetes.
+type PodInfo struct {
+	Namespace string
+	Name      string
+	UID       string
+	// Container is the container's name in the pod spec; "" from [PodIndex.LookupPod].
+	Container string
+	// Labels are the pod's labels. The map is the caller's own copy.
+	Labels map[string]string
+	// Node is the node the pod is scheduled on (spec.nodeName).
+	Node string
+}
+
+// PodIndexOptions configures a [PodIndex].
+type PodIndexOptions struct {
+	// Client reaches the API server. It needs get, list and watch on pods, nothing else. Nil
+	// means there is no API access (say, not running in a cluster): the index stays empty and
+	// reports so once, and the agent works with host-only metadata.
+	Client kubernetes.Interface
+	// NodeName is the node whose pods are indexed (field selector spec.nodeName=NodeName):
+	// the agent's own node, from the downward API (env NODE_NAME from spec.nodeName).
+	// Required when Client is set.
+	NodeName string
+	// Logger receives the index's state changes. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrNoNodeName is returned by [NewPodIndex] when a client is given but no node name: without
+// it the index would watch every pod of the cluster.
+var ErrNoNodeName = errors.New("no node name: set NODE_NAME from the downward API (fieldRef spec.nodeName)")
+
+// Indexer names of the informer's store.
+const (
+	byContainerID = "containerID"
+	byPodUID      = "podUID"
+)
+
+// PodIndex is the stage that maps container IDs to pods, for the pods of one node. It keeps a
+// client-go shared informer on those pods (list and watch with the field selector
+// spec.nodeName=<node>, stripped to the fields it needs), indexed by the container IDs of
+// status.containerStatuses, initContainerStatuses and ephemeralContainerStatuses.
+//
+// When the API server cannot be reached or refuses (no client, forbidden, down), PodIndex
+// logs it once, keeps retrying with the informer's backoff, and logs once more when the API
+// answers again. Lookups meanwhile return what is cached: nothing before the first sync.
+type PodIndex struct {
+	opts     PodIndexOptions
+	log      *slog.Logger
+	informer cache.SharedIndexInformer // nil without a client
+
+	mu       sync.Mutex
+	degraded bool
+}
+
+// NewPodIndex returns a PodIndex. Start it with Run.
+func NewPodIndex(opts PodIndexOptions) (*PodIndex, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	x := &PodIndex{opts: opts, log: opts.Logger}
+	if opts.Client == nil {
+		return x, nil
+	}
+	if opts.NodeName == "" {
+		return nil, ErrNoNodeName
+	}
+	selector := fields.OneTermEqualSelector("spec.nodeName", opts.NodeName).String()
+	pods := opts.Client.CoreV1().Pods(metav1.NamespaceAll)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			l, err := pods.List(ctx, o)
+			x.report(ctx, err)
+			return l, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			w, err := pods.Watch(ctx, o)
+			x.report(ctx, err)
+			return w, err
+		},
+	}
+	x.informer = cache.NewSharedIndexInformerWithOptions(
+		cache.ToListWatcherWithWatchListSemantics(lw, opts.Client),
+		&corev1.Pod{},
+		cache.SharedIndexInformerOptions{
+			Indexers:          cache.Indexers{byContainerID: indexContainerIDs, byPodUID: indexPodUID},
+			ObjectDescription: "pods on node " + opts.NodeName,
+		},
+	)
+	if err := x.informer.SetTransform(slimPod); err != nil {
+		return nil, fmt.Errorf("set pod transform: %w", err)
+	}
+	// report has said it once; the default handler would repeat it through klog at every retry.
+	if err := x.informer.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
+		x.log.Debug("pod informer: list and watch ended; retrying", "err", err)
+	}); err != nil {
+		return nil, fmt.Errorf("set pod watch error handler: %w", err)
+	}
+	return x, nil
+}
+
+// Run keeps the index up to date until ctx ends, then returns nil.
+func (x *PodIndex) Run(ctx context.Context) error {
+	if x.informer == nil {
+		x.log.Warn("kubernetes metadata unavailable: no API client (not running in a cluster?); spans carry host metadata only")
+		<-ctx.Done()
+		return nil
+	}
+	x.informer.RunWithContext(ctx)
+	return nil
+}
+
+// Synced reports whether the index has listed the node's pods at least once. A PodIndex that
+// lost the API server after that stays synced and serves what it has.
+func (x *PodIndex) Synced() bool {
+	return x.informer != nil && x.informer.HasSynced()
+}
+
+// WaitSynced waits until the index is synced or ctx ends, and reports whether it is synced.
+// Use it to give the first scan of processes a chance at pod metadata.
+func (x *PodIndex) WaitSynced(ctx context.Context) bool {
+	if x.informer == nil {
+		return false
+	}
+	return cache.WaitForCacheSync(ctx.Done(), x.informer.HasSynced)
+}
+
+// Lookup returns the pod and container whose container ID is containerID (64 hex digits, with
+// or without a "<runtime>://" prefix). It finds nothing before the kubelet has written the ID
+// into the pod's status, which can be a moment after the container's first process started;
+// [PodIndex.LookupPod] by the pod UID from the cgroup path covers that moment.
+func (x *PodIndex) Lookup(containerID string) (PodInfo, bool) {
+	containerID = stripRuntime(containerID)
+	if x.informer == nil || containerID == "" {
+		return PodInfo{}, false
+	}
+	objs, err := x.informer.GetIndexer().ByIndex(byContainerID, containerID)
+	if err != nil || len(objs) == 0 {
+		return PodInfo{}, false
+	}
+	pod, ok := objs[0].(*corev1.Pod)
+	if !ok {
+		return PodInfo{}, false
+	}
+	info := podInfo(pod)
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, s := range statuses {
+			if stripRuntime(s.ContainerID) == containerID {
+				info.Container = s.Name
+				return info, true
+			}
+		}
+	}
+	return info, true
+}
+
+// LookupPod returns the pod whose UID is uid, with Container left empty.
+func (x *PodIndex) LookupPod(uid string) (PodInfo, bool) {
+	if x.informer == nil || uid == "" {
+		return PodInfo{}, false
+	}
+	objs, err := x.informer.GetIndexer().ByIndex(byPodUID, uid)
+	if err != nil || len(objs) == 0 {
+		return PodInfo{}, false
+	}
+	pod, ok := objs[0].(*corev1.Pod)
+	if !ok {
+		return PodInfo{}, false
+	}
+	return podInfo(pod), true
+}
+
+// report records the outcome of one list or watch call: the first failure after success is
+// logged as a warning, the first success after failure as info; the rest at debug level.
+func (x *PodIndex) report(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return // shutting down
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	switch {
+	case err != nil && !x.degraded:
+		x.degraded = true
+		x.log.Warn("kubernetes metadata unavailable: cannot list or watch pods; spans carry host metadata only until it works again (retrying with backoff); the agent needs get, list and watch on pods",
+			"node", x.opts.NodeName, "err", err)
+	case err != nil:
+		x.log.Debug("list or watch pods", "err", err)
+	case x.degraded:
+		x.degraded = false
+		x.log.Info("kubernetes metadata available again", "node", x.opts.NodeName)
+	}
+}
+
+func podInfo(pod *corev1.Pod) PodInfo {
+	return PodInfo{
+		Namespace: pod.Namespace,
+		Name:      pod.Name,
+		UID:       string(pod.UID),
+		Labels:    maps.Clone(pod.Labels),
+		Node:      pod.Spec.NodeName,
+	}
+}
+
+// stripRuntime removes the "<runtime>://" prefix of a container ID in pod status.
+func stripRuntime(id string) string {
+	if _, after, ok := strings.Cut(id, "://"); ok {
+		return after
+	}
+	return id
+}
+
+func indexContainerIDs(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	var ids []string
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses, pod.Status.EphemeralContainerStatuses} {
+		for _, s := range statuses {
+			if id := stripRuntime(s.ContainerID); id != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids, nil
+}
+
+func indexPodUID(obj any) ([]string, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || pod.UID == "" {
+		return nil, nil
+	}
+	return []string{string(pod.UID)}, nil
+}
+
+// slimPod keeps only what the index needs of a pod, so the cache of a busy node stays small:
+// identity, labels, node, and the name and ID of each container status. It is idempotent.
+func slimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	slim := func(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+		if len(in) == 0 {
+			return nil
+		}
+		out := make([]corev1.ContainerStatus, len(in))
+		for i, s := range in {
+			out[i] = corev1.ContainerStatus{Name: s.Name, ContainerID: s.ContainerID}
+		}
+		return out
+	}
+	return &corev1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			UID:               pod.UID,
+			ResourceVersion:   pod.ResourceVersion,
+			Labels:            pod.Labels,
+			DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName},
+		Status: corev1.PodStatus{
+			ContainerStatuses:          slim(pod.Status.ContainerStatuses),
+			InitContainerStatuses:      slim(pod.Status.InitContainerStatuses),
+			EphemeralContainerStatuses: slim(pod.Status.EphemeralContainerStatuses),
+		},
+	}, nil
+}

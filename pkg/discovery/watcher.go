@@ -1,0 +1,180 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"sort"
+	"time"
+)
+
+// Event is what a [Watcher] sends: [Started] or [Exited].
+type Event interface {
+	isEvent()
+}
+
+// Started announces a process, once: when the Watcher first sees it, and again only if its PID
+// comes back as another process (PID reuse) or it execs another executable, each time after an
+// [Exited] for the PID.
+type Started struct {
+	Process Process
+}
+
+// Exited says that a process announced by [Started] is gone from /proc (it exited, or became a
+// zombie), or that it exec'd another executable (a [Started] follows).
+type Exited struct {
+	PID int
+}
+
+func (Started) isEvent() {}
+func (Exited) isEvent()  {}
+
+// DefaultScanInterval is how often a [Watcher] rescans /proc unless told otherwise.
+const DefaultScanInterval = 2 * time.Second
+
+// WatcherOptions configures a [Watcher].
+type WatcherOptions struct {
+	// ProcRoot is where proc is mounted. Empty means [DefaultProcRoot].
+	ProcRoot string
+	// Interval is the time between two scans. Zero means [DefaultScanInterval]. A process
+	// that lives less than Interval may go unseen; one that exits is reported up to Interval
+	// late.
+	Interval time.Duration
+	// Buffer is the capacity of the events channel. Zero means 64. When the receiver falls
+	// behind, the Watcher waits: it never drops an event.
+	Buffer int
+	// Logger receives the Watcher's warnings. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Watcher is the stage that finds processes: it rescans /proc at an interval and sends a
+// [Started] for each new process and an [Exited] for each one gone, on the channel returned by
+// Events. Events of one scan come Exited first, then Started, each in PID order.
+//
+// TODO: learn of exec and exit as they happen, from raw tracepoints (sched_process_exec,
+// sched_process_exit: they need neither tracefs nor kprobes, see DESIGN.md §3), and keep the
+// periodic scan as the safety net that also finds the processes started before the agent.
+// That cuts the delay to a new controller's first traced reconcile from up to Interval to
+// about nothing, and stops missing processes that live less than Interval.
+type Watcher struct {
+	opts   WatcherOptions
+	log    *slog.Logger
+	events chan Event
+	known  map[int]identity
+
+	warnedDenied, warnedScan bool
+}
+
+// NewWatcher returns a Watcher. Start it with Run.
+func NewWatcher(opts WatcherOptions) *Watcher {
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = DefaultProcRoot
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = DefaultScanInterval
+	}
+	if opts.Buffer <= 0 {
+		opts.Buffer = 64
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &Watcher{
+		opts:   opts,
+		log:    opts.Logger,
+		events: make(chan Event, opts.Buffer),
+		known:  map[int]identity{},
+	}
+}
+
+// Events returns the channel the Watcher sends on. Run closes it when it returns.
+func (w *Watcher) Events() <-chan Event { return w.events }
+
+// Run scans at once, then every Interval, until ctx ends; then it closes the events channel
+// and returns nil. It fails when the first scan cannot read the proc root; later failures are
+// logged and the next scan tries again. Call Run once.
+func (w *Watcher) Run(ctx context.Context) error {
+	defer close(w.events)
+	evs, err := w.scan()
+	if err != nil {
+		return err
+	}
+	t := time.NewTicker(w.opts.Interval)
+	defer t.Stop()
+	for {
+		for _, ev := range evs {
+			select {
+			case w.events <- ev:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		evs, err = w.scan()
+		if err != nil {
+			if !w.warnedScan {
+				w.log.Warn("scan processes; retrying at every interval", "err", err)
+				w.warnedScan = true
+			}
+			evs = nil
+		}
+	}
+}
+
+// scan compares /proc with what is known and returns the events that make up the difference.
+func (w *Watcher) scan() ([]Event, error) {
+	pids, err := listPIDs(w.opts.ProcRoot)
+	if err != nil {
+		return nil, err
+	}
+	var exited []Event
+	var started []Event
+	seen := make(map[int]bool, len(pids))
+	denied := 0
+	for _, pid := range pids {
+		if old, ok := w.known[pid]; ok {
+			id, err := readIdentity(w.opts.ProcRoot, pid)
+			if err == nil && id == old {
+				seen[pid] = true
+				continue
+			}
+			// Gone, or another process under the same PID, or an exec: the old one is over.
+			delete(w.known, pid)
+			exited = append(exited, Exited{PID: pid})
+		}
+		p, err := ReadProcess(w.opts.ProcRoot, pid)
+		if err != nil {
+			if errors.Is(err, fs.ErrPermission) {
+				denied++
+			}
+			continue
+		}
+		seen[pid] = true
+		w.known[pid] = identity{start: p.StartTime, exe: p.ExeID}
+		started = append(started, Started{Process: p})
+	}
+	var gone []int
+	for pid := range w.known {
+		if !seen[pid] {
+			gone = append(gone, pid)
+		}
+	}
+	sort.Ints(gone)
+	for _, pid := range gone {
+		delete(w.known, pid)
+		exited = append(exited, Exited{PID: pid})
+	}
+	sort.Slice(exited, func(i, j int) bool { return exited[i].(Exited).PID < exited[j].(Exited).PID })
+	if denied > 0 && !w.warnedDenied {
+		w.log.Warn("some processes cannot be inspected: permission denied reading their executable; run as root with CAP_SYS_PTRACE (and CAP_DAC_READ_SEARCH)",
+			"processes", denied)
+		w.warnedDenied = true
+	}
+	w.warnedScan = false
+	return append(exited, started...), nil
+}

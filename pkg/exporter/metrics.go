@@ -1,0 +1,354 @@
+package exporter
+
+import (
+	"cmp"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/reconscope/reconscope/pkg/span"
+)
+
+// Defaults of MetricsOptions.
+const (
+	DefaultHotObjectsK          = 10
+	DefaultHotObjectsWindow     = 5 * time.Minute
+	DefaultHotObjectsMaxTracked = 10000
+)
+
+// hotObjectSlots is how many slices the hot-objects window is cut into: it slides by
+// Window/hotObjectSlots.
+const hotObjectSlots = 6
+
+// DurationBuckets are the classic histogram buckets of reconcile and phase durations, in
+// seconds: 100µs to 60s.
+var DurationBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+}
+
+// AgentStats are the agent's own counts, read at each scrape.
+type AgentStats struct {
+	// EventsLost counts probe events the kernel could not deliver (ring buffer full).
+	EventsLost uint64
+	// ProbesAttached is the number of probes attached now.
+	ProbesAttached int
+	// ProcessesTraced is the number of processes traced now.
+	ProcessesTraced int
+	// SpansExported counts spans the OTLP collector accepted (OTLPStats.Exported).
+	SpansExported uint64
+	// SpansDropped counts spans lost on the way to the collector (OTLPStats.Dropped).
+	SpansDropped uint64
+	// SpansSampledOut counts reconciles the sampler chose not to export (Sampler.SampledOut);
+	// they are not lost: metrics saw them.
+	SpansSampledOut uint64
+}
+
+// MetricsOptions configures NewMetrics.
+type MetricsOptions struct {
+	// HotObjectsK is how many objects per controller reconscope_hot_objects shows. Zero: 10.
+	HotObjectsK int
+	// HotObjectsWindow is the sliding window over which reconciles are counted for
+	// reconscope_hot_objects. Zero: 5m.
+	HotObjectsWindow time.Duration
+	// HotObjectsMaxTracked bounds the distinct objects counted per controller within a window;
+	// objects first seen when the bound is reached are not counted until older ones age out.
+	// Zero: 10000.
+	HotObjectsMaxTracked int
+	// AgentStats, when set, is called once per scrape for the agent's self-metrics.
+	AgentStats func() AgentStats
+}
+
+// Metrics turns spans into Prometheus metrics on its own registry (with the Go and process
+// collectors) and serves them. It implements Writer; put it before any sampler so it sees
+// every reconcile.
+type Metrics struct {
+	reg     *prometheus.Registry
+	handler http.Handler
+	ready   atomic.Bool
+
+	reconciles *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	phases     *prometheus.HistogramVec
+	api        *prometheus.CounterVec
+	noops      *prometheus.CounterVec
+	inFlight   prometheus.Gauge
+	hot        *hotObjects
+}
+
+// NewMetrics registers the reconscope metric set on a new registry.
+func NewMetrics(opts MetricsOptions) *Metrics {
+	reg := prometheus.NewRegistry()
+	histogram := func(name, help string, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:                            name,
+			Help:                            help,
+			Buckets:                         DurationBuckets,
+			NativeHistogramBucketFactor:     1.1,
+			NativeHistogramMaxBucketNumber:  160,
+			NativeHistogramMinResetDuration: time.Hour,
+		}, labels)
+	}
+	m := &Metrics{
+		reg: reg,
+		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconscope_reconcile_total",
+			Help: "Reconciles finished, by controller and result (success, error, requeue, requeue_after, abandoned).",
+		}, []string{"controller", "result"}),
+		duration: histogram("reconscope_reconcile_duration_seconds",
+			"Duration of reconciles that returned (abandoned ones are not observed).", "controller"),
+		phases: histogram("reconscope_reconcile_phase_seconds",
+			"Time a reconcile spent reading (cache and API reads), writing (API writes) and computing (the rest).",
+			"controller", "phase"),
+		api: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconscope_api_requests_total",
+			Help: "API server requests made by reconciles, by verb, resource[/subresource] and HTTP status code.",
+		}, []string{"controller", "verb", "resource", "code"}),
+		noops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconscope_noop_reconciles_total",
+			Help: "Reconciles that wrote nothing to the API server.",
+		}, []string{"controller"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "reconscope_reconciles_in_flight",
+			Help: "Reconciles started and not yet finished, in all traced processes.",
+		}),
+		hot: newHotObjects(opts),
+	}
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.reconciles, m.duration, m.phases, m.api, m.noops, m.inFlight, m.hot,
+	)
+	if opts.AgentStats != nil {
+		reg.MustRegister(newAgentCollector(opts.AgentStats))
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		EnableOpenMetrics: true,
+		Registry:          reg,
+		ErrorHandling:     promhttp.ContinueOnError,
+	}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !m.ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not ready\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	m.handler = mux
+	return m
+}
+
+// Registry is the registry the metrics are on, for the agent to add its own collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves /metrics (Prometheus text, OpenMetrics or protobuf by content negotiation;
+// native histograms appear in protobuf only), /healthz (always 200) and /readyz (200 once
+// SetReady(true), else 503).
+func (m *Metrics) Handler() http.Handler { return m.handler }
+
+// SetReady sets what /readyz answers.
+func (m *Metrics) SetReady(ready bool) { m.ready.Store(ready) }
+
+// SetInFlight sets reconscope_reconciles_in_flight, for the agent to feed from the assembler's
+// count of open spans (span.Assembler.Open). Finished spans alone cannot tell it.
+func (m *Metrics) SetInFlight(n int) { m.inFlight.Set(float64(n)) }
+
+// Write implements Writer: it observes one finished reconcile.
+func (m *Metrics) Write(s *span.Span) error {
+	result := string(s.Result)
+	if result == "" {
+		result = "unknown"
+	}
+	m.reconciles.WithLabelValues(s.Controller, result).Inc()
+	if s.Noop {
+		m.noops.WithLabelValues(s.Controller).Inc()
+	}
+	if s.Result != span.ResultAbandoned {
+		m.duration.WithLabelValues(s.Controller).Observe(s.Duration.Seconds())
+		m.phases.WithLabelValues(s.Controller, "read").Observe(s.Phases.Read.Seconds())
+		m.phases.WithLabelValues(s.Controller, "write").Observe(s.Phases.Write.Seconds())
+		m.phases.WithLabelValues(s.Controller, "compute").Observe(s.Phases.Compute.Seconds())
+	}
+	for i := range s.Calls {
+		c := &s.Calls[i]
+		if c.Kind != span.CallAPI {
+			continue
+		}
+		verb, resource, code := c.Verb, c.Resource, "unknown"
+		if verb == "" {
+			verb = "unknown"
+		}
+		if resource == "" {
+			resource = "unknown"
+		}
+		if c.Subresource != "" {
+			resource += "/" + c.Subresource
+		}
+		if c.Status != 0 {
+			code = strconv.Itoa(c.Status)
+		}
+		m.api.WithLabelValues(s.Controller, verb, resource, code).Inc()
+	}
+	m.hot.observe(s.Controller, s.Namespace, s.Name)
+	return nil
+}
+
+// agentCollector exposes AgentStats, calling the callback once per scrape so the values are
+// one consistent snapshot.
+type agentCollector struct {
+	stats                                                   func() AgentStats
+	eventsLost, probes, processes, exported, dropped, unsam *prometheus.Desc
+}
+
+func newAgentCollector(stats func() AgentStats) *agentCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &agentCollector{
+		stats:      stats,
+		eventsLost: d("reconscope_events_lost_total", "Probe events lost in the kernel (ring buffer full)."),
+		probes:     d("reconscope_probes_attached", "Probes attached now."),
+		processes:  d("reconscope_processes_traced", "Processes traced now."),
+		exported:   d("reconscope_spans_exported_total", "Spans (reconcile and call spans) the OTLP collector accepted."),
+		dropped:    d("reconscope_spans_dropped_total", "Spans lost on the way to the OTLP collector (queue full, export failed, rejected)."),
+		unsam:      d("reconscope_spans_sampled_out_total", "Reconciles not exported by choice of the sampler (not a loss)."),
+	}
+}
+
+func (a *agentCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam} {
+		ch <- d
+	}
+}
+
+func (a *agentCollector) Collect(ch chan<- prometheus.Metric) {
+	s := a.stats()
+	ch <- prometheus.MustNewConstMetric(a.eventsLost, prometheus.CounterValue, float64(s.EventsLost))
+	ch <- prometheus.MustNewConstMetric(a.probes, prometheus.GaugeValue, float64(s.ProbesAttached))
+	ch <- prometheus.MustNewConstMetric(a.processes, prometheus.GaugeValue, float64(s.ProcessesTraced))
+	ch <- prometheus.MustNewConstMetric(a.exported, prometheus.CounterValue, float64(s.SpansExported))
+	ch <- prometheus.MustNewConstMetric(a.dropped, prometheus.CounterValue, float64(s.SpansDropped))
+	ch <- prometheus.MustNewConstMetric(a.unsam, prometheus.CounterValue, float64(s.SpansSampledOut))
+}
+
+// hotObjects counts reconciles per object over a sliding window and exposes, at each scrape,
+// the K most reconciled objects of each controller as reconscope_hot_objects. Series of
+// objects that left the top K simply stop being reported: at most K series per controller.
+type hotObjects struct {
+	desc       *prometheus.Desc
+	k          int
+	slot       time.Duration
+	maxTracked int
+	now        func() time.Time
+
+	mu   sync.Mutex
+	ctrl map[string]*hotController
+}
+
+type hotKey struct{ namespace, name string }
+
+type hotController struct {
+	slots  [hotObjectSlots]hotSlot
+	totals map[hotKey]int // sum of the live slots' counts
+}
+
+type hotSlot struct {
+	epoch  int64 // which slot-long interval of time it counts; 0: unused
+	counts map[hotKey]int
+}
+
+func newHotObjects(opts MetricsOptions) *hotObjects {
+	window := positive(opts.HotObjectsWindow, DefaultHotObjectsWindow)
+	return &hotObjects{
+		desc: prometheus.NewDesc("reconscope_hot_objects",
+			"Reconciles of each of the most reconciled objects of a controller over the recent window (top K per controller).",
+			[]string{"controller", "namespace", "name"}, nil),
+		k:          positive(opts.HotObjectsK, DefaultHotObjectsK),
+		slot:       max(window/hotObjectSlots, time.Nanosecond),
+		maxTracked: positive(opts.HotObjectsMaxTracked, DefaultHotObjectsMaxTracked),
+		now:        time.Now,
+		ctrl:       map[string]*hotController{},
+	}
+}
+
+// advance forgets the slots that left the window ending at epoch.
+func (h *hotObjects) advance(c *hotController, epoch int64) {
+	for i := range c.slots {
+		sl := &c.slots[i]
+		if sl.epoch != 0 && sl.epoch <= epoch-hotObjectSlots {
+			for k, n := range sl.counts {
+				if c.totals[k] -= n; c.totals[k] <= 0 {
+					delete(c.totals, k)
+				}
+			}
+			sl.epoch, sl.counts = 0, nil
+		}
+	}
+}
+
+func (h *hotObjects) observe(controller, namespace, name string) {
+	epoch := h.now().UnixNano()/int64(h.slot) + 1
+	k := hotKey{namespace, name}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.ctrl[controller]
+	if c == nil {
+		c = &hotController{totals: map[hotKey]int{}}
+		h.ctrl[controller] = c
+	}
+	h.advance(c, epoch)
+	if _, seen := c.totals[k]; !seen && len(c.totals) >= h.maxTracked {
+		return
+	}
+	sl := &c.slots[epoch%hotObjectSlots]
+	if sl.epoch != epoch {
+		sl.epoch, sl.counts = epoch, map[hotKey]int{}
+	}
+	sl.counts[k]++
+	c.totals[k]++
+}
+
+func (h *hotObjects) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
+
+func (h *hotObjects) Collect(ch chan<- prometheus.Metric) {
+	epoch := h.now().UnixNano()/int64(h.slot) + 1
+	type hot struct {
+		controller string
+		key        hotKey
+		n          int
+	}
+	var out []hot
+	h.mu.Lock()
+	for name, c := range h.ctrl {
+		h.advance(c, epoch)
+		if len(c.totals) == 0 {
+			delete(h.ctrl, name)
+			continue
+		}
+		top := make([]hot, 0, len(c.totals))
+		for k, n := range c.totals {
+			top = append(top, hot{name, k, n})
+		}
+		slices.SortFunc(top, func(a, b hot) int {
+			return cmp.Or(cmp.Compare(b.n, a.n), cmp.Compare(a.key.namespace, b.key.namespace), cmp.Compare(a.key.name, b.key.name))
+		})
+		out = append(out, top[:min(h.k, len(top))]...)
+	}
+	h.mu.Unlock()
+	for _, o := range out {
+		ch <- prometheus.MustNewConstMetric(h.desc, prometheus.GaugeValue, float64(o.n), o.controller, o.key.namespace, o.key.name)
+	}
+}

@@ -1,0 +1,395 @@
+package exporter
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/reconscope/reconscope/pkg/span"
+)
+
+const protobufAccept = "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
+
+// scrape fetches url with the Accept header and decodes the families, whatever the format.
+func scrape(t *testing.T, url, accept string) (map[string]*dto.MetricFamily, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	fams := map[string]*dto.MetricFamily{}
+	format := expfmt.ResponseFormat(resp.Header)
+	if format.FormatType() == expfmt.TypeTextPlain {
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		if fams, err = p.TextToMetricFamilies(resp.Body); err != nil {
+			t.Fatalf("parse text exposition: %v", err)
+		}
+		return fams, resp.Header
+	}
+	dec := expfmt.NewDecoder(resp.Body, format)
+	for {
+		var mf dto.MetricFamily
+		if err := dec.Decode(&mf); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("decode %s: %v", format, err)
+		}
+		fams[mf.GetName()] = &mf
+	}
+	return fams, resp.Header
+}
+
+func labelsOf(m *dto.Metric) string {
+	var parts []string
+	for _, l := range m.GetLabel() {
+		parts = append(parts, l.GetName()+"="+l.GetValue())
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+// series maps each series' labels (sorted "k=v,k=v") to its metric.
+func series(t *testing.T, fams map[string]*dto.MetricFamily, name string) map[string]*dto.Metric {
+	t.Helper()
+	mf, ok := fams[name]
+	if !ok {
+		t.Fatalf("metric %s missing", name)
+	}
+	out := map[string]*dto.Metric{}
+	for _, m := range mf.GetMetric() {
+		out[labelsOf(m)] = m
+	}
+	return out
+}
+
+func wantValues(t *testing.T, fams map[string]*dto.MetricFamily, name string, want map[string]float64) {
+	t.Helper()
+	got := series(t, fams, name)
+	for labels, v := range want {
+		m, ok := got[labels]
+		if !ok {
+			t.Errorf("%s{%s} missing; have %v", name, labels, keys(got))
+			continue
+		}
+		var val float64
+		switch {
+		case m.Counter != nil:
+			val = m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			val = m.GetGauge().GetValue()
+		default:
+			val = m.GetUntyped().GetValue()
+		}
+		if val != v {
+			t.Errorf("%s{%s} = %v, want %v", name, labels, val, v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%s has series %v, want exactly %d", name, keys(got), len(want))
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+type fakeNow struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (f *fakeNow) now() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.t }
+func (f *fakeNow) add(d time.Duration) {
+	f.mu.Lock()
+	f.t = f.t.Add(d)
+	f.mu.Unlock()
+}
+
+func newTestMetrics(t *testing.T, opts MetricsOptions) (*Metrics, *httptest.Server, *fakeNow) {
+	t.Helper()
+	m := NewMetrics(opts)
+	clock := &fakeNow{t: time.Unix(1_000_000, 0)} // a multiple of the slot length
+	m.hot.now = clock.now
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(srv.Close)
+	return m, srv, clock
+}
+
+func TestMetricsScrape(t *testing.T) {
+	m, srv, _ := newTestMetrics(t, MetricsOptions{
+		HotObjectsK: 2, HotObjectsWindow: time.Minute,
+		AgentStats: func() AgentStats {
+			return AgentStats{EventsLost: 3, ProbesAttached: 5, ProcessesTraced: 2, SpansExported: 100, SpansDropped: 7, SpansSampledOut: 11}
+		},
+	})
+	for _, s := range testSpans() {
+		if err := m.Write(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.SetInFlight(4)
+
+	fams, hdr := scrape(t, srv.URL+"/metrics", "text/plain")
+	if ct := hdr.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("Content-Type %q, want text/plain", ct)
+	}
+	wantValues(t, fams, "reconscope_reconcile_total", map[string]float64{
+		"controller=configmap,result=success":        1,
+		"controller=configmap,result=error":          1,
+		"controller=configmap,result=requeue":        1,
+		"controller=deployment,result=requeue_after": 1,
+		"controller=deployment,result=abandoned":     1,
+		"controller=job,result=success":              1,
+	})
+	wantValues(t, fams, "reconscope_api_requests_total", map[string]float64{
+		"code=200,controller=configmap,resource=configmaps,verb=PUT":        1,
+		"code=409,controller=configmap,resource=configmaps/status,verb=PUT": 1,
+		"code=404,controller=configmap,resource=secrets,verb=GET":           1,
+	})
+	wantValues(t, fams, "reconscope_noop_reconciles_total", map[string]float64{
+		"controller=deployment": 1,
+		"controller=job":        1,
+	})
+	wantValues(t, fams, "reconscope_reconciles_in_flight", map[string]float64{"": 4})
+	wantValues(t, fams, "reconscope_events_lost_total", map[string]float64{"": 3})
+	wantValues(t, fams, "reconscope_probes_attached", map[string]float64{"": 5})
+	wantValues(t, fams, "reconscope_processes_traced", map[string]float64{"": 2})
+	wantValues(t, fams, "reconscope_spans_exported_total", map[string]float64{"": 100})
+	wantValues(t, fams, "reconscope_spans_dropped_total", map[string]float64{"": 7})
+	wantValues(t, fams, "reconscope_spans_sampled_out_total", map[string]float64{"": 11})
+	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
+		"controller=configmap,name=cm-a,namespace=default": 2,
+		"controller=configmap,name=cm-b,namespace=default": 1,
+		"controller=deployment,name=stuck,namespace=apps":  1,
+		"controller=deployment,name=web,namespace=apps":    1,
+		"controller=job,name=nightly,namespace=batch":      1,
+	})
+
+	// Durations: configmap took 5, 3 and 4 ms; the abandoned deployment reconcile is not observed.
+	dur := series(t, fams, "reconscope_reconcile_duration_seconds")
+	if len(dur) != 3 {
+		t.Errorf("duration series %v, want configmap, deployment, job", keys(dur))
+	}
+	h := dur["controller=configmap"].GetHistogram()
+	if h.GetSampleCount() != 3 || fmt.Sprintf("%.6f", h.GetSampleSum()) != "0.012000" {
+		t.Errorf("configmap duration count %d sum %v, want 3 and 0.012", h.GetSampleCount(), h.GetSampleSum())
+	}
+	wantBuckets := map[float64]uint64{0.0001: 0, 0.0025: 0, 0.005: 3, 60: 3}
+	finite := 0
+	for _, b := range h.GetBucket() {
+		if !math.IsInf(b.GetUpperBound(), 1) { // the text parser adds the +Inf bucket
+			finite++
+		}
+	}
+	if finite != len(DurationBuckets) {
+		t.Errorf("%d classic buckets, want %d", finite, len(DurationBuckets))
+	}
+	for _, b := range h.GetBucket() {
+		if want, ok := wantBuckets[b.GetUpperBound()]; ok && b.GetCumulativeCount() != want {
+			t.Errorf("bucket le=%v holds %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
+		}
+	}
+	if c := dur["controller=deployment"].GetHistogram().GetSampleCount(); c != 1 {
+		t.Errorf("deployment duration count %d, want 1 (abandoned not observed)", c)
+	}
+
+	phases := series(t, fams, "reconscope_reconcile_phase_seconds")
+	if len(phases) != 9 {
+		t.Errorf("phase series %v, want 3 controllers x 3 phases", keys(phases))
+	}
+	read := phases["controller=configmap,phase=read"].GetHistogram()
+	if read.GetSampleCount() != 3 || fmt.Sprintf("%.6f", read.GetSampleSum()) != "0.001050" {
+		t.Errorf("configmap read phase count %d sum %v, want 3 and 0.00105", read.GetSampleCount(), read.GetSampleSum())
+	}
+
+	// Object names appear in no label but the hot-objects gauge's.
+	for name, mf := range fams {
+		if name == "reconscope_hot_objects" {
+			continue
+		}
+		for _, met := range mf.GetMetric() {
+			for _, l := range met.GetLabel() {
+				if l.GetName() == "name" || l.GetName() == "namespace" {
+					t.Errorf("%s has label %s", name, l.GetName())
+				}
+			}
+		}
+	}
+	for _, name := range []string{"go_goroutines", "process_cpu_seconds_total"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("%s missing: Go and process collectors not registered", name)
+		}
+	}
+}
+
+func TestMetricsNativeHistogram(t *testing.T) {
+	m, srv, _ := newTestMetrics(t, MetricsOptions{})
+	for _, s := range testSpans() {
+		_ = m.Write(s)
+	}
+	fams, hdr := scrape(t, srv.URL+"/metrics", protobufAccept)
+	if ct := hdr.Get("Content-Type"); !strings.Contains(ct, "application/vnd.google.protobuf") {
+		t.Fatalf("Content-Type %q, want protobuf", ct)
+	}
+	for _, name := range []string{"reconscope_reconcile_duration_seconds", "reconscope_reconcile_phase_seconds"} {
+		h := series(t, fams, name)
+		for labels, met := range h {
+			hist := met.GetHistogram()
+			// Factor 1.1 is schema 3; a native histogram has a schema, a zero threshold and spans.
+			if hist.Schema == nil || hist.GetSchema() != 3 || hist.GetZeroThreshold() <= 0 {
+				t.Errorf("%s{%s}: schema %v zero threshold %v, want native schema 3", name, labels, hist.Schema, hist.GetZeroThreshold())
+			}
+			if hist.GetSampleCount() > hist.GetZeroCount() && len(hist.GetPositiveSpan()) == 0 {
+				t.Errorf("%s{%s}: no native buckets", name, labels)
+			}
+			if len(hist.GetBucket()) != len(DurationBuckets) {
+				t.Errorf("%s{%s}: %d classic buckets, want %d alongside", name, labels, len(hist.GetBucket()), len(DurationBuckets))
+			}
+		}
+	}
+	h := series(t, fams, "reconscope_reconcile_duration_seconds")["controller=configmap"].GetHistogram()
+	// Native buckets are delta-encoded: each bucket's count is the previous one's plus its delta.
+	var count, total int64
+	for _, d := range h.GetPositiveDelta() {
+		count += d
+		total += count
+	}
+	if h.GetSampleCount() != 3 || uint64(total)+h.GetZeroCount() != 3 {
+		t.Errorf("configmap native histogram: count %d, buckets hold %d, want 3", h.GetSampleCount(), uint64(total)+h.GetZeroCount())
+	}
+
+	// OpenMetrics is negotiated too.
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") || !strings.HasSuffix(string(body), "# EOF\n") {
+		t.Errorf("OpenMetrics scrape: Content-Type %q, body ends %q", ct, body[max(0, len(body)-20):])
+	}
+}
+
+func TestMetricsHotObjectsBounded(t *testing.T) {
+	const k = 3
+	m, srv, clock := newTestMetrics(t, MetricsOptions{HotObjectsK: k, HotObjectsWindow: time.Minute})
+	reconcile := func(controller, name string, times int) {
+		for range times {
+			_ = m.Write(&span.Span{Controller: controller, Namespace: "ns", Name: name, Result: span.ResultSuccess, Noop: true})
+		}
+	}
+	// 20 objects of "busy", object i reconciled i times; 2 objects of "quiet".
+	for i := 1; i <= 20; i++ {
+		reconcile("busy", fmt.Sprintf("obj-%02d", i), i)
+	}
+	reconcile("quiet", "a", 2)
+	reconcile("quiet", "b", 1)
+
+	fams, _ := scrape(t, srv.URL+"/metrics", "")
+	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
+		"controller=busy,name=obj-20,namespace=ns": 20,
+		"controller=busy,name=obj-19,namespace=ns": 19,
+		"controller=busy,name=obj-18,namespace=ns": 18,
+		"controller=quiet,name=a,namespace=ns":     2,
+		"controller=quiet,name=b,namespace=ns":     1,
+	})
+
+	// 40s later a burst on obj-01 makes it the hottest; the window still holds the rest.
+	clock.add(40 * time.Second)
+	reconcile("busy", "obj-01", 30)
+	fams, _ = scrape(t, srv.URL+"/metrics", "")
+	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
+		"controller=busy,name=obj-01,namespace=ns": 31,
+		"controller=busy,name=obj-20,namespace=ns": 20,
+		"controller=busy,name=obj-19,namespace=ns": 19,
+		"controller=quiet,name=a,namespace=ns":     2,
+		"controller=quiet,name=b,namespace=ns":     1,
+	})
+
+	// At 60s the first burst has left the one-minute window: its series are gone.
+	clock.add(20 * time.Second)
+	fams, _ = scrape(t, srv.URL+"/metrics", "")
+	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
+		"controller=busy,name=obj-01,namespace=ns": 30,
+	})
+	clock.add(time.Minute)
+	fams, _ = scrape(t, srv.URL+"/metrics", "")
+	if _, ok := fams["reconscope_hot_objects"]; ok {
+		t.Errorf("hot objects still reported after the window: %v", keys(series(t, fams, "reconscope_hot_objects")))
+	}
+}
+
+func TestMetricsHotObjectsMaxTracked(t *testing.T) {
+	m, srv, _ := newTestMetrics(t, MetricsOptions{HotObjectsK: 10, HotObjectsMaxTracked: 2})
+	for _, name := range []string{"a", "b", "c", "a"} {
+		_ = m.Write(&span.Span{Controller: "c", Namespace: "ns", Name: name, Result: span.ResultSuccess})
+	}
+	fams, _ := scrape(t, srv.URL+"/metrics", "")
+	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
+		"controller=c,name=a,namespace=ns": 2,
+		"controller=c,name=b,namespace=ns": 1,
+	})
+}
+
+func TestMetricsHealth(t *testing.T) {
+	m, srv, _ := newTestMetrics(t, MetricsOptions{})
+	status := func(path string) int {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := status("/healthz"); s != http.StatusOK {
+		t.Errorf("/healthz = %d", s)
+	}
+	if s := status("/readyz"); s != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before SetReady = %d, want 503", s)
+	}
+	m.SetReady(true)
+	if s := status("/readyz"); s != http.StatusOK {
+		t.Errorf("/readyz after SetReady(true) = %d, want 200", s)
+	}
+	m.SetReady(false)
+	if s := status("/readyz"); s != http.StatusServiceUnavailable {
+		t.Errorf("/readyz after SetReady(false) = %d, want 503", s)
+	}
+	// Without an AgentStats callback the self-metrics are not invented.
+	fams, _ := scrape(t, srv.URL+"/metrics", "")
+	if _, ok := fams["reconscope_spans_exported_total"]; ok {
+		t.Error("reconscope_spans_exported_total reported with no AgentStats")
+	}
+}

@@ -1,0 +1,770 @@
+package exporter
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/reconscope/reconscope/pkg/span"
+)
+
+// testClock is a fixed Clock: wall = monotonic + 1.7e18 ns, so expected times are exact.
+var testClock = Clock{offset: 1_700_000_000_000_000_000}
+
+// received is one span as a collector got it, with its resource's attributes.
+type received struct {
+	resource map[string]*commonpb.AnyValue
+	span     *tracepb.Span
+}
+
+// collector keeps what an OTLP server received.
+type collector struct {
+	mu       sync.Mutex
+	spans    []received
+	headers  []map[string]string
+	response *coltracepb.ExportTraceServiceResponse
+}
+
+func (c *collector) add(req *coltracepb.ExportTraceServiceRequest, headers map[string]string) *coltracepb.ExportTraceServiceResponse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		res := attrMap(rs.GetResource().GetAttributes())
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				c.spans = append(c.spans, received{resource: res, span: s})
+			}
+		}
+	}
+	c.headers = append(c.headers, headers)
+	if c.response != nil {
+		return c.response
+	}
+	return &coltracepb.ExportTraceServiceResponse{}
+}
+
+func (c *collector) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.spans)
+}
+
+func (c *collector) all() []received {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]received(nil), c.spans...)
+}
+
+// grpcCollector is a real OTLP/gRPC trace service.
+type grpcCollector struct {
+	coltracepb.UnimplementedTraceServiceServer
+	*collector
+}
+
+func (g *grpcCollector) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	h := map[string]string{}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		for k, v := range md {
+			h[k] = v[0]
+		}
+	}
+	return g.add(req, h), nil
+}
+
+// startGRPCCollector serves OTLP/gRPC on l (a new loopback listener when nil).
+func startGRPCCollector(t *testing.T, l net.Listener) (*collector, string) {
+	t.Helper()
+	if l == nil {
+		var err error
+		if l, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &collector{}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, &grpcCollector{collector: c})
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return c, l.Addr().String()
+}
+
+// startHTTPCollector serves OTLP/HTTP (protobuf) on l (a new loopback listener when nil).
+func startHTTPCollector(t *testing.T, l net.Listener) (*collector, string) {
+	t.Helper()
+	c := &collector{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil || r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		h := map[string]string{}
+		for k := range r.Header {
+			h[k] = r.Header.Get(k)
+		}
+		out, _ := proto.Marshal(c.add(&req, h))
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
+	}))
+	if l != nil {
+		srv.Listener.Close()
+		srv.Listener = l
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return c, srv.Listener.Addr().String()
+}
+
+func startCollector(t *testing.T, p Protocol, l net.Listener) (*collector, string) {
+	t.Helper()
+	if p == ProtocolGRPC {
+		return startGRPCCollector(t, l)
+	}
+	return startHTTPCollector(t, l)
+}
+
+func attrMap(kvs []*commonpb.KeyValue) map[string]*commonpb.AnyValue {
+	m := make(map[string]*commonpb.AnyValue, len(kvs))
+	for _, kv := range kvs {
+		m[kv.GetKey()] = kv.GetValue()
+	}
+	return m
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// testOptions are fast-batching options for a collector at addr.
+func testOptions(p Protocol, addr string) OTLPOptions {
+	return OTLPOptions{
+		Endpoint:     addr,
+		Protocol:     p,
+		Insecure:     true,
+		NodeName:     "node-1",
+		Clock:        testClock,
+		BatchTimeout: 5 * time.Millisecond,
+		Logger:       quietLogger(),
+	}
+}
+
+const ms = uint64(time.Millisecond)
+
+// The spans of the main test: what the assembler would emit.
+func testSpans() []*span.Span {
+	manager := func(s *span.Span) *span.Span {
+		s.PID, s.Exe, s.Pod, s.Container = 4242, "/manager", "ops/ctl-7d9f", "manager"
+		return s
+	}
+	return []*span.Span{
+		manager(&span.Span{
+			Controller: "configmap", Namespace: "default", Name: "cm-a", UID: "uid-a",
+			ReconcileID: "11111111-aaaa", Goid: 318, Start: 1000 * ms, Duration: 5 * time.Millisecond,
+			Result: span.ResultSuccess,
+			Calls: []span.Call{
+				{CallInfo: span.CallInfo{Kind: span.CallCacheGet, Verb: "GET", Resource: "configmaps", Namespace: "default", Name: "cm-a", UID: "uid-a"},
+					Start: 1000*ms + 100_000, Duration: 50 * time.Microsecond},
+				{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "PUT", Resource: "configmaps", Namespace: "default", Name: "cm-a", Status: 200},
+					Start: 1001 * ms, Duration: 2 * time.Millisecond},
+			},
+			Phases: span.Phases{Read: 50 * time.Microsecond, Write: 2 * time.Millisecond, Compute: 2950 * time.Microsecond},
+		}),
+		manager(&span.Span{
+			Controller: "configmap", Namespace: "default", Name: "cm-b", ReconcileID: "22222222-bbbb", Goid: 319,
+			Start: 2000 * ms, Duration: 3 * time.Millisecond, Result: span.ResultError,
+			ErrorType: "*errors.StatusError", Error: `Operation cannot be fulfilled on configmaps "cm-b": the object has been modified`,
+			Calls: []span.Call{
+				{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "PUT", Resource: "configmaps", Subresource: "status", Namespace: "default", Name: "cm-b", Status: 409},
+					Start: 2001 * ms, Duration: time.Millisecond},
+			},
+			Phases: span.Phases{Write: time.Millisecond, Compute: 2 * time.Millisecond},
+		}),
+		manager(&span.Span{
+			Controller: "deployment", Namespace: "apps", Name: "web", ReconcileID: "33333333-cccc", Goid: 320,
+			Start: 3000 * ms, Duration: time.Millisecond, Result: span.ResultRequeueAfter, RequeueAfter: 30 * time.Second,
+			Noop: true, Phases: span.Phases{Compute: time.Millisecond},
+		}),
+		manager(&span.Span{
+			Controller: "deployment", Namespace: "apps", Name: "stuck", Goid: 321,
+			Start: 4000 * ms, Duration: 10 * time.Second, Result: span.ResultAbandoned, Incomplete: true,
+		}),
+		// An inner call (depth 1) is appended before the call that made it, as the assembler does.
+		manager(&span.Span{
+			Controller: "configmap", Namespace: "default", Name: "cm-a", UID: "uid-a", ReconcileID: "44444444-dddd", Goid: 318,
+			Start: 5000 * ms, Duration: 4 * time.Millisecond, Result: span.ResultRequeue,
+			Calls: []span.Call{
+				{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "GET", Resource: "secrets", Namespace: "default", Name: "token", Status: 404},
+					Start: 5001*ms + 10_000, Duration: 500 * time.Microsecond, Depth: 1},
+				{CallInfo: span.CallInfo{Kind: span.CallCacheGet, Verb: "GET", Resource: "secrets", Namespace: "default", Name: "token"},
+					Start: 5001 * ms, Duration: time.Millisecond, Depth: 0},
+			},
+			Phases: span.Phases{Read: time.Millisecond, Compute: 3 * time.Millisecond},
+		}),
+		// Another process, outside Kubernetes: service.name is the executable's base name.
+		{Controller: "job", Namespace: "batch", Name: "nightly", PID: 99, Exe: "/usr/local/bin/other-operator", Goid: 7,
+			Start: 6000 * ms, Duration: time.Millisecond, Result: span.ResultSuccess, Noop: true},
+	}
+}
+
+func wantStr(t *testing.T, attrs map[string]*commonpb.AnyValue, key, want string) {
+	t.Helper()
+	v, ok := attrs[key]
+	if !ok {
+		t.Errorf("attribute %s missing, want %q", key, want)
+		return
+	}
+	if got := v.GetStringValue(); got != want {
+		t.Errorf("attribute %s = %q, want %q", key, got, want)
+	}
+}
+
+func wantInt(t *testing.T, attrs map[string]*commonpb.AnyValue, key string, want int64) {
+	t.Helper()
+	v, ok := attrs[key]
+	if !ok {
+		t.Errorf("attribute %s missing, want %d", key, want)
+		return
+	}
+	if got := v.GetIntValue(); got != want {
+		t.Errorf("attribute %s = %d, want %d", key, got, want)
+	}
+}
+
+func wantBool(t *testing.T, attrs map[string]*commonpb.AnyValue, key string, want bool) {
+	t.Helper()
+	v, ok := attrs[key]
+	if !ok {
+		t.Errorf("attribute %s missing, want %v", key, want)
+		return
+	}
+	if got := v.GetBoolValue(); got != want {
+		t.Errorf("attribute %s = %v, want %v", key, got, want)
+	}
+}
+
+func wantAbsent(t *testing.T, attrs map[string]*commonpb.AnyValue, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if _, ok := attrs[k]; ok {
+			t.Errorf("attribute %s present, want absent", k)
+		}
+	}
+}
+
+func wantTimes(t *testing.T, s *tracepb.Span, start uint64, d time.Duration) {
+	t.Helper()
+	wantStart := uint64(testClock.Wall(start).UnixNano())
+	if s.GetStartTimeUnixNano() != wantStart || s.GetEndTimeUnixNano() != wantStart+uint64(d) {
+		t.Errorf("%s: times [%d, %d], want [%d, %d]", s.GetName(), s.GetStartTimeUnixNano(), s.GetEndTimeUnixNano(), wantStart, wantStart+uint64(d))
+	}
+}
+
+// export writes spans to a new exporter talking to a new collector and shuts it down.
+func export(t *testing.T, p Protocol, spans []*span.Span, tune func(*OTLPOptions)) ([]received, *collector, OTLPStats) {
+	t.Helper()
+	c, addr := startCollector(t, p, nil)
+	opts := testOptions(p, addr)
+	if tune != nil {
+		tune(&opts)
+	}
+	e, err := NewOTLP(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range spans {
+		if err := e.Write(s); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	return c.all(), c, e.Stats()
+}
+
+// roots indexes root spans by reconcile ID (or object name when it has none) and children by
+// parent span ID.
+func index(got []received) (roots map[string]received, children map[string][]received) {
+	roots, children = map[string]received{}, map[string][]received{}
+	for _, r := range got {
+		if len(r.span.GetParentSpanId()) == 0 {
+			a := attrMap(r.span.GetAttributes())
+			key := a["reconscope.reconcile_id"].GetStringValue()
+			if key == "" {
+				key = a["k8s.object.name"].GetStringValue()
+			}
+			roots[key] = r
+			continue
+		}
+		p := hex.EncodeToString(r.span.GetParentSpanId())
+		children[p] = append(children[p], r)
+	}
+	for _, cs := range children {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].span.GetStartTimeUnixNano() < cs[j].span.GetStartTimeUnixNano() })
+	}
+	return roots, children
+}
+
+func TestOTLPExport(t *testing.T) {
+	for _, p := range []Protocol{ProtocolGRPC, ProtocolHTTPProtobuf} {
+		t.Run(string(p), func(t *testing.T) {
+			spans := testSpans()
+			got, _, stats := export(t, p, spans, nil)
+			total := 0
+			for _, s := range spans {
+				total += 1 + len(s.Calls)
+			}
+			if len(got) != total {
+				t.Fatalf("collector got %d spans, want %d", len(got), total)
+			}
+			if stats.Exported != uint64(total) || stats.Dropped != 0 || stats.Queued != 0 {
+				t.Errorf("stats = %+v, want %d exported, none dropped", stats, total)
+			}
+			roots, children := index(got)
+			if len(roots) != len(spans) {
+				t.Fatalf("got %d root spans, want %d", len(roots), len(spans))
+			}
+
+			// 1. A successful reconcile with a cache read and a write.
+			r := roots["11111111-aaaa"]
+			s := r.span
+			if s.GetName() != "reconcile configmap" || s.GetKind() != tracepb.Span_SPAN_KIND_INTERNAL {
+				t.Errorf("root: name %q kind %v", s.GetName(), s.GetKind())
+			}
+			wantTimes(t, s, spans[0].Start, spans[0].Duration)
+			a := attrMap(s.GetAttributes())
+			wantStr(t, a, "reconscope.controller", "configmap")
+			wantStr(t, a, "k8s.namespace.name", "default")
+			wantStr(t, a, "k8s.object.name", "cm-a")
+			wantStr(t, a, "k8s.object.uid", "uid-a")
+			wantStr(t, a, "reconscope.reconcile_id", "11111111-aaaa")
+			wantStr(t, a, "reconscope.result", "success")
+			wantBool(t, a, "reconscope.noop", false)
+			wantBool(t, a, "reconscope.incomplete", false)
+			wantInt(t, a, "process.pid", 4242)
+			wantInt(t, a, "reconscope.goid", 318)
+			wantInt(t, a, "reconscope.phase.read_ns", 50_000)
+			wantInt(t, a, "reconscope.phase.write_ns", 2_000_000)
+			wantInt(t, a, "reconscope.phase.compute_ns", 2_950_000)
+			wantAbsent(t, a, "error.type", "reconscope.requeue_after_ns")
+			if s.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_UNSET {
+				t.Errorf("success status = %v, want unset", s.GetStatus())
+			}
+			if len(s.GetLinks()) != 0 {
+				t.Errorf("first reconcile of cm-a has links %v", s.GetLinks())
+			}
+			res := r.resource
+			wantStr(t, res, "service.name", "manager")
+			wantInt(t, res, "process.pid", 4242)
+			wantStr(t, res, "process.executable.path", "/manager")
+			wantStr(t, res, "k8s.pod.name", "ctl-7d9f")
+			wantStr(t, res, "k8s.namespace.name", "ops")
+			wantStr(t, res, "k8s.container.name", "manager")
+			wantStr(t, res, "k8s.node.name", "node-1")
+
+			kids := children[hex.EncodeToString(s.GetSpanId())]
+			if len(kids) != 2 {
+				t.Fatalf("cm-a has %d child spans, want 2", len(kids))
+			}
+			get, put := kids[0].span, kids[1].span
+			for _, k := range kids {
+				if string(k.span.GetTraceId()) != string(s.GetTraceId()) {
+					t.Errorf("child %s in trace %x, want %x", k.span.GetName(), k.span.GetTraceId(), s.GetTraceId())
+				}
+			}
+			if get.GetName() != "GET configmaps" || get.GetKind() != tracepb.Span_SPAN_KIND_INTERNAL {
+				t.Errorf("cache read: name %q kind %v", get.GetName(), get.GetKind())
+			}
+			wantTimes(t, get, spans[0].Calls[0].Start, spans[0].Calls[0].Duration)
+			ga := attrMap(get.GetAttributes())
+			wantStr(t, ga, "reconscope.call.kind", "cache_get")
+			wantStr(t, ga, "k8s.namespace.name", "default")
+			wantStr(t, ga, "k8s.object.name", "cm-a")
+			wantStr(t, ga, "k8s.object.uid", "uid-a")
+			wantAbsent(t, ga, "http.request.method", "http.response.status_code")
+			if put.GetName() != "PUT configmaps" || put.GetKind() != tracepb.Span_SPAN_KIND_CLIENT {
+				t.Errorf("write: name %q kind %v", put.GetName(), put.GetKind())
+			}
+			wantTimes(t, put, spans[0].Calls[1].Start, spans[0].Calls[1].Duration)
+			pa := attrMap(put.GetAttributes())
+			wantStr(t, pa, "reconscope.call.kind", "api")
+			wantStr(t, pa, "http.request.method", "PUT")
+			wantInt(t, pa, "http.response.status_code", 200)
+			wantStr(t, pa, "k8s.namespace.name", "default")
+			wantStr(t, pa, "k8s.object.name", "cm-a")
+			if put.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_UNSET {
+				t.Errorf("200 status = %v, want unset", put.GetStatus())
+			}
+
+			// 2. An error.
+			s = roots["22222222-bbbb"].span
+			a = attrMap(s.GetAttributes())
+			wantStr(t, a, "reconscope.result", "error")
+			wantStr(t, a, "error.type", "*errors.StatusError")
+			if s.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR || s.GetStatus().GetMessage() != spans[1].Error {
+				t.Errorf("error status = %v, want ERROR %q", s.GetStatus(), spans[1].Error)
+			}
+			kids = children[hex.EncodeToString(s.GetSpanId())]
+			if len(kids) != 1 || kids[0].span.GetName() != "PUT configmaps/status" {
+				t.Fatalf("error reconcile children = %v", kids)
+			}
+			ka := attrMap(kids[0].span.GetAttributes())
+			wantInt(t, ka, "http.response.status_code", 409)
+			wantStr(t, ka, "error.type", "409")
+			if kids[0].span.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR {
+				t.Errorf("409 call status = %v, want ERROR", kids[0].span.GetStatus())
+			}
+
+			// 3. requeue_after.
+			s = roots["33333333-cccc"].span
+			a = attrMap(s.GetAttributes())
+			wantStr(t, a, "reconscope.result", "requeue_after")
+			wantInt(t, a, "reconscope.requeue_after_ns", int64(30*time.Second))
+			wantBool(t, a, "reconscope.noop", true)
+			wantAbsent(t, a, "error.type", "k8s.object.uid")
+
+			// 4. abandoned.
+			s = roots["stuck"].span
+			a = attrMap(s.GetAttributes())
+			wantStr(t, a, "reconscope.result", "abandoned")
+			wantStr(t, a, "error.type", "abandoned")
+			wantBool(t, a, "reconscope.incomplete", true)
+			wantTimes(t, s, spans[3].Start, spans[3].Duration)
+			if s.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_ERROR || s.GetStatus().GetMessage() == "" {
+				t.Errorf("abandoned status = %v, want ERROR with a message", s.GetStatus())
+			}
+
+			// 5. The second reconcile of cm-a links to the first; its calls nest.
+			first := roots["11111111-aaaa"].span
+			s = roots["44444444-dddd"].span
+			if len(s.GetLinks()) != 1 {
+				t.Fatalf("second reconcile of cm-a has %d links, want 1", len(s.GetLinks()))
+			}
+			l := s.GetLinks()[0]
+			if string(l.GetTraceId()) != string(first.GetTraceId()) || string(l.GetSpanId()) != string(first.GetSpanId()) {
+				t.Errorf("link to %x/%x, want %x/%x", l.GetTraceId(), l.GetSpanId(), first.GetTraceId(), first.GetSpanId())
+			}
+			wantStr(t, attrMap(l.GetAttributes()), "reconscope.link.type", "previous_reconcile")
+			if string(s.GetTraceId()) == string(first.GetTraceId()) {
+				t.Error("second reconcile shares the first one's trace")
+			}
+			kids = children[hex.EncodeToString(s.GetSpanId())]
+			if len(kids) != 1 || kids[0].span.GetName() != "GET secrets" || kids[0].span.GetKind() != tracepb.Span_SPAN_KIND_INTERNAL {
+				t.Fatalf("children of the second cm-a reconcile = %v, want the cache read only", kids)
+			}
+			inner := children[hex.EncodeToString(kids[0].span.GetSpanId())]
+			if len(inner) != 1 || inner[0].span.GetName() != "GET secrets" || inner[0].span.GetKind() != tracepb.Span_SPAN_KIND_CLIENT {
+				t.Fatalf("calls inside the cache read = %v, want the API GET", inner)
+			}
+			wantTimes(t, inner[0].span, spans[4].Calls[0].Start, spans[4].Calls[0].Duration)
+			wantInt(t, attrMap(inner[0].span.GetAttributes()), "reconscope.call.depth", 1)
+			if string(inner[0].span.GetTraceId()) != string(s.GetTraceId()) {
+				t.Error("nested call in another trace")
+			}
+
+			// 6. Another process has its own resource.
+			r = roots["nightly"]
+			wantStr(t, r.resource, "service.name", "other-operator")
+			wantInt(t, r.resource, "process.pid", 99)
+			wantStr(t, r.resource, "k8s.node.name", "node-1")
+			wantAbsent(t, r.resource, "k8s.pod.name", "k8s.container.name", "k8s.namespace.name")
+		})
+	}
+}
+
+func TestOTLPEnvironment(t *testing.T) {
+	for _, p := range []Protocol{ProtocolGRPC, ProtocolHTTPProtobuf} {
+		t.Run(string(p), func(t *testing.T) {
+			c, addr := startCollector(t, p, nil)
+			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", string(p))
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+addr)
+			t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme")
+			t.Setenv("OTEL_SERVICE_NAME", "controllers")
+			t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=test")
+			e, err := NewOTLP(context.Background(), OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Write(testSpans()[2]); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			got := c.all()
+			if len(got) != 1 {
+				t.Fatalf("collector got %d spans, want 1", len(got))
+			}
+			wantStr(t, got[0].resource, "service.name", "controllers")
+			wantStr(t, got[0].resource, "deployment.environment.name", "test")
+			wantStr(t, got[0].resource, "k8s.container.name", "manager")
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			tenant := c.headers[0]["x-tenant"]
+			if tenant == "" {
+				tenant = c.headers[0]["X-Tenant"]
+			}
+			if tenant != "acme" {
+				t.Errorf("headers %v, want x-tenant=acme", c.headers[0])
+			}
+		})
+	}
+}
+
+func TestOTLPOptionsOverrideEnvironment(t *testing.T) {
+	c, addr := startGRPCCollector(t, nil)
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1") // nothing there
+	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=env")
+	opts := testOptions(ProtocolGRPC, "http://"+addr)
+	opts.Headers = map[string]string{"x-tenant": "flag"}
+	e, err := NewOTLP(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Write(testSpans()[2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c.count() != 1 {
+		t.Fatalf("collector got %d spans, want 1", c.count())
+	}
+	if h := c.headers[0]["x-tenant"]; h != "flag" {
+		t.Errorf("x-tenant = %q, want flag", h)
+	}
+}
+
+func TestOTLPBadProtocol(t *testing.T) {
+	if _, err := NewOTLP(context.Background(), OTLPOptions{Protocol: "thrift"}); err == nil {
+		t.Fatal("NewOTLP accepted protocol thrift")
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "carrier-pigeon")
+	if _, err := NewOTLP(context.Background(), OTLPOptions{}); err == nil {
+		t.Fatal("NewOTLP accepted OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=carrier-pigeon")
+	}
+}
+
+func TestOTLPPartialSuccess(t *testing.T) {
+	for _, p := range []Protocol{ProtocolGRPC, ProtocolHTTPProtobuf} {
+		t.Run(string(p), func(t *testing.T) {
+			c, addr := startCollector(t, p, nil)
+			c.response = &coltracepb.ExportTraceServiceResponse{PartialSuccess: &coltracepb.ExportTracePartialSuccess{
+				RejectedSpans: 1, ErrorMessage: "span too old",
+			}}
+			opts := testOptions(p, addr)
+			opts.BatchTimeout = time.Hour // one batch, sent by Shutdown: one response rejecting one span
+			e, err := NewOTLP(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Write(testSpans()[0]); err != nil { // 3 spans
+				t.Fatal(err)
+			}
+			if err := e.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if st := e.Stats(); st.Exported != 2 || st.Dropped != 1 {
+				t.Errorf("stats = %+v, want 2 exported, 1 dropped", st)
+			}
+		})
+	}
+}
+
+func TestOTLPLinkCacheBounded(t *testing.T) {
+	obj := func(name, id string, start uint64) *span.Span {
+		return &span.Span{Controller: "c", Namespace: "ns", Name: name, ReconcileID: id, PID: 1, Exe: "/m",
+			Start: start, Duration: time.Millisecond, Result: span.ResultSuccess}
+	}
+	spans := []*span.Span{obj("a", "1", 1*ms), obj("b", "2", 2*ms), obj("a", "3", 3*ms), obj("a", "4", 4*ms)}
+	got, _, _ := export(t, ProtocolGRPC, spans, func(o *OTLPOptions) { o.MaxLinks = 1 })
+	roots, _ := index(got)
+	// With room for one object, b pushed a out: a's second reconcile has no link, its third does.
+	for id, want := range map[string]int{"1": 0, "2": 0, "3": 0, "4": 1} {
+		if n := len(roots[id].span.GetLinks()); n != want {
+			t.Errorf("reconcile %s has %d links, want %d", id, n, want)
+		}
+	}
+	if l := roots["4"].span.GetLinks(); len(l) == 1 && string(l[0].GetSpanId()) != string(roots["3"].span.GetSpanId()) {
+		t.Error("reconcile 4 does not link to reconcile 3")
+	}
+}
+
+func TestOTLPWriteAfterShutdown(t *testing.T) {
+	_, addr := startGRPCCollector(t, nil)
+	e, err := NewOTLP(context.Background(), testOptions(ProtocolGRPC, addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Write(testSpans()[0]); !errors.Is(err, ErrExporterClosed) {
+		t.Errorf("write after shutdown: %v, want ErrExporterClosed", err)
+	}
+	if st := e.Stats(); st.Dropped != 3 || st.Exported != 0 {
+		t.Errorf("stats = %+v, want 3 dropped", st)
+	}
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Errorf("second shutdown: %v", err)
+	}
+}
+
+// TestOTLPCollectorDown writes while nothing listens at the endpoint: every write returns, the
+// queue never holds more than its bound, every span is accounted for as dropped; then a collector
+// comes up at that address and spans flow again.
+func TestOTLPCollectorDown(t *testing.T) {
+	for _, p := range []Protocol{ProtocolGRPC, ProtocolHTTPProtobuf} {
+		t.Run(string(p), func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := l.Addr().String()
+			l.Close() // nothing listens there now
+
+			const queue = 16
+			opts := testOptions(p, addr)
+			opts.MaxQueueSize = queue
+			opts.MaxExportBatchSize = 8
+			opts.ExportTimeout = 500 * time.Millisecond
+			opts.Retry = &RetryOptions{InitialInterval: 5 * time.Millisecond, MaxInterval: 20 * time.Millisecond, MaxElapsedTime: 100 * time.Millisecond}
+			opts.ReconnectMaxDelay = 50 * time.Millisecond
+			e, err := NewOTLP(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e.Shutdown(context.Background()) })
+
+			mk := func(i int) *span.Span {
+				s := *testSpans()[1] // one root and one call
+				s.Start = uint64(i+1) * ms
+				return &s
+			}
+			const n = 500
+			written := 0
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := range n {
+					_ = e.Write(mk(i))
+				}
+			}()
+			select {
+			case <-done:
+			case <-time.After(60 * time.Second): // a hang guard, not a measurement
+				t.Fatal("writes blocked while the collector is down")
+			}
+			written += 2 * n
+
+			st := e.Stats()
+			if st.Exported != 0 {
+				t.Errorf("exported %d spans with no collector", st.Exported)
+			}
+			if got := st.Exported + st.Dropped + uint64(st.Queued); got != uint64(written) {
+				t.Errorf("exported %d + dropped %d + queued %d = %d, want %d", st.Exported, st.Dropped, st.Queued, got, written)
+			}
+			if st.Dropped < uint64(written-queue) {
+				t.Errorf("dropped %d, want at least %d (queue holds %d)", st.Dropped, written-queue, queue)
+			}
+			e.acct.mu.Lock()
+			peak := e.acct.peak
+			e.acct.mu.Unlock()
+			if peak > queue {
+				t.Errorf("queue held %d spans, bound is %d", peak, queue)
+			}
+
+			// Failed exports give the queued spans up, counted.
+			waitFor(t, "failed exports to settle", func() bool { return e.Stats().Queued == 0 })
+			if st := e.Stats(); st.Dropped != uint64(written) || st.Exported != 0 {
+				t.Errorf("after failures: %+v, want all %d dropped", st, written)
+			}
+
+			// The collector comes up at the same address: spans flow again.
+			l, err = net.Listen("tcp", addr)
+			if err != nil {
+				t.Skipf("cannot listen again on %s: %v", addr, err)
+			}
+			c, _ := startCollector(t, p, l)
+			i := n
+			waitFor(t, "spans to reach the recovered collector", func() bool {
+				_ = e.Write(mk(i))
+				i++
+				written += 2
+				return c.count() > 0
+			})
+			if err := e.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			st = e.Stats()
+			if st.Exported+st.Dropped != uint64(written) || st.Queued != 0 {
+				t.Errorf("after shutdown: %+v, want exported + dropped = %d", st, written)
+			}
+			if st.Exported != uint64(c.count()) || st.Exported == 0 {
+				t.Errorf("exported %d, collector received %d", st.Exported, c.count())
+			}
+		})
+	}
+}
+
+// waitFor polls cond every 20ms for up to 30s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestPartialSuccessRejected(t *testing.T) {
+	if _, ok := partialSuccessRejected(errors.New("connection refused")); ok {
+		t.Error("a plain error taken for a partial success")
+	}
+	if _, ok := partialSuccessRejected(nil); ok {
+		t.Error("nil taken for a partial success")
+	}
+}
+
+func TestLRU(t *testing.T) {
+	l := newLRU[string, int](2)
+	l.put("a", 1)
+	l.put("b", 2)
+	if _, ok := l.get("a"); !ok { // a is now the most recent
+		t.Fatal("a missing")
+	}
+	l.put("c", 3) // evicts b
+	if _, ok := l.get("b"); ok {
+		t.Error("b not evicted")
+	}
+	if v, ok := l.get("a"); !ok || v != 1 {
+		t.Error("a evicted")
+	}
+	l.put("a", 4)
+	if v, _ := l.get("a"); v != 4 || l.len() != 2 {
+		t.Errorf("a = %d, len %d", v, l.len())
+	}
+}

@@ -1,0 +1,572 @@
+package symbols
+
+import (
+	"bytes"
+	"debug/buildinfo"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Binary is an opened Go ELF executable. The exported fields are read when it is opened;
+// everything else (function table, DWARF, itabs) is read the first time it is asked for and
+// then kept. A Binary is safe for concurrent use. Close it when done.
+type Binary struct {
+	// Path is the path the binary was opened from ("" for OpenReader).
+	Path string
+	// Arch is the Go architecture name: "amd64" or "arm64".
+	Arch string
+	// GoVersion is the version of the Go toolchain that built the binary, e.g. "go1.26.8".
+	GoVersion string
+	// MainModule is the path of the main module ("command-line-arguments" for a build of
+	// loose files).
+	MainModule string
+	// Modules maps each dependency module path to its version, after replace directives
+	// (the replacement's version when it has one).
+	Modules map[string]string
+	// Settings holds the build settings recorded in the binary: "-ldflags", "CGO_ENABLED",
+	// "GOARCH", "vcs.revision", ...
+	Settings map[string]string
+	// Stripped is true when the binary has no .symtab (built with -ldflags=-s): functions
+	// then come from .gopclntab.
+	Stripped bool
+	// HasDWARF is true when the binary carries DWARF (.debug_info), i.e. was not built with
+	// -ldflags=-w.
+	HasDWARF bool
+	// PIE is true for position-independent executables (ELF type ET_DYN): their addresses
+	// are shifted by a load bias at run time.
+	PIE bool
+
+	r      io.ReaderAt
+	size   int64
+	closer io.Closer
+	f      *elf.File
+	loads  []*elf.Prog
+	// goMinor is 26 for go1.26.x; 0 when the version is unknown.
+	goMinor int
+
+	symtab     func() (*symtab, error)
+	pclnHeader func() (*pclnHeader, error)
+	functions  func() ([]Function, error)
+	modData    func() (*moduledata, error)
+	itabList   func() ([]Itab, error)
+	relocs     func() map[uint64]uint64
+	dwarf      func() (*dwarfReader, error)
+
+	mu      sync.Mutex
+	offsets map[string]offsetResult
+}
+
+// MinGoMinor is the oldest Go 1.x minor version supported: 1.17 introduced the register
+// ABI that the probes read arguments from.
+const MinGoMinor = 17
+
+// Open opens the Go executable at path. It reads the ELF headers and the build information;
+// everything else is read on demand.
+func Open(path string) (*Binary, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open executable: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open executable: %w", err)
+	}
+	if st.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("open executable %s: %w: it is a directory; give the path of the controller's executable", path, ErrNotELF)
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("open executable %s: %w: not a regular file (%s); give the path of the controller's executable", path, ErrNotELF, st.Mode().Type())
+	}
+	b, err := newBinary(path, f, st.Size())
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	b.closer = f
+	return b, nil
+}
+
+// OpenPID opens the executable of a running process through /proc/PID/exe, which works even
+// when the process runs in another mount namespace (a container). Reading it needs the same
+// rights as ptrace-attaching to the process (root, or CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH).
+func OpenPID(pid int) (*Binary, error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("open executable of process %d: invalid PID", pid)
+	}
+	path := "/proc/" + strconv.Itoa(pid) + "/exe"
+	b, err := Open(path)
+	if err != nil {
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return nil, fmt.Errorf("open executable of process %d: %w (has the process exited?)", pid, err)
+		case errors.Is(err, os.ErrPermission):
+			return nil, fmt.Errorf("open executable of process %d: %w (run as root, or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)", pid, err)
+		}
+		return nil, fmt.Errorf("open executable of process %d: %w", pid, err)
+	}
+	return b, nil
+}
+
+// OpenReader reads a Go executable of the given size from r. Close does not close r.
+func OpenReader(r io.ReaderAt, size int64) (*Binary, error) {
+	return newBinary("", r, size)
+}
+
+// OpenBytes reads a Go executable held in memory.
+func OpenBytes(data []byte) (*Binary, error) {
+	return OpenReader(bytes.NewReader(data), int64(len(data)))
+}
+
+// Close releases the file. Functions and sites already returned stay valid.
+func (b *Binary) Close() error {
+	if b.closer == nil {
+		return nil
+	}
+	err := b.closer.Close()
+	b.closer = nil
+	return err
+}
+
+func (b *Binary) name() string {
+	if b.Path == "" {
+		return "executable"
+	}
+	return "executable " + b.Path
+}
+
+func newBinary(path string, r io.ReaderAt, size int64) (*Binary, error) {
+	b := &Binary{Path: path, r: r, size: size}
+	wrap := func(err error) error {
+		return fmt.Errorf("open %s: %w", b.name(), err)
+	}
+	if err := checkELF(r, size); err != nil {
+		return nil, wrap(err)
+	}
+	f, err := newELF(r)
+	if err != nil {
+		return nil, wrap(err)
+	}
+	b.f = f
+	if f.Type != elf.ET_EXEC && f.Type != elf.ET_DYN {
+		return nil, wrap(fmt.Errorf("%w: ELF type %s is not an executable; give the path of the linked program", ErrNotELF, f.Type))
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			b.loads = append(b.loads, p)
+		}
+	}
+	b.PIE = f.Type == elf.ET_DYN
+	b.Stripped = f.Section(".symtab") == nil
+	b.HasDWARF = f.Section(".debug_info") != nil || f.Section(".zdebug_info") != nil
+
+	if pclnSection(f) == nil && f.Section(".go.buildinfo") == nil {
+		return nil, wrap(fmt.Errorf("%w: it has no Go function table (.gopclntab) and no Go build information; reconscope traces programs written in Go", ErrNotGo))
+	}
+	switch {
+	case f.Class != elf.ELFCLASS64 || f.Data != elf.ELFDATA2LSB:
+		return nil, wrap(fmt.Errorf("%w: %s %s %s; reconscope supports 64-bit little-endian amd64 and arm64", ErrUnsupportedGo, f.Class, f.Data, f.Machine))
+	case f.Machine == elf.EM_X86_64:
+		b.Arch = "amd64"
+	case f.Machine == elf.EM_AARCH64:
+		b.Arch = "arm64"
+	default:
+		return nil, wrap(fmt.Errorf("%w: architecture %s; reconscope supports amd64 and arm64", ErrUnsupportedGo, f.Machine))
+	}
+
+	b.symtab = sync.OnceValues(b.readSymtab)
+	b.relocs = sync.OnceValue(b.readRelocs)
+	b.pclnHeader = sync.OnceValues(b.readPclnHeader)
+	b.functions = sync.OnceValues(b.readFunctions)
+	b.modData = sync.OnceValues(b.readModuledata)
+	b.itabList = sync.OnceValues(b.readItabs)
+	b.dwarf = sync.OnceValues(b.openDWARF)
+
+	if err := b.readBuildInfo(); err != nil {
+		return nil, wrap(err)
+	}
+	if b.goMinor != 0 && b.goMinor < MinGoMinor {
+		return nil, wrap(fmt.Errorf("%w: built with %s; reconscope needs Go 1.%d or newer (register ABI): rebuild the program with a current Go", ErrUnsupportedGo, b.GoVersion, MinGoMinor))
+	}
+	h, err := b.pclnHeader()
+	if err != nil {
+		return nil, wrap(err)
+	}
+	if h.version < 116 {
+		return nil, wrap(fmt.Errorf("%w: its function table is from Go 1.15 or older; reconscope needs Go 1.%d or newer (register ABI)", ErrUnsupportedGo, MinGoMinor))
+	}
+	return b, nil
+}
+
+// checkELF checks the magic number and that the headers, every section and every segment
+// lie inside the file, so that a truncated download or a partly copied binary is reported as
+// such instead of as a confusing parse error later.
+func checkELF(r io.ReaderAt, size int64) error {
+	if size == 0 {
+		return fmt.Errorf("%w: the file is empty", ErrNotELF)
+	}
+	var ident [64]byte
+	n, _ := r.ReadAt(ident[:], 0)
+	if n < 4 || !bytes.Equal(ident[:4], []byte(elf.ELFMAG)) {
+		return fmt.Errorf("%w: no ELF magic number (is it a script, or a binary for another OS?)", ErrNotELF)
+	}
+	if n < 16 {
+		return fmt.Errorf("%w: the file ends inside the ELF header (%d bytes)", ErrTruncated, size)
+	}
+	var bo binary.ByteOrder
+	switch elf.Data(ident[elf.EI_DATA]) {
+	case elf.ELFDATA2LSB:
+		bo = binary.LittleEndian
+	case elf.ELFDATA2MSB:
+		bo = binary.BigEndian
+	default:
+		return fmt.Errorf("%w: unknown ELF data encoding %d", ErrNotELF, ident[elf.EI_DATA])
+	}
+	var phoff, shoff uint64
+	var phentsize, phnum, shentsize, shnum uint64
+	var is64 bool
+	switch elf.Class(ident[elf.EI_CLASS]) {
+	case elf.ELFCLASS64:
+		if n < 64 {
+			return fmt.Errorf("%w: the file ends inside the ELF header (%d bytes)", ErrTruncated, size)
+		}
+		is64 = true
+		phoff, shoff = bo.Uint64(ident[32:]), bo.Uint64(ident[40:])
+		phentsize, phnum = uint64(bo.Uint16(ident[54:])), uint64(bo.Uint16(ident[56:]))
+		shentsize, shnum = uint64(bo.Uint16(ident[58:])), uint64(bo.Uint16(ident[60:]))
+	case elf.ELFCLASS32:
+		if n < 52 {
+			return fmt.Errorf("%w: the file ends inside the ELF header (%d bytes)", ErrTruncated, size)
+		}
+		phoff, shoff = uint64(bo.Uint32(ident[28:])), uint64(bo.Uint32(ident[32:]))
+		phentsize, phnum = uint64(bo.Uint16(ident[42:])), uint64(bo.Uint16(ident[44:]))
+		shentsize, shnum = uint64(bo.Uint16(ident[46:])), uint64(bo.Uint16(ident[48:]))
+	default:
+		return fmt.Errorf("%w: unknown ELF class %d", ErrNotELF, ident[elf.EI_CLASS])
+	}
+	usize := uint64(size)
+	within := func(off, length uint64) bool {
+		return off <= usize && length <= usize-off
+	}
+	if phnum > 0 && (phentsize == 0 || !within(phoff, phnum*phentsize)) {
+		return fmt.Errorf("%w: program headers at %#x end past the end of the file (%d bytes)", ErrTruncated, phoff, size)
+	}
+	if shoff != 0 && shnum > 0 && (shentsize == 0 || !within(shoff, shnum*shentsize)) {
+		return fmt.Errorf("%w: section headers at %#x end past the end of the file (%d bytes)", ErrTruncated, shoff, size)
+	}
+	// Segments: the loader maps these bytes, so each must be in the file.
+	if phentsize >= 32 && phnum <= 1<<12 {
+		buf := make([]byte, phentsize)
+		for i := uint64(0); i < phnum; i++ {
+			if _, err := r.ReadAt(buf, int64(phoff+i*phentsize)); err != nil {
+				return fmt.Errorf("%w: reading program header %d: %v", ErrTruncated, i, err)
+			}
+			var off, filesz uint64
+			typ := elf.ProgType(bo.Uint32(buf))
+			if is64 && phentsize >= 56 {
+				off, filesz = bo.Uint64(buf[8:]), bo.Uint64(buf[32:])
+			} else if !is64 {
+				off, filesz = uint64(bo.Uint32(buf[4:])), uint64(bo.Uint32(buf[16:]))
+			}
+			if typ == elf.PT_LOAD && !within(off, filesz) {
+				return fmt.Errorf("%w: segment %d (offset %#x, %d bytes) ends past the end of the file (%d bytes)", ErrTruncated, i, off, filesz, size)
+			}
+		}
+	}
+	if shoff != 0 && shentsize >= 40 && shnum <= 1<<16 {
+		buf := make([]byte, shentsize)
+		for i := uint64(0); i < shnum; i++ {
+			if _, err := r.ReadAt(buf, int64(shoff+i*shentsize)); err != nil {
+				return fmt.Errorf("%w: reading section header %d: %v", ErrTruncated, i, err)
+			}
+			var off, sz uint64
+			typ := elf.SectionType(bo.Uint32(buf[4:]))
+			if is64 && shentsize >= 64 {
+				off, sz = bo.Uint64(buf[24:]), bo.Uint64(buf[32:])
+			} else if !is64 {
+				off, sz = uint64(bo.Uint32(buf[16:])), uint64(bo.Uint32(buf[20:]))
+			}
+			if typ != elf.SHT_NOBITS && typ != elf.SHT_NULL && !within(off, sz) {
+				return fmt.Errorf("%w: section %d (offset %#x, %d bytes) ends past the end of the file (%d bytes)", ErrTruncated, i, off, sz, size)
+			}
+		}
+	}
+	return nil
+}
+
+// newELF parses the ELF headers. debug/elf is hardened against malformed input, but a panic
+// on a hostile file must still become an error: the agent keeps running whatever it is fed.
+func newELF(r io.ReaderAt) (f *elf.File, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			f, err = nil, fmt.Errorf("%w: malformed ELF headers (%v)", ErrNotELF, p)
+		}
+	}()
+	f, err = elf.NewFile(r)
+	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%w: %v", ErrTruncated, err)
+		}
+		return nil, fmt.Errorf("%w: malformed ELF headers: %v", ErrNotELF, err)
+	}
+	return f, nil
+}
+
+const buildInfoMagic = "\xff Go buildinf:"
+
+// readBuildInfo fills GoVersion, MainModule, Modules and Settings from .go.buildinfo.
+func (b *Binary) readBuildInfo() error {
+	b.Modules = map[string]string{}
+	b.Settings = map[string]string{}
+	bi, err := b.parseBuildInfo()
+	if err != nil || bi == nil {
+		return err
+	}
+	b.GoVersion = bi.GoVersion
+	b.goMinor = goMinor(bi.GoVersion)
+	b.MainModule = bi.Main.Path
+	if b.MainModule == "" {
+		b.MainModule = bi.Path
+	}
+	for _, d := range bi.Deps {
+		v := d.Version
+		if d.Replace != nil && d.Replace.Version != "" {
+			v = d.Replace.Version
+		}
+		b.Modules[d.Path] = v
+	}
+	for _, s := range bi.Settings {
+		b.Settings[s.Key] = s.Value
+	}
+	return nil
+}
+
+// parseBuildInfo decodes .go.buildinfo. It returns nil, nil when there is none: Go-ness was
+// then established from .gopclntab and the version stays unknown.
+func (b *Binary) parseBuildInfo() (*debug.BuildInfo, error) {
+	s := b.f.Section(".go.buildinfo")
+	if s == nil || s.Type == elf.SHT_NOBITS {
+		// No section (an unusual linker): let debug/buildinfo search the data segment.
+		bi, err := buildinfo.Read(b.r)
+		if err != nil {
+			return nil, nil
+		}
+		return bi, nil
+	}
+	if s.Size > 16<<20 {
+		return nil, fmt.Errorf("%w: .go.buildinfo is %d bytes", ErrTruncated, s.Size)
+	}
+	data, err := b.sectionBytes(s)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) < 32 || string(data[:14]) != buildInfoMagic {
+		return nil, nil
+	}
+	var vers, mod string
+	flags := data[15]
+	if flags&2 != 0 {
+		// Go 1.18+: two varint-prefixed strings follow the 32-byte header.
+		rest := data[32:]
+		readStr := func() (string, bool) {
+			l, n := binary.Uvarint(rest)
+			if n <= 0 || l > uint64(len(rest)-n) {
+				return "", false
+			}
+			str := string(rest[n : n+int(l)])
+			rest = rest[n+int(l):]
+			return str, true
+		}
+		var ok bool
+		if vers, ok = readStr(); !ok {
+			return nil, fmt.Errorf("%w: malformed .go.buildinfo", ErrTruncated)
+		}
+		mod, _ = readStr()
+	} else {
+		// Go 1.17 and older: pointers to Go strings.
+		if data[14] != 8 {
+			return nil, nil
+		}
+		vers = b.readGoString(binary.LittleEndian.Uint64(data[16:]))
+		mod = b.readGoString(binary.LittleEndian.Uint64(data[24:]))
+	}
+	if vers == "" {
+		return nil, nil
+	}
+	if len(mod) >= 33 && mod[len(mod)-17] == '\n' {
+		mod = mod[16 : len(mod)-16] // strip the framing sentinels
+	} else {
+		mod = ""
+	}
+	bi, err := debug.ParseBuildInfo(mod)
+	if err != nil {
+		// Module information is a bonus; the program can be traced without it.
+		bi = &debug.BuildInfo{}
+	}
+	bi.GoVersion = vers
+	return bi, nil
+}
+
+// readGoString reads a Go string header {ptr, len} at addr and the bytes it points to.
+func (b *Binary) readGoString(addr uint64) string {
+	hdr, err := b.readVA(addr, 16)
+	if err != nil {
+		return ""
+	}
+	p, l := binary.LittleEndian.Uint64(hdr), binary.LittleEndian.Uint64(hdr[8:])
+	if l > 1<<20 {
+		return ""
+	}
+	s, err := b.readVA(p, l)
+	if err != nil {
+		return ""
+	}
+	return string(s)
+}
+
+// goMinor returns 26 for "go1.26.8", "go1.26rc1" or "devel go1.26-abcdef"; 0 if unknown.
+func goMinor(v string) int {
+	i := strings.Index(v, "go1.")
+	if i < 0 {
+		return 0
+	}
+	v = v[i+4:]
+	j := 0
+	for j < len(v) && v[j] >= '0' && v[j] <= '9' {
+		j++
+	}
+	n, err := strconv.Atoi(v[:j])
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// FileOffset maps a virtual address (as linked, before any PIE load bias) to its offset in
+// the file, through the PT_LOAD program headers. cilium/ebpf's UprobeOptions.Address takes
+// this value.
+func (b *Binary) FileOffset(addr uint64) (uint64, error) {
+	for _, p := range b.loads {
+		if addr >= p.Vaddr && addr-p.Vaddr < p.Filesz {
+			return p.Off + (addr - p.Vaddr), nil
+		}
+	}
+	return 0, fmt.Errorf("map address %#x of %s to a file offset: no loadable segment holds it in the file (is it a run-time address of a PIE? subtract the load bias first)", addr, b.name())
+}
+
+// readVA reads n bytes at virtual address addr; they must lie in one segment's file image.
+func (b *Binary) readVA(addr, n uint64) ([]byte, error) {
+	for _, p := range b.loads {
+		if addr >= p.Vaddr && addr-p.Vaddr < p.Filesz {
+			if n > p.Filesz-(addr-p.Vaddr) {
+				return nil, fmt.Errorf("%w: %d bytes at %#x run past the end of their segment", ErrTruncated, n, addr)
+			}
+			buf := make([]byte, n)
+			if _, err := b.r.ReadAt(buf, int64(p.Off+(addr-p.Vaddr))); err != nil {
+				return nil, fmt.Errorf("%w: reading %d bytes at %#x: %v", ErrTruncated, n, addr, err)
+			}
+			return buf, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: address %#x is not in the file image of any loadable segment", ErrTruncated, addr)
+}
+
+// readPtr reads a pointer stored at addr. In a PIE the stored value may be zero with the
+// real one in a dynamic relocation; that is where it is taken from then.
+func (b *Binary) readPtr(addr uint64) (uint64, error) {
+	buf, err := b.readVA(addr, 8)
+	if err != nil {
+		return 0, err
+	}
+	v := binary.LittleEndian.Uint64(buf)
+	if v == 0 && b.PIE {
+		if r, ok := b.relocs()[addr]; ok {
+			return r, nil
+		}
+	}
+	return v, nil
+}
+
+// readRelocs collects the R_*_RELATIVE dynamic relocations of a PIE: target address ->
+// addend (the link-time value of the pointer stored there).
+func (b *Binary) readRelocs() map[uint64]uint64 {
+	out := map[uint64]uint64{}
+	if !b.PIE {
+		return out
+	}
+	var relative uint32
+	switch b.f.Machine {
+	case elf.EM_X86_64:
+		relative = uint32(elf.R_X86_64_RELATIVE)
+	case elf.EM_AARCH64:
+		relative = uint32(elf.R_AARCH64_RELATIVE)
+	}
+	for _, s := range b.f.Sections {
+		if s.Type != elf.SHT_RELA || s.Size > uint64(b.size) || s.Size%24 != 0 {
+			continue
+		}
+		data := make([]byte, s.Size)
+		if _, err := b.r.ReadAt(data, int64(s.Offset)); err != nil {
+			continue
+		}
+		for i := 0; i+24 <= len(data); i += 24 {
+			off := binary.LittleEndian.Uint64(data[i:])
+			info := binary.LittleEndian.Uint64(data[i+8:])
+			if uint32(info) == relative {
+				out[off] = binary.LittleEndian.Uint64(data[i+16:])
+			}
+		}
+	}
+	return out
+}
+
+// sectionBytes reads an uncompressed allocated section.
+func (b *Binary) sectionBytes(s *elf.Section) ([]byte, error) {
+	if s.Type == elf.SHT_NOBITS {
+		return nil, fmt.Errorf("%w: section %s has no bytes in the file", ErrTruncated, s.Name)
+	}
+	if s.Size > uint64(b.size) {
+		return nil, fmt.Errorf("%w: section %s claims %d bytes", ErrTruncated, s.Name, s.Size)
+	}
+	buf := make([]byte, s.Size)
+	if _, err := b.r.ReadAt(buf, int64(s.Offset)); err != nil {
+		return nil, fmt.Errorf("%w: reading section %s: %v", ErrTruncated, s.Name, err)
+	}
+	return buf, nil
+}
+
+// readStringAt reads n bytes of the file as one string without a second copy: names of
+// functions are substrings of it and cost no allocation each.
+func (b *Binary) readStringAt(off, n uint64) (string, error) {
+	if off > uint64(b.size) || n > uint64(b.size)-off {
+		return "", fmt.Errorf("%w: %d bytes at file offset %#x run past the end of the file", ErrTruncated, n, off)
+	}
+	var sb strings.Builder
+	sb.Grow(int(n))
+	if _, err := io.Copy(&sb, io.NewSectionReader(b.r, int64(off), int64(n))); err != nil {
+		return "", fmt.Errorf("%w: reading %d bytes at file offset %#x: %v", ErrTruncated, n, off, err)
+	}
+	if uint64(sb.Len()) != n {
+		return "", fmt.Errorf("%w: short read at file offset %#x", ErrTruncated, off)
+	}
+	return sb.String(), nil
+}
+
+// symbolValue returns the value of the first .symtab symbol with that name.
+func (b *Binary) symbolValue(name string) (uint64, bool) {
+	st, err := b.symtab()
+	if err != nil || st == nil {
+		return 0, false
+	}
+	return st.lookup(name)
+}

@@ -1,0 +1,243 @@
+package symbols
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Offset is the byte offset of a struct field, and where it came from.
+type Offset struct {
+	Value uint64
+	// Source is "dwarf" (read from the binary itself) or "table" (the embedded offsets
+	// table, for binaries built without DWARF).
+	Source string
+	// Version is, for Source "table", the Go or module version of the table entry used: the
+	// binary's own version, or another patch release of the same minor series when every
+	// recorded patch release of that series agrees on the offset.
+	Version string
+}
+
+type offsetResult struct {
+	off Offset
+	err error
+}
+
+// FieldOffset returns the offset of a field in a struct type, for example
+// ("runtime.g", "goid"), ("k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta", "UID") or
+// ("k8s.io/apimachinery/pkg/api/errors.StatusError", "ErrStatus.Message") for a nested field
+// (the path may not go through pointers; promoted fields of embedded structs are found too).
+// A generic type may be named without its type arguments
+// ("sigs.k8s.io/controller-runtime/pkg/internal/controller.Controller"): the first
+// instantiation that is not a GC shape is used (the layout does not depend on them for the
+// fields reconscope reads).
+//
+// The binary's DWARF answers first; it is decoded only as far as needed and the answer is
+// cached. Without DWARF (or without that type in it) the embedded offsets table answers, keyed
+// by the Go version for standard-library types and by the version of the module that defines
+// the type (from Modules). Otherwise the error wraps ErrOffsetUnknown and says which type,
+// field and version were missing.
+func (b *Binary) FieldOffset(typeName, fieldPath string) (Offset, error) {
+	key := typeName + "\x00" + fieldPath
+	b.mu.Lock()
+	if r, ok := b.offsets[key]; ok {
+		b.mu.Unlock()
+		return r.off, r.err
+	}
+	b.mu.Unlock()
+	off, err := b.fieldOffset(typeName, fieldPath)
+	b.mu.Lock()
+	if b.offsets == nil {
+		b.offsets = map[string]offsetResult{}
+	}
+	b.offsets[key] = offsetResult{off, err}
+	b.mu.Unlock()
+	return off, err
+}
+
+func (b *Binary) fieldOffset(typeName, fieldPath string) (Offset, error) {
+	if typeName == "" || fieldPath == "" {
+		return Offset{}, fmt.Errorf("field offset %q.%q: %w: empty type or field name", typeName, fieldPath, ErrOffsetUnknown)
+	}
+	module, version := b.moduleOf(typeName)
+	var dwarfProblem string
+	switch {
+	case !b.HasDWARF:
+		dwarfProblem = "the binary has no DWARF (built with -ldflags=-w)"
+	case module == "":
+		dwarfProblem = "no module of the binary provides package " + typePackage(typeName)
+	default:
+		d, err := b.dwarf()
+		if err == nil && d != nil {
+			var off uint64
+			var found bool
+			off, found, err = d.fieldOffset(typeName, fieldPath)
+			if err == nil && found {
+				return Offset{Value: off, Source: "dwarf"}, nil
+			}
+			if found {
+				// The binary's own description of the type says no: the table cannot know
+				// better for this binary.
+				return Offset{}, fmt.Errorf("field offset %s.%s in %s: %w: %v", typeName, fieldPath, b.name(), ErrOffsetUnknown, err)
+			}
+		}
+		if err != nil {
+			dwarfProblem = "its DWARF could not be read (" + err.Error() + ")"
+		} else {
+			dwarfProblem = "its DWARF has no type " + typeName
+		}
+	}
+	if module == "" {
+		return Offset{}, fmt.Errorf("field offset %s.%s in %s: %w: %s; is the package linked into this program?", typeName, fieldPath, b.name(), ErrOffsetUnknown, dwarfProblem)
+	}
+	if off, ok := lookupTable(typeName, fieldPath, module, version, b.Arch); ok {
+		return off, nil
+	}
+	what := "module " + module + " " + version
+	if module == "std" {
+		what = "Go version " + version
+	}
+	known := tableVersions(typeName, fieldPath)
+	hint := "the offsets table has no entry for it"
+	if len(known) > 0 {
+		hint = "the offsets table knows it for " + strings.Join(known, ", ") + " only"
+	}
+	return Offset{}, fmt.Errorf("field offset %s.%s in %s: %w: %s, and for %s %s; rebuild the program without -ldflags=-w, or add the version to the table (pkg/symbols/README.md)",
+		typeName, fieldPath, b.name(), ErrOffsetUnknown, dwarfProblem, what, hint)
+}
+
+// moduleOf returns the module that defines typeName's package and its version in this
+// binary: ("std", GoVersion) for the standard library, "" if no module of the binary
+// provides the package.
+func (b *Binary) moduleOf(typeName string) (module, version string) {
+	pkg := typePackage(typeName)
+	first := pkg
+	if i := strings.IndexByte(pkg, '/'); i >= 0 {
+		first = pkg[:i]
+	}
+	if !strings.Contains(first, ".") {
+		// No dot in the first element: the standard library (or a main package "main").
+		return "std", b.GoVersion
+	}
+	best := ""
+	for m := range b.Modules {
+		if (pkg == m || strings.HasPrefix(pkg, m+"/")) && len(m) > len(best) {
+			best = m
+		}
+	}
+	if m := b.MainModule; m != "" && (pkg == m || strings.HasPrefix(pkg, m+"/")) && len(m) > len(best) {
+		return m, "(devel)"
+	}
+	if best == "" {
+		return "", ""
+	}
+	return best, b.Modules[best]
+}
+
+// The offsets table, generated by internal/cmd/offsetgen.
+//
+//go:embed offsets_table.json
+var offsetsTableJSON []byte
+
+// tableEntry is one line of offsets_table.json.
+type tableEntry struct {
+	Module  string `json:"module"`
+	Version string `json:"version"`
+	Arch    string `json:"arch,omitempty"`
+	Type    string `json:"type"`
+	Field   string `json:"field"`
+	Offset  uint64 `json:"offset"`
+}
+
+var offsetsTable = sync.OnceValues(func() (map[string][]tableEntry, error) {
+	var t struct {
+		Entries []tableEntry `json:"entries"`
+	}
+	if err := json.Unmarshal(offsetsTableJSON, &t); err != nil {
+		return nil, fmt.Errorf("read the embedded offsets table: %w", err)
+	}
+	m := map[string][]tableEntry{}
+	for _, e := range t.Entries {
+		k := e.Type + "\x00" + e.Field
+		m[k] = append(m[k], e)
+	}
+	return m, nil
+})
+
+// TableEntries reports how many entries the embedded offsets table holds, and fails if the
+// table does not parse (a test guards this).
+func TableEntries() (int, error) {
+	m, err := offsetsTable()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, es := range m {
+		n += len(es)
+	}
+	return n, nil
+}
+
+func lookupTable(typeName, fieldPath, module, version, arch string) (Offset, bool) {
+	table, err := offsetsTable()
+	if err != nil {
+		return Offset{}, false
+	}
+	if i := strings.IndexByte(typeName, '['); i > 0 {
+		typeName = typeName[:i]
+	}
+	version = strings.Fields(version + " ")[0] // drop " X:experiment" suffixes
+	var series []tableEntry
+	for _, e := range table[typeName+"\x00"+fieldPath] {
+		if e.Module != module || (e.Arch != "" && e.Arch != arch) {
+			continue
+		}
+		if e.Version == version {
+			return Offset{Value: e.Offset, Source: "table", Version: e.Version}, true
+		}
+		if s := versionSeries(e.Version); s != "" && s == versionSeries(version) {
+			series = append(series, e)
+		}
+	}
+	// Another patch release of the same minor series: trusted only when every recorded
+	// patch release of the series has the same offset.
+	if len(series) == 0 {
+		return Offset{}, false
+	}
+	for _, e := range series[1:] {
+		if e.Offset != series[0].Offset {
+			return Offset{}, false
+		}
+	}
+	return Offset{Value: series[0].Offset, Source: "table", Version: series[0].Version}, true
+}
+
+func tableVersions(typeName, fieldPath string) []string {
+	table, err := offsetsTable()
+	if err != nil {
+		return nil
+	}
+	if i := strings.IndexByte(typeName, '['); i > 0 {
+		typeName = typeName[:i]
+	}
+	var out []string
+	for _, e := range table[typeName+"\x00"+fieldPath] {
+		if !slices.Contains(out, e.Version) {
+			out = append(out, e.Version)
+		}
+	}
+	return out
+}
+
+// versionSeries returns "v0.37" for "v0.37.2" and "go1.26" for "go1.26.8"; "" if the
+// version has no patch part to drop or is a pseudo-version.
+func versionSeries(v string) string {
+	parts := strings.Split(v, ".")
+	if len(parts) != 3 || strings.ContainsAny(v, "-+") {
+		return ""
+	}
+	return parts[0] + "." + parts[1]
+}

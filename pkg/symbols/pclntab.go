@@ -1,0 +1,252 @@
+package symbols
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"strings"
+)
+
+// Magic numbers of the Go function table (runtime.pcHeader.magic).
+const (
+	pclnMagic12  = 0xfffffffb // Go 1.2 – 1.15
+	pclnMagic116 = 0xfffffffa // Go 1.16 – 1.17
+	pclnMagic118 = 0xfffffff0 // Go 1.18 – 1.19
+	pclnMagic120 = 0xfffffff1 // Go 1.20 and later
+)
+
+// pclnHeader is the decoded runtime.pcHeader at the start of .gopclntab.
+type pclnHeader struct {
+	addr    uint64 // virtual address of the header
+	off     uint64 // file offset of the header
+	size    uint64 // size of the section (upper bound of the table)
+	version int    // 116, 118 or 120; 12 for Go 1.2 – 1.15
+	minLC   uint64 // instruction size quantum: 1 on amd64, 4 on arm64
+	nfunc   uint64
+	// offsets from the header
+	funcnameOff, pctabOff, pclnOff uint64
+}
+
+func pclnSection(f *elf.File) *elf.Section {
+	for _, name := range []string{".gopclntab", ".data.rel.ro.gopclntab"} {
+		if s := f.Section(name); s != nil && s.Type != elf.SHT_NOBITS {
+			return s
+		}
+	}
+	return nil
+}
+
+func (b *Binary) readPclnHeader() (*pclnHeader, error) {
+	h := &pclnHeader{}
+	if s := pclnSection(b.f); s != nil {
+		h.addr, h.off, h.size = s.Addr, s.Offset, s.Size
+	} else if addr, ok := b.symbolValue("runtime.pclntab"); ok {
+		off, err := b.FileOffset(addr)
+		if err != nil {
+			return nil, fmt.Errorf("%w: runtime.pclntab: %v", ErrTruncated, err)
+		}
+		h.addr, h.off, h.size = addr, off, uint64(b.size)-off
+	} else {
+		return nil, fmt.Errorf("%w: it has no Go function table (.gopclntab); reconscope traces programs written in Go", ErrNotGo)
+	}
+	var raw [8 + 8*8]byte
+	if h.size < uint64(len(raw)) || h.off > uint64(b.size) || uint64(len(raw)) > uint64(b.size)-h.off {
+		return nil, fmt.Errorf("%w: the Go function table is %d bytes, too short for its header", ErrTruncated, h.size)
+	}
+	if _, err := b.r.ReadAt(raw[:], int64(h.off)); err != nil {
+		return nil, fmt.Errorf("%w: reading the Go function table header: %v", ErrTruncated, err)
+	}
+	le := binary.LittleEndian
+	switch le.Uint32(raw[:]) {
+	case pclnMagic12:
+		h.version = 12
+		return h, nil
+	case pclnMagic116:
+		h.version = 116
+	case pclnMagic118:
+		h.version = 118
+	case pclnMagic120:
+		h.version = 120
+	default:
+		return nil, fmt.Errorf("%w: the Go function table has an unknown magic number %#x (a Go newer than this reconscope, or a corrupt file)", ErrUnsupportedGo, le.Uint32(raw[:]))
+	}
+	if raw[4] != 0 || raw[5] != 0 || (raw[6] != 1 && raw[6] != 2 && raw[6] != 4) || raw[7] != 8 {
+		return nil, fmt.Errorf("%w: malformed Go function table header", ErrTruncated)
+	}
+	h.minLC = uint64(raw[6])
+	w := func(i int) uint64 { return le.Uint64(raw[8+8*i:]) }
+	h.nfunc = w(0)
+	if h.version == 116 {
+		h.funcnameOff, h.pctabOff, h.pclnOff = w(2), w(5), w(6)
+	} else {
+		h.funcnameOff, h.pctabOff, h.pclnOff = w(3), w(6), w(7)
+	}
+	if h.funcnameOff > h.size || h.pctabOff > h.size || h.pclnOff > h.size {
+		return nil, fmt.Errorf("%w: Go function table offsets point past its end", ErrTruncated)
+	}
+	return h, nil
+}
+
+// pclnFunctions builds the function table from .gopclntab: names from funcnametab, entries
+// from functab relative to moduledata.text, and each function's true end from its pcsp
+// table (which covers exactly the function's code, without the alignment padding up to
+// the next function), so the bounds equal the symbol sizes of an unstripped build.
+func (b *Binary) pclnFunctions() ([]Function, error) {
+	h, err := b.pclnHeader()
+	if err != nil {
+		return nil, err
+	}
+	// One string for the whole table: names are substrings of it.
+	data, err := b.readStringAt(h.off, h.size)
+	if err != nil {
+		return nil, err
+	}
+	funcnames := data[h.funcnameOff:]
+	pctab := data[h.pctabOff:]
+	functab := data[h.pclnOff:]
+	entrySize := uint64(8)
+	if h.version == 116 {
+		entrySize = 16
+	}
+	if h.nfunc == 0 || h.nfunc > uint64(len(functab))/entrySize-1 || uint64(len(functab)) < (h.nfunc+1)*entrySize {
+		return nil, fmt.Errorf("%w: the Go function table claims %d functions", ErrTruncated, h.nfunc)
+	}
+	u32 := func(s string, off uint64) (uint32, bool) {
+		if off > uint64(len(s)) || uint64(len(s))-off < 4 {
+			return 0, false
+		}
+		return le32(s[off:]), true
+	}
+	u64 := func(s string, off uint64) (uint64, bool) {
+		if off > uint64(len(s)) || uint64(len(s))-off < 8 {
+			return 0, false
+		}
+		return uint64(le32(s[off:])) | uint64(le32(s[off+4:]))<<32, true
+	}
+	var text textMapper
+	if h.version != 116 {
+		md, err := b.modData()
+		if err != nil {
+			return nil, err
+		}
+		text = md.textMapper()
+	}
+	entry := func(i uint64) (uint64, bool) {
+		if h.version == 116 {
+			return u64(functab, i*entrySize)
+		}
+		off, ok := u32(functab, i*entrySize)
+		return text.addr(uint64(off)), ok
+	}
+	funcs := make([]Function, 0, h.nfunc)
+	for i := uint64(0); i < h.nfunc; i++ {
+		start, ok1 := entry(i)
+		next, ok2 := entry(i + 1)
+		var funcOff uint64
+		var ok3 bool
+		if h.version == 116 {
+			funcOff, ok3 = u64(functab, i*entrySize+8)
+		} else {
+			var f32 uint32
+			f32, ok3 = u32(functab, i*entrySize+4)
+			funcOff = uint64(f32)
+		}
+		// _func: entry (uintptr before 1.18, uint32 offset since), nameOff int32, args,
+		// deferreturn, pcsp uint32, ...
+		base := uint64(4)
+		if h.version == 116 {
+			base = 8
+		}
+		nameOff, ok4 := u32(functab, funcOff+base)
+		pcsp, ok5 := u32(functab, funcOff+base+12)
+		if !(ok1 && ok2 && ok3 && ok4 && ok5) || uint64(nameOff) >= uint64(len(funcnames)) {
+			return nil, fmt.Errorf("%w: function %d of the Go function table points outside it", ErrTruncated, i)
+		}
+		name := funcnames[nameOff:]
+		if j := strings.IndexByte(name, 0); j >= 0 {
+			name = name[:j]
+		}
+		end := next
+		if next > start {
+			if n, ok := pcTableLen(pctab, uint64(pcsp), h.minLC, next-start); ok && n > 0 {
+				end = start + n
+			}
+		} else {
+			end = start
+		}
+		funcs = append(funcs, Function{Name: name, Entry: start, End: end})
+	}
+	return funcs, nil
+}
+
+// pcTableLen returns the number of code bytes a pc-value table covers: the sum of its pc
+// deltas. It gives up (false) on a malformed table or one longer than limit.
+func pcTableLen(pctab string, off, quantum, limit uint64) (uint64, bool) {
+	if off == 0 || off >= uint64(len(pctab)) {
+		return 0, false
+	}
+	p := pctab[off:]
+	var pc uint64
+	first := true
+	for steps := 0; steps < 1<<20; steps++ {
+		uv, n := uvarint(p)
+		if n <= 0 {
+			return 0, false
+		}
+		p = p[n:]
+		if uv == 0 && !first {
+			return pc, true
+		}
+		first = false
+		d, n := uvarint(p)
+		if n <= 0 {
+			return 0, false
+		}
+		p = p[n:]
+		pc += d * quantum
+		if pc > limit {
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+func uvarint(s string) (uint64, int) {
+	var x uint64
+	var shift uint
+	for i := 0; i < len(s) && i < binary.MaxVarintLen64; i++ {
+		c := s[i]
+		if c < 0x80 {
+			return x | uint64(c)<<shift, i + 1
+		}
+		x |= uint64(c&0x7f) << shift
+		shift += 7
+	}
+	return 0, 0
+}
+
+// textMapper turns a function's entry offset (relative to runtime.text) into an address,
+// through the text section map when the linker split the text (large arm64 binaries).
+type textMapper struct {
+	text  uint64
+	sects []textSect
+}
+
+type textSect struct{ vaddr, end, baseaddr uint64 }
+
+func (t textMapper) addr(off uint64) uint64 {
+	if len(t.sects) > 1 {
+		for _, s := range t.sects {
+			if off >= s.vaddr && off < s.end {
+				return s.baseaddr + off - s.vaddr
+			}
+		}
+	}
+	return t.text + off
+}
+
+// le32 decodes a little-endian uint32 from the start of s (len(s) >= 4).
+func le32(s string) uint32 {
+	_ = s[3]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+}

@@ -1,0 +1,5 @@
+//go:build !withcgo
+
+package main
+
+func extra(n int) int { return n }

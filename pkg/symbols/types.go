@@ -1,0 +1,222 @@
+package symbols
+
+import (
+	"cmp"
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Itab is a static interface table of the binary: the pair (interface, concrete type) the
+// linker laid out. An error value held in an interface points at one of these (or at one the
+// runtime built on the fly, see ItabTypeName).
+type Itab struct {
+	// Addr is the itab's address as linked.
+	Addr uint64
+	// Interface is the interface's type name, e.g. "error".
+	Interface string
+	// Type is the concrete type's name as the runtime spells it (package name, not path),
+	// e.g. "*errors.errorString" or "*errors.StatusError".
+	Type string
+}
+
+// abi.Type on 64-bit targets (internal/abi/type.go, the same since Go 1.14 as runtime._type):
+// Size_ uintptr; PtrBytes uintptr; Hash uint32; TFlag uint8; Align_, FieldAlign_, Kind_
+// uint8; Equal func; GCData *byte; Str NameOff (int32); PtrToThis TypeOff (int32).
+const (
+	abiTypeSize     = 48
+	abiTypeTFlagOff = 20
+	abiTypeStrOff   = 40
+	// tflagExtraStar: the name in Str has a leading '*' that is not part of the type's name
+	// (the linker shares "*T"'s string with T).
+	tflagExtraStar = 1 << 1
+	// maxTypeName bounds a type name read from the file; generic instantiations of k8s types
+	// reach a few KiB.
+	maxTypeName = 1 << 16
+)
+
+// TypeName returns the name of the runtime type descriptor (abi.Type) at typeAddr, an
+// address as linked, e.g. "*errors.errorString". It reads the name through the type's Str
+// offset, relative to the start of the type data (moduledata.types).
+func (b *Binary) TypeName(typeAddr uint64) (string, error) {
+	md, err := b.modData()
+	if err != nil {
+		return "", err
+	}
+	if md.types == 0 {
+		return "", fmt.Errorf("name type at %#x: %w: start of the type data not found", typeAddr, ErrUnsupportedGo)
+	}
+	if typeAddr < md.types || (md.etypes != 0 && typeAddr >= md.etypes) {
+		return "", fmt.Errorf("name type at %#x: not in the binary's type data [%#x, %#x) (a type made at run time by reflect, or a run-time address of a PIE without the load bias subtracted)", typeAddr, md.types, md.etypes)
+	}
+	raw, err := b.readVA(typeAddr, abiTypeSize)
+	if err != nil {
+		return "", fmt.Errorf("name type at %#x: %w", typeAddr, err)
+	}
+	tflag := raw[abiTypeTFlagOff]
+	str := int32(binary.LittleEndian.Uint32(raw[abiTypeStrOff:]))
+	if str <= 0 {
+		return "", fmt.Errorf("name type at %#x: %w: it has no name offset", typeAddr, ErrTruncated)
+	}
+	name, err := b.readName(md.types + uint64(str))
+	if err != nil {
+		return "", fmt.Errorf("name type at %#x: %w", typeAddr, err)
+	}
+	if tflag&tflagExtraStar != 0 && strings.HasPrefix(name, "*") {
+		name = name[1:]
+	}
+	return name, nil
+}
+
+// readName decodes an abi.Name: one flags byte, a varint length, then the bytes (Go 1.17+).
+func (b *Binary) readName(addr uint64) (string, error) {
+	// Read the header and a short name in one go; longer names take a second read.
+	var head []byte
+	for _, n := range []uint64{64, 11, 2} {
+		if h, err := b.readVA(addr, n); err == nil {
+			head = h
+			break
+		}
+	}
+	if head == nil {
+		return "", fmt.Errorf("%w: type name at %#x is outside the file", ErrTruncated, addr)
+	}
+	l, n := binary.Uvarint(head[1:])
+	if n <= 0 || l > maxTypeName {
+		return "", fmt.Errorf("%w: malformed type name at %#x", ErrTruncated, addr)
+	}
+	start := 1 + uint64(n)
+	if start+l <= uint64(len(head)) {
+		return string(head[start : start+l]), nil
+	}
+	data, err := b.readVA(addr+start, l)
+	if err != nil {
+		return "", err
+	}
+	return string(data), nil
+}
+
+// Itabs returns the static itabs of the binary: itab address -> concrete type name, e.g.
+// 0x4d2e18 -> "*errors.errorString". It holds the itabs of every interface, `error` among
+// them; ItabList says which interface each belongs to.
+func (b *Binary) Itabs() (map[uint64]string, error) {
+	list, err := b.itabList()
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[uint64]string, len(list))
+	for _, it := range list {
+		m[it.Addr] = it.Type
+	}
+	return m, nil
+}
+
+// ItabList returns the static itabs in address order, with their interface names.
+func (b *Binary) ItabList() ([]Itab, error) {
+	list, err := b.itabList()
+	if err != nil {
+		return nil, err
+	}
+	return append([]Itab(nil), list...), nil
+}
+
+// ItabTypeName names the concrete type behind an itab pointer read from a running process,
+// including itabs the runtime created at run time (not in the file): it reads the itab's
+// _type field from the process memory mem (e.g. /proc/PID/mem, opened by the caller) at
+// itab, subtracts bias (the load bias of a PIE, 0 otherwise), and names that type.
+func (b *Binary) ItabTypeName(mem io.ReaderAt, bias, itab uint64) (string, error) {
+	var buf [16]byte // abi.ITab: Inter *InterfaceType; Type *Type; ...
+	if _, err := mem.ReadAt(buf[:], int64(itab)); err != nil {
+		return "", fmt.Errorf("read itab at %#x: %w", itab, err)
+	}
+	typ := binary.LittleEndian.Uint64(buf[8:])
+	if typ == 0 {
+		return "", fmt.Errorf("read itab at %#x: it has no type", itab)
+	}
+	if typ < bias {
+		return "", fmt.Errorf("read itab at %#x: type pointer %#x is below the load bias %#x", itab, typ, bias)
+	}
+	return b.TypeName(typ - bias)
+}
+
+// readItabs lists the itab addresses (go:itab.* symbols when there is a symbol table, else
+// the .itablink section or moduledata.itablinks) and names each from its type descriptors,
+// so a stripped binary and its unstripped twin give the same answer.
+func (b *Binary) readItabs() ([]Itab, error) {
+	var addrs []uint64
+	st, err := b.symtab()
+	if err != nil {
+		return nil, err
+	}
+	if st != nil {
+		st.each(func(name string, _ byte, shndx uint16, value, _ uint64) bool {
+			if (strings.HasPrefix(name, "go:itab.") || strings.HasPrefix(name, "go.itab.")) && shndx != uint16(elf.SHN_UNDEF) {
+				addrs = append(addrs, value)
+			}
+			return true
+		})
+	}
+	if len(addrs) == 0 {
+		if addrs, err = b.itablinks(); err != nil {
+			return nil, err
+		}
+	}
+	list := make([]Itab, 0, len(addrs))
+	for _, a := range addrs {
+		inter, err1 := b.readPtr(a)
+		typ, err2 := b.readPtr(a + 8)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		iname, err1 := b.TypeName(inter)
+		tname, err2 := b.TypeName(typ)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		list = append(list, Itab{Addr: a, Interface: iname, Type: tname})
+	}
+	sortItabs(list)
+	return list, nil
+}
+
+func sortItabs(list []Itab) {
+	slices.SortFunc(list, func(a, b Itab) int { return cmp.Compare(a.Addr, b.Addr) })
+}
+
+// itablinks reads the itab pointer array of a stripped binary.
+func (b *Binary) itablinks() ([]uint64, error) {
+	var start, n uint64
+	for _, name := range []string{".itablink", ".data.rel.ro.itablink"} {
+		if s := b.f.Section(name); s != nil && s.Type != elf.SHT_NOBITS {
+			start, n = s.Addr, s.Size/8
+			break
+		}
+	}
+	if n == 0 {
+		md, err := b.modData()
+		if err != nil {
+			return nil, err
+		}
+		start, n = md.itablinks, md.nitabs
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if n > uint64(b.size)/8 {
+		return nil, fmt.Errorf("%w: itab list of %d entries", ErrTruncated, n)
+	}
+	out := make([]uint64, 0, n)
+	for i := uint64(0); i < n; i++ {
+		p, err := b.readPtr(start + 8*i)
+		if err != nil {
+			return nil, err
+		}
+		if p != 0 {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
