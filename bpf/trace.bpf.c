@@ -52,6 +52,15 @@ struct {
 	__type(value, struct err_layout);
 } err_layouts SEC(".maps");
 
+/* A goroutine being created inside a span, per thread: runtime.newproc1 runs on the
+ * thread's system stack from its entry to its return, so the thread identifies it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, struct g_state);
+} spawning SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, COUNTER_MAX);
@@ -185,6 +194,38 @@ static __always_inline __u64 submit_flags(void)
 	return BPF_RB_NO_WAKEUP;
 }
 
+/* handle_spawn: at newproc1's entry, remember the span of the creating goroutine (its g is
+ * the callergp argument, in save_slot: newproc1 runs on g0); at its return, give the new
+ * goroutine (the result) an inherited state, so its calls join that span. */
+static __always_inline int handle_spawn(struct go_regs *regs, const struct site_config *cfg, __u64 pid_tgid, __u32 pid)
+{
+	__u64 args[16] = {};
+	go_args(regs, args);
+	if (cfg->kind == SITE_ENTRY) {
+		__u32 slot = (__u8)cfg->save_slot;
+		if (slot >= GO_ARG_SLOTS)
+			return 0;
+		struct g_key parent = {.pid = pid, .g = args[slot & 15]};
+		struct g_state *ps = bpf_map_lookup_elem(&goroutines, &parent);
+		if (ps)
+			bpf_map_update_elem(&spawning, &pid_tgid, ps, BPF_ANY);
+		return 0;
+	}
+	struct g_state *ps = bpf_map_lookup_elem(&spawning, &pid_tgid);
+	if (!ps)
+		return 0;
+	struct g_state child = {.start = ps->start, .saved = 0, .site = ps->site, .depth = 0, .goid = -1};
+	struct g_key ck = {.pid = pid, .g = args[0]};
+	bpf_map_delete_elem(&spawning, &pid_tgid);
+	if (ck.g == 0)
+		return 0;
+	if (bpf_map_update_elem(&goroutines, &ck, &child, BPF_ANY) != 0)
+		count(COUNTER_LOST_STATE);
+	else
+		count(COUNTER_INHERITED);
+	return 0;
+}
+
 static __always_inline int handle(struct go_regs *regs)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -199,7 +240,14 @@ static __always_inline int handle(struct go_regs *regs)
 		return 0;
 
 	struct g_key gk = {.pid = pid, .g = GO_G(regs)};
+	if (cfg->role == ROLE_SPAWN)
+		return handle_spawn(regs, cfg, pid_tgid, pid);
 	struct g_state *gs = bpf_map_lookup_elem(&goroutines, &gk);
+	if (cfg->role == ROLE_EXIT) {
+		if (gs && gs->depth == 0)
+			bpf_map_delete_elem(&goroutines, &gk);
+		return 0;
+	}
 	if (cfg->role == ROLE_CALL && !gs) {
 		count(COUNTER_CALL_OUTSIDE);
 		return 0;
@@ -209,7 +257,7 @@ static __always_inline int handle(struct go_regs *regs)
 	if (!e) {
 		count(COUNTER_LOST_RINGBUF);
 		/* Keep goroutine state right even when the event is lost. */
-		if (cfg->role == ROLE_SPAN && cfg->kind == SITE_RETURN && gs) {
+		if (cfg->role == ROLE_SPAN && cfg->kind == SITE_RETURN && gs && gs->depth > 0) {
 			if (gs->depth > 1)
 				gs->depth--;
 			else
@@ -226,7 +274,8 @@ static __always_inline int handle(struct go_regs *regs)
 	e->ktime = bpf_ktime_get_ns();
 	e->g = gk.g;
 	e->goid = -1;
-	e->span_start = gs ? gs->start : 0;
+	/* A span site on a goroutine that only inherited a span has no span of its own. */
+	e->span_start = (gs && (cfg->role == ROLE_CALL || gs->depth > 0)) ? gs->start : 0;
 	go_args(regs, e->args);
 #pragma unroll
 	for (int i = 0; i < STR_COUNT; i++)
@@ -258,7 +307,7 @@ static __always_inline int handle(struct go_regs *regs)
 		if (cfg->ctx_slot >= 0 && cfg->ctx_slot < GO_ARG_SLOTS)
 			find_reconcile_id(e, e->args[cfg->ctx_slot & 15]);
 		if (cfg->role == ROLE_SPAN) {
-			if (gs) {
+			if (gs && gs->depth > 0) {
 				gs->depth++;
 				e->flags |= EVENT_F_NESTED;
 			} else {
@@ -271,7 +320,7 @@ static __always_inline int handle(struct go_regs *regs)
 		if (cfg->err_slot >= 0)
 			read_error_message(e, pid, cfg);
 		if (cfg->role == ROLE_SPAN) {
-			if (!gs)
+			if (!gs || gs->depth == 0)
 				e->flags |= EVENT_F_NO_ENTRY;
 			else if (gs->depth > 1)
 				gs->depth--;

@@ -99,6 +99,7 @@ const (
 	TraceMapEvents          = "events"
 	TraceMapGoroutines      = "goroutines"
 	TraceMapSites           = "sites"
+	TraceMapSpawning        = "spawning"
 	TraceMapTracedPids      = "traced_pids"
 	TraceProgProbeSite      = "probe_site"
 	TraceProgProbeSiteMulti = "probe_site_multi"
@@ -166,6 +167,7 @@ type TraceMapSpecs struct {
 	Events     *ebpf.MapSpec `ebpf:"events"`
 	Goroutines *ebpf.MapSpec `ebpf:"goroutines"`
 	Sites      *ebpf.MapSpec `ebpf:"sites"`
+	Spawning   *ebpf.MapSpec `ebpf:"spawning"`
 	TracedPids *ebpf.MapSpec `ebpf:"traced_pids"`
 }
 
@@ -207,6 +209,7 @@ type TraceMaps struct {
 	Events     *ebpf.Map `ebpf:"events"`
 	Goroutines *ebpf.Map `ebpf:"goroutines"`
 	Sites      *ebpf.Map `ebpf:"sites"`
+	Spawning   *ebpf.Map `ebpf:"spawning"`
 	TracedPids *ebpf.Map `ebpf:"traced_pids"`
 }
 
@@ -217,6 +220,7 @@ func (m *TraceMaps) Close() error {
 		m.Events,
 		m.Goroutines,
 		m.Sites,
+		m.Spawning,
 		m.TracedPids,
 	)
 }

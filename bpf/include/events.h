@@ -25,6 +25,8 @@
 /* site_config.role */
 #define ROLE_SPAN 1  /* opens/closes a span: the reconcile or sync handler */
 #define ROLE_CALL 2  /* a call inside a span: reported only while a span is open on the goroutine */
+#define ROLE_SPAWN 3 /* runtime.newproc1: a goroutine started inside a span inherits it (no event) */
+#define ROLE_EXIT 4  /* runtime.goexit1: an inheriting goroutine ends (no event) */
 
 /* site_config.kind */
 #define SITE_ENTRY 1
@@ -35,7 +37,8 @@
 #define COUNTER_LOST_STATE 1     /* goroutine-state map full */
 #define COUNTER_CALL_OUTSIDE 2   /* call probe hit outside any span (not an error: filtered) */
 #define COUNTER_HITS 3           /* probe hits for traced processes */
-#define COUNTER_MAX 4
+#define COUNTER_INHERITED 4      /* goroutines started inside a span, whose calls join it */
+#define COUNTER_MAX 5
 
 struct event {
 	__u8 kind;
@@ -107,7 +110,7 @@ struct g_state {
 	__u64 start;     /* ktime of the span's entry */
 	__u64 saved;     /* pointer the last call entry saved (save_slot) */
 	__u32 site;
-	__u32 depth;     /* nested span entries on this goroutine */
+	__u32 depth;     /* nested span entries on this goroutine; 0: inherited from the goroutine that started it */
 	__s64 goid;
 };
 

@@ -139,12 +139,13 @@ type Counters struct {
 	LostState      uint64 // span entries whose goroutine state could not be stored
 	CallsOutside   uint64 // call probe hits outside any span (filtered, not lost)
 	Hits           uint64 // probe hits in traced processes
+	Inherited      uint64 // goroutines started inside a span, whose calls join that span
 }
 
 // Counters reads the kernel's counters.
 func (c *Collector) Counters() (Counters, error) {
 	var out Counters
-	fields := []*uint64{&out.LostRingBuffer, &out.LostState, &out.CallsOutside, &out.Hits}
+	fields := []*uint64{&out.LostRingBuffer, &out.LostState, &out.CallsOutside, &out.Hits, &out.Inherited}
 	for i, f := range fields {
 		var per []uint64
 		if err := c.counts.Lookup(uint32(i), &per); err != nil {

@@ -201,6 +201,12 @@ func NewOTLP(ctx context.Context, opts OTLPOptions) (*OTLPExporter, error) {
 	if err != nil {
 		return nil, err
 	}
+	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override what the agent finds. A malformed
+	// OTEL_RESOURCE_ATTRIBUTES still yields the attributes that could be read.
+	envRes, err := resource.New(ctx, resource.WithTelemetrySDK(), resource.WithFromEnv())
+	if envRes == nil {
+		return nil, fmt.Errorf("read OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
 	client, err := newOTLPClient(proto, opts)
 	if err != nil {
 		return nil, err
@@ -208,12 +214,6 @@ func NewOTLP(ctx context.Context, opts OTLPOptions) (*OTLPExporter, error) {
 	exp, err := otlptrace.New(ctx, client)
 	if err != nil {
 		return nil, fmt.Errorf("start OTLP %s exporter: %w", proto, err)
-	}
-
-	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override what the agent finds.
-	envRes, err := resource.New(ctx, resource.WithTelemetrySDK(), resource.WithFromEnv())
-	if err != nil && envRes == nil {
-		return nil, fmt.Errorf("read OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
 
 	queue := opts.MaxQueueSize
@@ -333,8 +333,11 @@ func newOTLPClient(proto Protocol, opts OTLPOptions) (otlptrace.Client, error) {
 	case opts.Endpoint != "":
 		o = append(o, otlptracehttp.WithEndpoint(opts.Endpoint), otlptracehttp.WithURLPath("/v1/traces"))
 	}
+	// Always set: the SDK would otherwise take the encoding from OTEL_EXPORTER_OTLP_PROTOCOL.
 	if proto == ProtocolHTTPJSON {
 		o = append(o, otlptracehttp.WithEncoding(otlptracehttp.EncodingJSON))
+	} else {
+		o = append(o, otlptracehttp.WithEncoding(otlptracehttp.EncodingProtobuf))
 	}
 	if opts.Insecure {
 		o = append(o, otlptracehttp.WithInsecure())
@@ -827,6 +830,28 @@ func (l *lru[K, V]) put(k K, v V) {
 }
 
 func (l *lru[K, V]) len() int { return l.order.Len() }
+
+// ParseHeaders reads headers written as in OTEL_EXPORTER_OTLP_HEADERS ("k1=v1,k2=v2", values
+// URL-encoded), for a command-line flag that sets OTLPOptions.Headers.
+func ParseHeaders(s string) (map[string]string, error) {
+	h := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		if strings.TrimSpace(pair) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			return nil, fmt.Errorf("parse OTLP header %q: want key=value", pair)
+		}
+		val, err := url.PathUnescape(strings.TrimSpace(v))
+		if err != nil {
+			return nil, fmt.Errorf("parse OTLP header %q: %w", k, err)
+		}
+		h[k] = val
+	}
+	return h, nil
+}
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil && v > 0 {

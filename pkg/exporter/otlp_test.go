@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/reconscope/reconscope/pkg/span"
@@ -39,6 +41,7 @@ type collector struct {
 	spans    []received
 	headers  []map[string]string
 	response *coltracepb.ExportTraceServiceResponse
+	wantJSON bool // the HTTP collector accepts OTLP/JSON instead of protobuf
 }
 
 func (c *collector) add(req *coltracepb.ExportTraceServiceRequest, headers map[string]string) *coltracepb.ExportTraceServiceResponse {
@@ -110,13 +113,22 @@ func startHTTPCollector(t *testing.T, l net.Listener) (*collector, string) {
 	c := &collector{}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
-		if err != nil || r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+		if err != nil || r.URL.Path != "/v1/traces" {
 			http.Error(w, "bad request", http.StatusBadRequest)
 			return
 		}
 		var req coltracepb.ExportTraceServiceRequest
-		if err := proto.Unmarshal(body, &req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+		switch ct := r.Header.Get("Content-Type"); {
+		case ct == "application/x-protobuf" && !c.wantJSON:
+			err = proto.Unmarshal(body, &req)
+		case ct == "application/json" && c.wantJSON:
+			// OTLP/JSON writes IDs in hex, which protojson reads as (wrong) base64: fine for names.
+			err = protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(body, &req)
+		default:
+			err = fmt.Errorf("unexpected Content-Type %q", ct)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusUnsupportedMediaType)
 			return
 		}
 		h := map[string]string{}
@@ -557,6 +569,45 @@ func TestOTLPOptionsOverrideEnvironment(t *testing.T) {
 	}
 }
 
+func TestOTLPHTTPEncoding(t *testing.T) {
+	for _, tt := range []struct {
+		env      string
+		opt      Protocol
+		wantJSON bool
+	}{
+		{env: "http/json", opt: ProtocolHTTPProtobuf, wantJSON: false}, // the option wins
+		{env: "http/json", wantJSON: true},
+		{env: "grpc", opt: ProtocolHTTPJSON, wantJSON: true},
+	} {
+		t.Run(tt.env+"+"+string(tt.opt), func(t *testing.T) {
+			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", tt.env)
+			c, addr := startHTTPCollector(t, nil)
+			c.wantJSON = tt.wantJSON
+			opts := testOptions(tt.opt, "http://"+addr)
+			e, err := NewOTLP(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Write(testSpans()[0]); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			names := map[string]int{}
+			for _, r := range c.all() {
+				names[r.span.GetName()]++
+			}
+			if names["reconcile configmap"] != 1 || names["GET configmaps"] != 1 || names["PUT configmaps"] != 1 {
+				t.Errorf("collector got %v", names)
+			}
+			if st := e.Stats(); st.Exported != 3 {
+				t.Errorf("stats %+v, want 3 exported", st)
+			}
+		})
+	}
+}
+
 func TestOTLPBadProtocol(t *testing.T) {
 	if _, err := NewOTLP(context.Background(), OTLPOptions{Protocol: "thrift"}); err == nil {
 		t.Fatal("NewOTLP accepted protocol thrift")
@@ -766,5 +817,20 @@ func TestLRU(t *testing.T) {
 	l.put("a", 4)
 	if v, _ := l.get("a"); v != 4 || l.len() != 2 {
 		t.Errorf("a = %d, len %d", v, l.len())
+	}
+}
+
+func TestParseHeaders(t *testing.T) {
+	h, err := ParseHeaders("authorization=Bearer%20abc, x-tenant=acme,,")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != 2 || h["authorization"] != "Bearer abc" || h["x-tenant"] != "acme" {
+		t.Errorf("ParseHeaders = %v", h)
+	}
+	for _, bad := range []string{"novalue", "=v", "k=%zz"} {
+		if _, err := ParseHeaders(bad); err == nil {
+			t.Errorf("ParseHeaders(%q) accepted", bad)
+		}
 	}
 }

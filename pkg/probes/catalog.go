@@ -17,8 +17,10 @@ type Role uint8
 
 // Roles. The values are the C ROLE_* constants (bpf/include/events.h).
 const (
-	RoleSpan Role = 1 // ROLE_SPAN
-	RoleCall Role = 2 // ROLE_CALL
+	RoleSpan  Role = 1 // ROLE_SPAN
+	RoleCall  Role = 2 // ROLE_CALL
+	RoleSpawn Role = 3 // ROLE_SPAWN
+	RoleExit  Role = 4 // ROLE_EXIT
 )
 
 // Register slots of Go's register ABI (integer arguments and results, in order):
@@ -80,8 +82,10 @@ type Probe struct {
 	// Symbol matches the functions to probe.
 	Symbol *regexp.Regexp
 	Role   Role
-	Entry  Layout
-	Return Layout
+	// EntryOnly probes have no return sites (the function never returns, like runtime.goexit1).
+	EntryOnly bool
+	Entry     Layout
+	Return    Layout
 	// DecodeEntry and DecodeReturn interpret the two sites' events.
 	DecodeEntry, DecodeReturn Decoder
 }
@@ -185,6 +189,22 @@ var Catalog = []*Probe{
 		DecodeEntry: decodeResponseStatus, DecodeReturn: decodeIgnore},
 }
 
+// GoroutineProbes let goroutines started inside a span (client-go's slowStartBatch creates
+// pods from such goroutines) join that span: the kernel copies the span state from the
+// creating goroutine to the new one in runtime.newproc1 and drops it in runtime.goexit1.
+// They cost two probe hits per goroutine created in a traced process.
+var GoroutineProbes = []*Probe{
+	{ID: "runtime/goroutine-start", Role: RoleSpawn,
+		// newproc1(fn *funcval, callergp *g, callerpc uintptr, parked bool, waitreason) *g, on g0
+		Symbol: regexp.MustCompile(`^runtime\.newproc1$`),
+		Entry:  layout().save(1), Return: layout(),
+		DecodeEntry: decodeIgnore, DecodeReturn: decodeIgnore},
+	{ID: "runtime/goroutine-exit", Role: RoleExit,
+		Symbol: regexp.MustCompile(`^runtime\.goexit1$`), EntryOnly: true,
+		Entry: layout(), Return: layout(),
+		DecodeEntry: decodeIgnore, DecodeReturn: decodeIgnore},
+}
+
 // SyncHandlers are kube-controller-manager's client-go workqueue sync handlers:
 // (recv, ctx, key string) error, one span per call, the object from the key.
 var SyncHandlers = []struct {
@@ -212,6 +232,7 @@ func init() {
 		p.Module = kubernetes
 		Catalog = append(Catalog, p)
 	}
+	Catalog = append(Catalog, GoroutineProbes...)
 }
 
 // SyncProbe is a span probe on a client-go style sync handler whose entry reads the key

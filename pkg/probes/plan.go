@@ -3,6 +3,7 @@ package probes
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -133,8 +134,11 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 				p.missing(pr.ID, fmt.Sprintf("%s: find entry site: %v", fn.Name, err))
 				continue
 			}
-			rets, err := bin.ReturnSites(fn)
-			if err != nil || len(rets) == 0 {
+			var rets []symbols.Site
+			if !pr.EntryOnly {
+				rets, err = bin.ReturnSites(fn)
+			}
+			if !pr.EntryOnly && (err != nil || len(rets) == 0) {
 				p.missing(pr.ID, fmt.Sprintf("%s: find return sites: %v (a return probe is needed; uretprobes are never used)", fn.Name, err))
 				continue
 			}
@@ -153,10 +157,20 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		}
 	}
 	p.Missing = kept
-	sort.SliceStable(p.Sites, func(i, j int) bool { return p.Sites[i].Addr < p.Sites[j].Addr })
-	if len(p.Sites) == 0 {
+	// Calls and goroutine probes serve spans: without a span probe there is nothing to trace,
+	// and goroutine inheritance serves only calls.
+	roles := map[Role]bool{}
+	for _, s := range p.Sites {
+		roles[s.Probe.Role] = true
+	}
+	if !roles[RoleSpan] {
+		p.Sites = nil
 		return p, ErrNothingToTrace
 	}
+	if !roles[RoleCall] {
+		p.Sites = slices.DeleteFunc(p.Sites, func(s Site) bool { return s.Probe.Role == RoleSpawn || s.Probe.Role == RoleExit })
+	}
+	sort.SliceStable(p.Sites, func(i, j int) bool { return p.Sites[i].Addr < p.Sites[j].Addr })
 	return p, nil
 }
 

@@ -47,8 +47,16 @@ func keyOf(e *Event) goroutineKey {
 
 type openSpan struct {
 	span  Span
-	depth int        // nested entries (recursion) not yet returned
-	calls []openCall // calls begun and not yet ended, innermost last
+	key   goroutineKey
+	depth int // nested entries (recursion) not yet returned
+	// calls begun and not yet ended, innermost last, per goroutine: the span's own and those
+	// of goroutines it started (which the kernel lets join it).
+	calls map[goroutineKey][]openCall
+}
+
+type spanKey struct {
+	pid   uint32
+	start uint64
 }
 
 type openCall struct {
@@ -61,6 +69,7 @@ type openCall struct {
 type Assembler struct {
 	opts    Options
 	open    map[goroutineKey]*openSpan
+	byStart map[spanKey]*openSpan  // the same spans, by process and entry time
 	pending map[goroutineKey]Event // returns that came before their entry
 	stats   Stats
 	emit    func(Span)
@@ -83,6 +92,7 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 	return &Assembler{
 		opts:    opts,
 		open:    make(map[goroutineKey]*openSpan),
+		byStart: make(map[spanKey]*openSpan),
 		pending: make(map[goroutineKey]Event),
 		emit:    emit,
 	}
@@ -103,19 +113,31 @@ func (a *Assembler) Add(e Event) {
 	case SpanEnd:
 		a.end(k, e)
 	case CallStart:
-		o := a.open[k]
+		o := a.spanOf(k, &e)
 		if o == nil {
 			a.stats.OrphanCalls++
 			return
 		}
-		o.calls = append(o.calls, openCall{info: e.Call, start: e.Time})
+		o.calls[k] = append(o.calls[k], openCall{info: e.Call, start: e.Time})
 	case CallEnd:
 		a.callEnd(k, e)
 	case CallStatus:
-		if o := a.open[k]; o != nil && len(o.calls) > 0 {
-			o.calls[len(o.calls)-1].info.Status = e.Call.Status
+		if o := a.spanOf(k, &e); o != nil && len(o.calls[k]) > 0 {
+			o.calls[k][len(o.calls[k])-1].info.Status = e.Call.Status
 		}
 	}
+}
+
+// spanOf finds the open span a call event belongs to: the one open on its goroutine, or the
+// one its goroutine inherited (the kernel reports that span's entry time).
+func (a *Assembler) spanOf(k goroutineKey, e *Event) *openSpan {
+	if o := a.open[k]; o != nil {
+		return o
+	}
+	if e.SpanStartTime != 0 {
+		return a.byStart[spanKey{pid: e.PID, start: e.SpanStartTime}]
+	}
+	return nil
 }
 
 func (a *Assembler) start(k goroutineKey, e Event) {
@@ -137,12 +159,16 @@ func (a *Assembler) start(k goroutineKey, e Event) {
 	if len(a.open) >= a.opts.MaxOpen {
 		a.evictOldest()
 	}
-	a.open[k] = a.newOpen(e)
+	o := a.newOpen(e)
+	o.key = k
+	a.open[k] = o
+	a.byStart[spanKey{pid: e.PID, start: e.Time}] = o
 }
 
 func (a *Assembler) newOpen(e Event) *openSpan {
 	return &openSpan{
 		depth: 1,
+		calls: map[goroutineKey][]openCall{},
 		span: Span{
 			Controller:  e.Controller,
 			Namespace:   e.Namespace,
@@ -169,7 +195,7 @@ func (a *Assembler) end(k goroutineKey, e Event) {
 		}
 		// The entry event was lost, but the kernel kept its time: a span without the
 		// entry's fields, marked incomplete.
-		o = &openSpan{depth: 1, span: Span{PID: e.PID, Goid: e.Goid, Start: e.SpanStartTime, Incomplete: true}}
+		o = &openSpan{depth: 1, calls: map[goroutineKey][]openCall{}, span: Span{PID: e.PID, Goid: e.Goid, Start: e.SpanStartTime, Incomplete: true}}
 		a.finish(o, e)
 		return
 	}
@@ -177,7 +203,7 @@ func (a *Assembler) end(k goroutineKey, e Event) {
 		o.depth--
 		return
 	}
-	delete(a.open, k)
+	a.remove(k, o)
 	a.finish(o, e)
 }
 
@@ -192,9 +218,13 @@ func (a *Assembler) finish(o *openSpan, e Event) {
 	s.Error = e.Error
 	s.Incomplete = s.Incomplete || e.Incomplete
 	// Calls still open at the return were cut short (a panic unwound them).
-	if len(o.calls) > 0 {
-		a.stats.OrphanCalls += uint64(len(o.calls))
-		s.Incomplete = true
+	for _, cs := range o.calls {
+		if len(cs) > 0 {
+			a.stats.OrphanCalls += uint64(len(cs))
+			if o.key == keyOf(&e) {
+				s.Incomplete = true // the reconcile's own call never returned (panic)
+			}
+		}
 	}
 	finalize(&s)
 	a.stats.Spans++
@@ -202,13 +232,17 @@ func (a *Assembler) finish(o *openSpan, e Event) {
 }
 
 func (a *Assembler) callEnd(k goroutineKey, e Event) {
-	o := a.open[k]
-	if o == nil || len(o.calls) == 0 {
+	o := a.spanOf(k, &e)
+	if o == nil || len(o.calls[k]) == 0 {
 		a.stats.OrphanCalls++
 		return
 	}
-	c := o.calls[len(o.calls)-1]
-	o.calls = o.calls[:len(o.calls)-1]
+	stack := o.calls[k]
+	c := stack[len(stack)-1]
+	o.calls[k] = stack[:len(stack)-1]
+	if len(o.calls[k]) == 0 {
+		delete(o.calls, k)
+	}
 	info := c.info
 	mergeCallInfo(&info, e.Call)
 	if len(o.span.Calls) >= a.opts.MaxCalls {
@@ -220,7 +254,7 @@ func (a *Assembler) callEnd(k goroutineKey, e Event) {
 	if e.Time > c.start {
 		d = time.Duration(e.Time - c.start)
 	}
-	o.span.Calls = append(o.span.Calls, Call{CallInfo: info, Start: c.start, Duration: d, Depth: len(o.calls)})
+	o.span.Calls = append(o.span.Calls, Call{CallInfo: info, Start: c.start, Duration: d, Depth: len(o.calls[k]), Goroutine: k.goid})
 	if info.UID != "" && o.span.UID == "" && info.Name == o.span.Name && info.Namespace == o.span.Namespace {
 		o.span.UID = info.UID
 	}
@@ -254,8 +288,13 @@ func mergeCallInfo(dst *CallInfo, ret CallInfo) {
 	}
 }
 
-func (a *Assembler) abandon(k goroutineKey, o *openSpan) {
+func (a *Assembler) remove(k goroutineKey, o *openSpan) {
 	delete(a.open, k)
+	delete(a.byStart, spanKey{pid: o.span.PID, start: o.span.Start})
+}
+
+func (a *Assembler) abandon(k goroutineKey, o *openSpan) {
+	a.remove(k, o)
 	s := o.span
 	s.Result = ResultAbandoned
 	s.Incomplete = true
@@ -330,24 +369,48 @@ func (a *Assembler) sortedKeys(match func(*openSpan) bool) []goroutineKey {
 	return ks
 }
 
-// finalize derives the phases and the no-op flag from the calls.
+// finalize derives the phases and the no-op flag from the calls. Calls may overlap (nested
+// calls, goroutines the reconcile started): each instant of the span counts once, as write
+// when any write runs then, else as read when any read runs, else as compute. So the three
+// phases always add up to the span's duration.
 func finalize(s *Span) {
-	var read, write time.Duration
+	type edge struct {
+		t     uint64
+		write bool
+		delta int
+	}
+	end := s.Start + uint64(s.Duration)
+	edges := make([]edge, 0, 2*len(s.Calls))
 	wrote := false
 	for _, c := range s.Calls {
-		if c.Depth > 0 {
-			continue // its time is inside the call that made it
+		w := c.IsWrite()
+		wrote = wrote || w
+		from, to := max(c.Start, s.Start), min(c.Start+uint64(c.Duration), end)
+		if to <= from {
+			continue
 		}
-		if c.IsWrite() {
-			write += c.Duration
-			wrote = true
+		edges = append(edges, edge{from, w, +1}, edge{to, w, -1})
+	}
+	sort.Slice(edges, func(i, j int) bool { return edges[i].t < edges[j].t })
+	var read, write time.Duration
+	reads, writes := 0, 0
+	prev := s.Start
+	for _, e := range edges {
+		if d := time.Duration(e.t - prev); d > 0 {
+			switch {
+			case writes > 0:
+				write += d
+			case reads > 0:
+				read += d
+			}
+		}
+		prev = e.t
+		if e.write {
+			writes += e.delta
 		} else {
-			read += c.Duration
+			reads += e.delta
 		}
 	}
-	s.Phases = Phases{Read: read, Write: write}
-	if rest := s.Duration - read - write; rest > 0 {
-		s.Phases.Compute = rest
-	}
+	s.Phases = Phases{Read: read, Write: write, Compute: s.Duration - read - write}
 	s.Noop = !wrote && s.Result != ResultAbandoned
 }

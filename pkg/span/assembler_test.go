@@ -117,6 +117,21 @@ func TestAssembler(t *testing.T) {
 			stats: Stats{Spans: 1, OrphanCalls: 1},
 		},
 		{
+			name: "calls of goroutines the reconcile started join its span",
+			events: []Event{
+				start(1, 10, 100, "a"),
+				{Kind: CallStart, PID: 1, Goid: 21, Time: 110, SpanStartTime: 100, Call: CallInfo{Kind: CallAPI, Verb: "POST"}},
+				{Kind: CallStart, PID: 1, Goid: 22, Time: 111, SpanStartTime: 100, Call: CallInfo{Kind: CallAPI, Verb: "POST"}},
+				{Kind: CallStatus, PID: 1, Goid: 22, Time: 120, SpanStartTime: 100, Call: CallInfo{Status: 201}},
+				{Kind: CallEnd, PID: 1, Goid: 21, Time: 130, SpanStartTime: 100},
+				{Kind: CallEnd, PID: 1, Goid: 22, Time: 131, SpanStartTime: 100},
+				{Kind: CallStart, PID: 1, Goid: 23, Time: 140, SpanStartTime: 99}, // another span's child
+				end(1, 10, 200, ResultSuccess),
+			},
+			want:  []want{{"a", ResultSuccess, 100, false, 2}},
+			stats: Stats{Spans: 1, OrphanCalls: 1},
+		},
+		{
 			name: "goroutines without goid are told apart by g pointer",
 			events: []Event{
 				{Kind: SpanStart, PID: 1, Goid: -1, G: 0xa, Time: 100, Name: "a"},

@@ -96,8 +96,11 @@ type Call struct {
 	CallInfo
 	Start    uint64 // monotonic ns
 	Duration time.Duration
-	// Depth is 0 for a call made by the reconcile itself, 1 for a call made inside it, ...
+	// Depth is 0 for a call made directly, 1 for a call made inside another call, ...
 	Depth int
+	// Goroutine is the ID of the goroutine that made the call: the reconcile's own, or one it
+	// started.
+	Goroutine int64
 }
 
 // Span is one finished reconcile.

@@ -189,7 +189,10 @@ func lookupTable(typeName, fieldPath, module, version, arch string) (Offset, boo
 	if i := strings.IndexByte(typeName, '['); i > 0 {
 		typeName = typeName[:i]
 	}
-	version = strings.Fields(version + " ")[0] // drop " X:experiment" suffixes
+	version, _, _ = strings.Cut(version, " ") // drop " X:experiment" suffixes
+	if version == "" {
+		return Offset{}, false
+	}
 	var series []tableEntry
 	for _, e := range table[typeName+"\x00"+fieldPath] {
 		if e.Module != module || (e.Arch != "" && e.Arch != arch) {

@@ -1,0 +1,296 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// logBuffer is a concurrency-safe log sink.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// testPod is a pod on node with one container of each kind, whose IDs start with the digit d.
+func testPod(ns, name, uid, node string, d byte) *corev1.Pod {
+	id := func(kind byte) string { return strings.Repeat(string([]byte{d, kind}), 32) }
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: ns, Name: name, UID: types.UID(uid),
+			Labels:      map[string]string{"app": name},
+			Annotations: map[string]string{"big": strings.Repeat("x", 1000)},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:       node,
+			Containers:     []corev1.Container{{Name: "manager", Image: "example/manager"}},
+			InitContainers: []corev1.Container{{Name: "init", Image: "example/init"}},
+		},
+		Status: corev1.PodStatus{
+			Phase:                      corev1.PodRunning,
+			ContainerStatuses:          []corev1.ContainerStatus{{Name: "manager", ContainerID: "containerd://" + id('a'), Image: "example/manager"}},
+			InitContainerStatuses:      []corev1.ContainerStatus{{Name: "init", ContainerID: "cri-o://" + id('b')}},
+			EphemeralContainerStatuses: []corev1.ContainerStatus{{Name: "debugger", ContainerID: "docker://" + id('c')}},
+		},
+	}
+}
+
+func runIndex(t *testing.T, x *PodIndex) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run = %v", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("Run did not return within 10s of cancel")
+		}
+	})
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestPodIndexLookup(t *testing.T) {
+	client := fake.NewClientset(testPod("ns1", "ctl", "uid-1", "node-a", '1'))
+	x, err := NewPodIndex(PodIndexOptions{Client: client, NodeName: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runIndex(t, x)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !x.WaitSynced(ctx) || !x.Synced() {
+		t.Fatal("index did not sync")
+	}
+	base := PodInfo{Namespace: "ns1", Name: "ctl", UID: "uid-1", Labels: map[string]string{"app": "ctl"}, Node: "node-a"}
+	for _, tt := range []struct {
+		id        string
+		container string
+	}{
+		{strings.Repeat("1a", 32), "manager"},
+		{"containerd://" + strings.Repeat("1a", 32), "manager"},
+		{strings.Repeat("1b", 32), "init"},
+		{strings.Repeat("1c", 32), "debugger"},
+	} {
+		got, ok := x.Lookup(tt.id)
+		want := base
+		want.Container = tt.container
+		if !ok || !reflect.DeepEqual(got, want) {
+			t.Errorf("Lookup(%s) = %+v, %v; want %+v", tt.id, got, ok, want)
+		}
+	}
+	if _, ok := x.Lookup(strings.Repeat("9a", 32)); ok {
+		t.Error("Lookup of an unknown ID found a pod")
+	}
+	if _, ok := x.Lookup(""); ok {
+		t.Error("Lookup of an empty ID found a pod")
+	}
+	if got, ok := x.LookupPod("uid-1"); !ok || !reflect.DeepEqual(got, base) {
+		t.Errorf("LookupPod = %+v, %v; want %+v", got, ok, base)
+	}
+
+	// Labels are the caller's copy.
+	got, _ := x.Lookup(strings.Repeat("1a", 32))
+	got.Labels["app"] = "changed"
+	if again, _ := x.Lookup(strings.Repeat("1a", 32)); again.Labels["app"] != "ctl" {
+		t.Error("changing returned labels changed the index")
+	}
+
+	// The index follows updates and deletions.
+	p2 := testPod("ns2", "new", "uid-2", "node-a", '2')
+	if _, err := client.CoreV1().Pods("ns2").Create(context.Background(), p2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "new pod in index", func() bool { _, ok := x.Lookup(strings.Repeat("2a", 32)); return ok })
+	if err := client.CoreV1().Pods("ns1").Delete(context.Background(), "ctl", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "deleted pod gone from index", func() bool { _, ok := x.Lookup(strings.Repeat("1a", 32)); return !ok })
+}
+
+func TestPodIndexSlimsPods(t *testing.T) {
+	in := testPod("ns", "p", "u", "n", '1')
+	out, err := slimPod(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := out.(*corev1.Pod)
+	if p.Annotations != nil || len(p.Spec.Containers) != 0 || p.Status.Phase != "" || p.Status.ContainerStatuses[0].Image != "" {
+		t.Errorf("slimPod kept fields it does not need: %+v", p)
+	}
+	if p.Name != "p" || p.Namespace != "ns" || p.UID != "u" || p.Spec.NodeName != "n" || p.Labels["app"] != "p" ||
+		p.Status.ContainerStatuses[0].ContainerID != in.Status.ContainerStatuses[0].ContainerID {
+		t.Errorf("slimPod lost fields it needs: %+v", p)
+	}
+	again, _ := slimPod(p)
+	if !reflect.DeepEqual(again, p) {
+		t.Error("slimPod is not idempotent")
+	}
+	if obj, _ := slimPod("not a pod"); obj != "not a pod" {
+		t.Error("slimPod changed a non-pod")
+	}
+}
+
+// TestPodIndexDegraded checks that refused API calls are reported once, that the index keeps
+// retrying, and that recovery is reported once.
+func TestPodIndexDegraded(t *testing.T) {
+	client := fake.NewClientset(testPod("ns1", "ctl", "uid-1", "node-a", '1'))
+	var calls atomic.Int32
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if calls.Add(1) <= 2 {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("RBAC: no"))
+		}
+		return false, nil, nil
+	})
+	var logs logBuffer
+	x, err := NewPodIndex(PodIndexOptions{Client: client, NodeName: "node-a", Logger: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runIndex(t, x)
+	waitFor(t, "sync after two refusals", x.Synced)
+	if _, ok := x.Lookup(strings.Repeat("1a", 32)); !ok {
+		t.Error("Lookup after recovery found nothing")
+	}
+	out := logs.String()
+	if n := strings.Count(out, "kubernetes metadata unavailable"); n != 1 {
+		t.Errorf("degraded state logged %d times, want once:\n%s", n, out)
+	}
+	if !strings.Contains(out, "forbidden") {
+		t.Errorf("log does not say why:\n%s", out)
+	}
+	if n := strings.Count(out, "kubernetes metadata available again"); n != 1 {
+		t.Errorf("recovery logged %d times, want once:\n%s", n, out)
+	}
+	if c := calls.Load(); c < 3 {
+		t.Errorf("%d list calls, want at least 3", c)
+	}
+}
+
+func TestPodIndexNoClient(t *testing.T) {
+	var logs logBuffer
+	x, err := NewPodIndex(PodIndexOptions{Logger: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Run(ctx) }()
+	waitFor(t, "warning", func() bool { return strings.Contains(logs.String(), "no API client") })
+	if x.Synced() {
+		t.Error("Synced without a client")
+	}
+	if _, ok := x.Lookup(strings.Repeat("1a", 32)); ok {
+		t.Error("Lookup without a client found a pod")
+	}
+	if _, ok := x.LookupPod("u"); ok {
+		t.Error("LookupPod without a client found a pod")
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancelShort()
+	if x.WaitSynced(short) {
+		t.Error("WaitSynced without a client returned true")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPodIndexNeedsNodeName(t *testing.T) {
+	if _, err := NewPodIndex(PodIndexOptions{Client: fake.NewClientset()}); !errors.Is(err, ErrNoNodeName) {
+		t.Fatalf("err = %v, want ErrNoNodeName", err)
+	}
+}
+
+// TestPodIndexServerDown checks that an unreachable API server is reported once while the
+// index keeps retrying.
+func TestPodIndexServerDown(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now: connections are refused
+	var requests atomic.Int32
+	cfg := &rest.Config{Host: "http://" + addr, WrapTransport: func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			requests.Add(1)
+			return rt.RoundTrip(r)
+		})
+	}}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuffer
+	x, err := NewPodIndex(PodIndexOptions{Client: client, NodeName: "node-a", Logger: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runIndex(t, x)
+	waitFor(t, "a retry", func() bool { return requests.Load() >= 2 })
+	if x.Synced() {
+		t.Error("Synced without a server")
+	}
+	out := logs.String()
+	if n := strings.Count(out, "kubernetes metadata unavailable"); n != 1 {
+		t.Errorf("degraded state logged %d times after %d requests, want once:\n%s", n, requests.Load(), out)
+	}
+	if !strings.Contains(out, "connection refused") {
+		t.Errorf("log does not say why:\n%s", out)
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
