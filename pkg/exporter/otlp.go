@@ -426,8 +426,9 @@ func (e *OTLPExporter) Write(s *span.Span) error {
 	return nil
 }
 
-// writeCalls makes a client span per call, nested as the calls were: a call of depth d is the
-// child of the enclosing call of depth d-1, a call of depth 0 the child of the reconcile.
+// writeCalls makes a span per call, nested as the calls were: a call of depth d is the child of
+// the enclosing call of depth d-1 on the same goroutine, a call of depth 0 the child of the
+// reconcile (also when a goroutine the reconcile started made it).
 func (e *OTLPExporter) writeCalls(ctx context.Context, tracer trace.Tracer, root trace.Span, calls []span.Call) {
 	order := make([]int, len(calls))
 	for i := range order {
@@ -443,9 +444,10 @@ func (e *OTLPExporter) writeCalls(ctx context.Context, tracer trace.Tracer, root
 		return ca.Depth < cb.Depth
 	})
 	spans := make([]trace.Span, len(calls))
-	var stack []int
+	stacks := map[int64][]int{} // per goroutine: the calls that may enclose the next one
 	for _, i := range order {
 		c := &calls[i]
+		stack := stacks[c.Goroutine]
 		for len(stack) > 0 && calls[stack[len(stack)-1]].Depth >= c.Depth {
 			stack = stack[:len(stack)-1]
 		}
@@ -461,7 +463,7 @@ func (e *OTLPExporter) writeCalls(ctx context.Context, tracer trace.Tracer, root
 			trace.WithTimestamp(e.clock.Wall(c.Start)),
 			trace.WithSpanKind(kind),
 			trace.WithAttributes(callAttributes(c)...))
-		stack = append(stack, i)
+		stacks[c.Goroutine] = append(stack, i)
 	}
 	// End inner calls first, so each span ends before its parent.
 	for j := len(order) - 1; j >= 0; j-- {
@@ -601,6 +603,9 @@ var httpMethods = map[string]bool{
 func callAttributes(c *span.Call) []attribute.KeyValue {
 	attrs := make([]attribute.KeyValue, 0, 10)
 	attrs = append(attrs, attrCallKind.String(string(c.Kind)), attrCallDepth.Int(c.Depth))
+	if c.Goroutine != 0 {
+		attrs = append(attrs, attrGoid.Int64(c.Goroutine))
+	}
 	if c.Verb != "" {
 		attrs = append(attrs, attrCallVerb.String(c.Verb))
 	}

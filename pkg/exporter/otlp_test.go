@@ -505,6 +505,45 @@ func TestOTLPExport(t *testing.T) {
 	}
 }
 
+// Calls of two goroutines overlap: each nested call goes under the enclosing call of its own
+// goroutine.
+func TestOTLPCallsOfGoroutines(t *testing.T) {
+	call := func(g int64, depth int, name string, start uint64, d time.Duration) span.Call {
+		return span.Call{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "GET", Resource: name, Status: 200},
+			Start: start, Duration: d, Depth: depth, Goroutine: g}
+	}
+	s := &span.Span{Controller: "c", Name: "o", ReconcileID: "r", PID: 1, Exe: "/m", Goid: 10,
+		Start: 100 * ms, Duration: 20 * time.Millisecond, Result: span.ResultSuccess,
+		Calls: []span.Call{
+			call(11, 0, "b-outer", 102*ms, 2*time.Millisecond),       // a goroutine the reconcile started
+			call(10, 1, "a-inner", 105*ms, time.Millisecond),         // inside a-outer, after b-outer began
+			call(10, 0, "a-outer", 101*ms, 10*time.Millisecond),      // the reconcile's goroutine
+			call(11, 1, "b-inner", 102*ms+500_000, time.Millisecond), // inside b-outer
+		}}
+	got, _, _ := export(t, ProtocolGRPC, []*span.Span{s}, nil)
+	byName := map[string]*tracepb.Span{}
+	for _, r := range got {
+		byName[r.span.GetName()] = r.span
+	}
+	parentOf := func(name string) string {
+		for n, sp := range byName {
+			if string(sp.GetSpanId()) == string(byName[name].GetParentSpanId()) {
+				return n
+			}
+		}
+		return ""
+	}
+	for child, parent := range map[string]string{
+		"GET a-outer": "reconcile c", "GET b-outer": "reconcile c",
+		"GET a-inner": "GET a-outer", "GET b-inner": "GET b-outer",
+	} {
+		if got := parentOf(child); got != parent {
+			t.Errorf("parent of %s = %q, want %q", child, got, parent)
+		}
+	}
+	wantInt(t, attrMap(byName["GET b-inner"].GetAttributes()), "reconscope.goid", 11)
+}
+
 func TestOTLPEnvironment(t *testing.T) {
 	for _, p := range []Protocol{ProtocolGRPC, ProtocolHTTPProtobuf} {
 		t.Run(string(p), func(t *testing.T) {
