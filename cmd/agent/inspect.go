@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 
 	"github.com/reconscope/reconscope/pkg/probes"
@@ -73,10 +74,10 @@ var relevantModules = []string{
 }
 
 func runInspect(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("inspect", inspectSummary, stdout)
+	fs := newFlagSet("inspect", inspectSummary, stdout, stderr)
 	pid := fs.Int("pid", 0, "inspect the executable of this process (/proc/PID/exe)")
 	asJSON := fs.Bool("json", false, "print JSON (schema in docs/inspect.md)")
-	if code, exit := parse(fs, args); exit {
+	if code, exit := fs.parse(args); exit {
 		return code
 	}
 	var path string
@@ -97,7 +98,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	} else {
 		printInspect(stdout, rep)
 	}
-	if code != 0 && rep.Reason != "" {
+	if code != 0 && rep.Reason != "" && *asJSON { // the text report says it already
 		fmt.Fprintf(stderr, "reconscope-agent inspect: %s\n", rep.Reason)
 	}
 	return code
@@ -108,6 +109,9 @@ func inspect(path string) (*InspectReport, int) {
 	bin, err := symbols.Open(path)
 	if err != nil {
 		rep.Reason = err.Error()
+		if fi, statErr := os.Stat(path); statErr == nil && fi.IsDir() {
+			return rep, 1 // a wrong path, not a binary we cannot trace
+		}
 		if errors.Is(err, symbols.ErrNotELF) || errors.Is(err, symbols.ErrNotGo) || errors.Is(err, symbols.ErrUnsupportedGo) {
 			return rep, 2
 		}

@@ -67,26 +67,35 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// newFlagSet returns a flag set whose --help prints summary then the flags, to stdout.
-func newFlagSet(name, summary string, stdout io.Writer) *flag.FlagSet {
+// flagSet is a command's flags: --help prints the summary and the flags to stdout; a bad flag
+// prints one line to stderr.
+type flagSet struct {
+	*flag.FlagSet
+	summary        string
+	stdout, stderr io.Writer
+}
+
+func newFlagSet(name, summary string, stdout, stderr io.Writer) *flagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	fs.Usage = func() {
-		fmt.Fprintf(stdout, "%s\n\nFlags:\n", strings.TrimSpace(summary))
-		fs.PrintDefaults()
-	}
-	return fs
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, summary: summary, stdout: stdout, stderr: stderr}
 }
 
 // parse parses flags; it returns (exit code, true) when the program should exit.
-func parse(fs *flag.FlagSet, args []string) (int, bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, true
-		}
-		return 2, true
+func (fs *flagSet) parse(args []string) (int, bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return 0, false
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintf(fs.stdout, "%s\n\nFlags:\n", strings.TrimSpace(fs.summary))
+		fs.SetOutput(fs.stdout)
+		fs.PrintDefaults()
+		return 0, true
 	}
-	return 0, false
+	fmt.Fprintf(fs.stderr, "reconscope-agent %s: %v (see --help)\n", fs.Name(), err)
+	return 2, true
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
@@ -26,10 +27,18 @@ in docs/json.md). Ctrl-C detaches the probes, prints a summary (reconciles by co
 result, events lost) to stderr and exits 0. Needs root (or the capabilities listed by
 'reconscope-agent --help').
 
-With --exe, every process running that executable is traced, including ones started later.`
+With --exe, every process running that executable is traced, including ones started later.
+
+Besides controller-runtime's Reconcile (every controller of a manager), the API calls made
+inside it (client-go requests, controller-runtime cache reads, also from goroutines the
+reconcile starts), and kube-controller-manager's sync handlers, any client-go style sync
+handler of your own can be traced with --probe (docs/probes.md):
+
+  --probe 'example.com/op/pkg/ctl.(*Controller).syncHandler=controller:widgets'
+  --probe 'SYMBOL=controller:NAME,key:SLOT,err:SLOT'   (register slots; defaults key:3, err:0)`
 
 func runTrace(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("trace", traceSummary, stdout)
+	fs := newFlagSet("trace", traceSummary, stdout, stderr)
 	pids := fs.String("pid", "", "comma-separated process IDs to trace")
 	exe := fs.String("exe", "", "trace every process running this executable, now and later")
 	output := fs.String("output", "tree", "output format: tree or json")
@@ -38,7 +47,9 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	abandon := fs.Duration("abandon-after", 10*time.Minute, "close a reconcile whose return never came as abandoned after this long")
 	single := fs.Bool("single-uprobes", false, "attach one uprobe per site even where the kernel has uprobe_multi links")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	if code, exit := parse(fs, args); exit {
+	var extra probeFlags
+	fs.Var(&extra, "probe", "trace a sync handler of your own: 'SYMBOL=controller:NAME[,key:SLOT][,err:SLOT]' (repeatable)")
+	if code, exit := fs.parse(args); exit {
 		return code
 	}
 	if (*pids == "") == (*exe == "") {
@@ -67,6 +78,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		Assembler: spanOptions(*abandon),
 		Writer:    exporter.Multi{w, summary},
 		Logger:    log,
+		Catalog:   append(append([]*probes.Probe{}, probes.Catalog...), extra...),
 	})
 	if err != nil {
 		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)

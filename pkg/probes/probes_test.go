@@ -1,0 +1,82 @@
+package probes
+
+import (
+	"testing"
+
+	"github.com/reconscope/reconscope/pkg/span"
+)
+
+func TestParseSyncProbe(t *testing.T) {
+	tests := []struct {
+		spec       string
+		controller string
+		keySlot    int
+		errSlot    int
+		wantErr    bool
+	}{
+		{"example.com/op/ctl.(*C).sync=controller:widgets", "widgets", 3, 0, false},
+		{"example.com/op/ctl.(*C).sync=controller:w,key:4,err:1", "w", 4, 1, false},
+		{"example.com/op/ctl.(*C).sync", "", 0, 0, true},
+		{"=controller:x", "", 0, 0, true},
+		{"f=key:3", "", 0, 0, true},
+		{"f=controller:x,key:9", "", 0, 0, true},
+		{"f=controller:x,color:red", "", 0, 0, true},
+	}
+	for _, tc := range tests {
+		p, err := ParseSyncProbe(tc.spec)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%q: err %v, want error %v", tc.spec, err, tc.wantErr)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if p.Entry.Strings[0].Ptr != tc.keySlot || p.Entry.Strings[0].Len != tc.keySlot+1 || p.Return.Err != tc.errSlot || p.Role != RoleSpan {
+			t.Errorf("%q: layout %+v / %+v", tc.spec, p.Entry, p.Return)
+		}
+		if !p.Symbol.MatchString("example.com/op/ctl.(*C).sync") || p.Symbol.MatchString("example.com/op/ctl.(*C).syncAll") {
+			t.Errorf("%q: symbol pattern %s", tc.spec, p.Symbol)
+		}
+		e := p.DecodeEntry(&Raw{Str: [6]string{"ns/obj"}, Goid: 5})
+		if e.Kind != span.SpanStart || e.Controller != tc.controller || e.Namespace != "ns" || e.Name != "obj" {
+			t.Errorf("%q: decoded entry %+v", tc.spec, e)
+		}
+	}
+}
+
+func TestDecodeReconcileReturn(t *testing.T) {
+	dec := decodeReconcileReturn(0, 1)
+	tests := []struct {
+		name string
+		raw  Raw
+		want span.Result
+	}{
+		{"success", Raw{}, span.ResultSuccess},
+		{"requeue", Raw{Args: [9]uint64{1}}, span.ResultRequeue},
+		{"requeue bool is one byte", Raw{Args: [9]uint64{0xff00}}, span.ResultSuccess},
+		{"requeue after wins over requeue", Raw{Args: [9]uint64{1, 5e6}}, span.ResultRequeueAfter},
+		{"error wins", Raw{Args: [9]uint64{1, 5e6}, ErrorType: "*errors.errorString"}, span.ResultError},
+	}
+	for _, tc := range tests {
+		if got := dec(&tc.raw); got.Result != tc.want || got.Kind != span.SpanEnd {
+			t.Errorf("%s: %s, want %s", tc.name, got.Result, tc.want)
+		}
+	}
+}
+
+func TestResourceOf(t *testing.T) {
+	for in, want := range map[string]string{
+		"*v1.ConfigMap":                  "configmaps",
+		"*v1.PodList":                    "pods",
+		"*v1.Ingress":                    "ingresses",
+		"*v1.NetworkPolicy":              "networkpolicies",
+		"*v1.Gateway":                    "gateways",
+		"*unstructured.Unstructured":     "",
+		"*unstructured.UnstructuredList": "",
+		"unknown":                        "",
+	} {
+		if got := resourceOf(in); got != want {
+			t.Errorf("resourceOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
