@@ -1,0 +1,165 @@
+package testenv
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// modulePath is the module whose root holds test/tools/build-controlplane.sh.
+const modulePath = "github.com/reconscope/reconscope"
+
+// ControlPlaneDirEnv names the environment variable that, when set, is used as the control plane
+// folder instead of running test/tools/build-controlplane.sh.
+const ControlPlaneDirEnv = "RECONSCOPE_CONTROLPLANE_DIR"
+
+// controlPlaneBinaries are the files ControlPlaneDir promises in its folder.
+var controlPlaneBinaries = []string{
+	"etcd", "kube-apiserver", "kube-controller-manager", "kube-controller-manager-stripped", "kubectl",
+}
+
+var controlPlane struct {
+	sync.Mutex
+	dir string
+}
+
+// ControlPlaneDir returns the folder holding etcd, kube-apiserver, kube-controller-manager,
+// kube-controller-manager-stripped and kubectl. It runs test/tools/build-controlplane.sh (found at
+// the module root) and returns the last line of its stdout; the script builds the binaries the
+// first time (about 11 minutes on 2 cores; give `go test` a -timeout of 30m then) and answers from
+// its cache afterwards. Concurrent test binaries wait for each other's build through a lock file
+// in the cache. The answer is kept for the life of the test binary.
+//
+// When the environment variable RECONSCOPE_CONTROLPLANE_DIR is set, its value is returned
+// without running the script.
+func ControlPlaneDir() (string, error) {
+	if dir := os.Getenv(ControlPlaneDirEnv); dir != "" {
+		return dir, checkControlPlaneDir(dir)
+	}
+	controlPlane.Lock()
+	defer controlPlane.Unlock()
+	if controlPlane.dir != "" {
+		return controlPlane.dir, nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	unlock, err := lockBuild()
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+
+	script := filepath.Join(root, "test", "tools", "build-controlplane.sh")
+	cmd := exec.Command("bash", script)
+	cmd.Dir = root
+	cmd.Stderr = os.Stderr // build progress: a cold build takes minutes
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("run %s: %w (run it by hand to see why)", script, err)
+	}
+	dir := lastLine(out)
+	if dir == "" {
+		return "", fmt.Errorf("run %s: it printed no folder", script)
+	}
+	if err := checkControlPlaneDir(dir); err != nil {
+		return "", err
+	}
+	controlPlane.dir = dir
+	return dir, nil
+}
+
+// checkControlPlaneDir reports a missing binary in dir.
+func checkControlPlaneDir(dir string) error {
+	for _, name := range controlPlaneBinaries {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("check control plane folder %s: %w (unset %s or run test/tools/build-controlplane.sh)", dir, err, ControlPlaneDirEnv)
+		}
+	}
+	return nil
+}
+
+// lockBuild takes an exclusive lock on a file in the cache folder the build script uses, so two
+// test binaries (go test runs packages in parallel) never build into the same folder at once.
+func lockBuild() (unlock func(), err error) {
+	cache := os.Getenv("RECONSCOPE_CACHE")
+	if cache == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return nil, fmt.Errorf("find cache folder: %w (set RECONSCOPE_CACHE)", err)
+		}
+		cache = filepath.Join(base, "reconscope")
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return nil, fmt.Errorf("create cache folder: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(cache, ".build-controlplane.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open build lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// lastLine returns the last non-empty line of out.
+func lastLine(out []byte) string {
+	var last string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); line != "" {
+			last = line
+		}
+	}
+	return last
+}
+
+// moduleRoot finds the folder of reconscope's go.mod, walking up from the working directory
+// (go test runs in the package's folder), then from this source file.
+func moduleRoot() (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
+	for _, dir := range starts {
+		for {
+			if isModuleRoot(dir) {
+				return dir, nil
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	return "", errors.New("find module root: no go.mod of " + modulePath + " above the working directory")
+}
+
+// isModuleRoot tells whether dir holds the go.mod of modulePath.
+func isModuleRoot(dir string) bool {
+	data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`) == modulePath
+		}
+	}
+	return false
+}

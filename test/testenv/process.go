@@ -1,0 +1,398 @@
+package testenv
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// stopGrace is how long a process gets between SIGTERM and SIGKILL.
+const stopGrace = 10 * time.Second
+
+// logTailLines is how many lines of a process's stderr a failed test shows.
+const logTailLines = 40
+
+// Process is a program a test started with StartProcess: its own process group, stdout and
+// stderr in files, stopped at the end of the test.
+type Process struct {
+	name           string
+	cmd            *exec.Cmd
+	stdout, stderr string
+	done           chan struct{}
+	err            error // the result of cmd.Wait, set before done is closed
+	stopOnce       sync.Once
+	stopper        *stopper
+}
+
+// StartProcess starts cmd as name (used in messages and log file names). The process gets its
+// own process group and is killed (SIGKILL) by the kernel if the test binary dies; its stdout and
+// stderr go to files in t.TempDir (as well as to cmd.Stdout/cmd.Stderr when those are set). At
+// cleanup it is stopped (Stop) if still running, its process group must be empty, and when the
+// test failed the tail of its stderr is logged.
+func StartProcess(t testing.TB, name string, cmd *exec.Cmd) *Process {
+	t.Helper()
+	installSignalHandler()
+	dir := t.TempDir()
+	p := &Process{
+		name:   name,
+		cmd:    cmd,
+		stdout: filepath.Join(dir, name+".stdout"),
+		stderr: filepath.Join(dir, name+".stderr"),
+		done:   make(chan struct{}),
+	}
+	outFile, err := os.Create(p.stdout)
+	if err != nil {
+		t.Fatalf("testenv: create stdout file of %s: %v", name, err)
+	}
+	errFile, err := os.Create(p.stderr)
+	if err != nil {
+		outFile.Close()
+		t.Fatalf("testenv: create stderr file of %s: %v", name, err)
+	}
+	cmd.Stdout = teeTo(outFile, cmd.Stdout)
+	cmd.Stderr = teeTo(errFile, cmd.Stderr)
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pgid = 0
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := spawn(cmd); err != nil {
+		outFile.Close()
+		errFile.Close()
+		t.Fatalf("testenv: start %s: %v", name, err)
+	}
+	pid := cmd.Process.Pid
+	track(t, name, pid)
+	p.stopper = addStopper(name, func() { _ = p.Stop() })
+	go func() {
+		p.err = cmd.Wait()
+		outFile.Close()
+		errFile.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+			_ = p.Stop() // forgets the stopper
+		default:
+			if err := p.Stop(); err != nil && !killedBy(err, syscall.SIGTERM) {
+				t.Logf("testenv: %s stopped at cleanup: %v", name, err)
+			}
+		}
+		checkGroupEmpty(t, name, pid)
+		if t.Failed() {
+			logTail(t, name+" stderr", p.stderr)
+		}
+	})
+	return p
+}
+
+// killedBy tells whether err, from Wait, says the process died of sig.
+func killedBy(err error, sig syscall.Signal) bool {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return false
+	}
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == sig
+}
+
+// teeTo writes to f, and to w too when w is set.
+func teeTo(f *os.File, w io.Writer) io.Writer {
+	if w == nil {
+		return f
+	}
+	return io.MultiWriter(f, w)
+}
+
+// PID returns the process ID, which is also its process group ID.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Done is closed when the process has exited and been reaped.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Wait waits for the process to exit and returns what exec.Cmd.Wait returned: nil for exit
+// status 0, an *exec.ExitError otherwise.
+func (p *Process) Wait() error {
+	<-p.done
+	return p.err
+}
+
+// Stop sends SIGTERM to the process group, SIGKILL after 10 s if the process has not exited, and
+// returns Wait's result. It is safe to call more than once and after the process exited.
+func (p *Process) Stop() error {
+	p.stopOnce.Do(func() {
+		defer removeStopper(p.stopper)
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		_ = syscall.Kill(-p.PID(), syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(stopGrace):
+			_ = syscall.Kill(-p.PID(), syscall.SIGKILL)
+			<-p.done
+		}
+	})
+	return p.Wait()
+}
+
+// StdoutPath and StderrPath are the files holding the process's output.
+func (p *Process) StdoutPath() string { return p.stdout }
+
+// StderrPath: see StdoutPath.
+func (p *Process) StderrPath() string { return p.stderr }
+
+// logTail logs the last lines of the file at path.
+func logTail(t testing.TB, what, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Logf("testenv: %s: %v", what, err)
+		return
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > logTailLines {
+			lines = lines[1:]
+		}
+	}
+	t.Logf("testenv: last %d lines of %s:\n%s", len(lines), what, strings.Join(lines, "\n"))
+}
+
+// Every process the harness starts is spawned from one goroutine locked to its OS thread for the
+// life of the test binary: Pdeathsig fires when the thread that forked the child exits, so that
+// thread must never exit before the binary does.
+var (
+	spawnOnce sync.Once
+	spawnReqs chan spawnReq
+)
+
+type spawnReq struct {
+	cmd *exec.Cmd
+	err chan error
+}
+
+// spawn starts cmd on the spawner thread.
+func spawn(cmd *exec.Cmd) error {
+	spawnOnce.Do(func() {
+		spawnReqs = make(chan spawnReq)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the binary
+			for req := range spawnReqs {
+				req.err <- req.cmd.Start()
+			}
+		}()
+	})
+	req := spawnReq{cmd: cmd, err: make(chan error, 1)}
+	spawnReqs <- req
+	return <-req.err
+}
+
+// tracked is a process the harness started, for the leftover checks.
+type tracked struct {
+	name  string
+	pid   int    // also its process group: every tracked process leads its own group
+	start uint64 // /proc start time, so a reused PID is not mistaken for it
+	owner testing.TB
+}
+
+// stopper stops something the harness started, when the test binary is interrupted.
+type stopper struct {
+	name string
+	stop func()
+}
+
+var registry struct {
+	sync.Mutex
+	procs    []tracked
+	stoppers []*stopper // live ones, in the order they were started
+}
+
+// track records a started process.
+func track(owner testing.TB, name string, pid int) {
+	tr := tracked{name: name, pid: pid, owner: owner}
+	if s, err := readStat(pid); err == nil {
+		tr.start = s.start
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	registry.procs = append(registry.procs, tr)
+}
+
+// addStopper registers stop to run if the test binary gets SIGINT or SIGTERM.
+func addStopper(name string, stop func()) *stopper {
+	s := &stopper{name: name, stop: stop}
+	registry.Lock()
+	defer registry.Unlock()
+	registry.stoppers = append(registry.stoppers, s)
+	return s
+}
+
+// removeStopper forgets s once what it stops has been stopped.
+func removeStopper(s *stopper) {
+	registry.Lock()
+	defer registry.Unlock()
+	for i, x := range registry.stoppers {
+		if x == s {
+			registry.stoppers = append(registry.stoppers[:i], registry.stoppers[i+1:]...)
+			return
+		}
+	}
+}
+
+// stopAll stops everything still running, the most recently started first (fixtures, then
+// kube-controller-manager, then the API server and etcd).
+func stopAll(why string) {
+	registry.Lock()
+	live := append([]*stopper(nil), registry.stoppers...)
+	registry.Unlock()
+	if len(live) == 0 {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "testenv: %s: stopping %d started processes\n", why, len(live))
+	for i := len(live) - 1; i >= 0; i-- {
+		live[i].stop()
+	}
+}
+
+var signalOnce sync.Once
+
+// installSignalHandler makes SIGINT and SIGTERM stop every started process before the test
+// binary dies of the signal (the control plane runs in its own process groups, so a Ctrl-C
+// at the terminal does not reach it).
+func installSignalHandler() {
+	signalOnce.Do(func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		go func() {
+			sig := <-ch
+			stopAll("got " + sig.String())
+			signal.Reset(sig)
+			_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+			time.Sleep(time.Second)
+			os.Exit(2)
+		}()
+	})
+}
+
+var watchdogOnce sync.Once
+
+// watchdogMargin is how long before the test binary's -timeout deadline the watchdog stops every
+// started process: the timeout panic runs no cleanup.
+const watchdogMargin = 10 * time.Second
+
+// armWatchdog stops every started process shortly before t's -timeout deadline, if it has one.
+func armWatchdog(t testing.TB) {
+	d, ok := t.(interface{ Deadline() (time.Time, bool) })
+	if !ok {
+		return
+	}
+	deadline, ok := d.Deadline()
+	if !ok {
+		return
+	}
+	wait := time.Until(deadline) - watchdogMargin
+	if wait <= 0 {
+		return
+	}
+	watchdogOnce.Do(func() {
+		time.AfterFunc(wait, func() {
+			stopAll(fmt.Sprintf("the test binary's -timeout expires in %s and its panic runs no cleanup", watchdogMargin))
+		})
+	})
+}
+
+// leftovers returns the processes still alive that the harness started for owner (all owners
+// when owner is nil), and any process in their process groups. With children, it also returns
+// every live child of the test binary.
+func leftovers(owner testing.TB, children bool) ([]procStat, error) {
+	procs, err := allProcs()
+	if err != nil {
+		return nil, err
+	}
+	registry.Lock()
+	started := map[int]uint64{} // pid → start time
+	for _, tr := range registry.procs {
+		if owner == nil || tr.owner == owner {
+			started[tr.pid] = tr.start
+		}
+	}
+	registry.Unlock()
+	self := os.Getpid()
+	var out []procStat
+	for _, s := range procs {
+		if !s.alive() || s.pid == self {
+			continue
+		}
+		start, isStarted := started[s.pid]
+		_, inGroup := started[s.pgrp]
+		switch {
+		case isStarted && (start == 0 || start == s.start):
+		case inGroup:
+		case children && s.ppid == self:
+		default:
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// CheckNoLeftovers fails t if a process the harness started in this test binary is still alive,
+// or a process in one of their process groups, or any other child of the test binary. Call it at
+// the end of a test (t.Cleanup registered before Start runs last), when no other test runs in
+// parallel. Start already checks, at its cleanup, the processes started for its own test.
+func CheckNoLeftovers(t testing.TB) {
+	t.Helper()
+	reportLeftovers(t, nil, true)
+}
+
+// reportLeftovers fails t for each leftover, and kills it so it does not outlive the test.
+func reportLeftovers(t testing.TB, owner testing.TB, children bool) {
+	t.Helper()
+	left, err := leftovers(owner, children)
+	if err != nil {
+		t.Errorf("testenv: check for leftover processes: %v", err)
+		return
+	}
+	for _, s := range left {
+		t.Errorf("testenv: process %d is still running after cleanup (parent %d, group %d): %s", s.pid, s.ppid, s.pgrp, cmdline(s))
+		_ = syscall.Kill(s.pid, syscall.SIGKILL)
+	}
+}
+
+// checkGroupEmpty fails t if a process of the group pgid (which a started process led) is still
+// alive, and kills the group.
+func checkGroupEmpty(t testing.TB, name string, pgid int) {
+	t.Helper()
+	procs, err := allProcs()
+	if err != nil {
+		t.Errorf("testenv: check process group of %s: %v", name, err)
+		return
+	}
+	for _, s := range procs {
+		if s.pgrp == pgid && s.alive() {
+			t.Errorf("testenv: %s left process %d behind in its group: %s", name, s.pid, cmdline(s))
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}
+}
