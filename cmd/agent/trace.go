@@ -49,6 +49,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	var extra probeFlags
 	fs.Var(&extra, "probe", "trace a sync handler of your own: 'SYMBOL=controller:NAME[,key:SLOT][,err:SLOT]' (repeatable)")
+	ef := addExportFlags(fs.FlagSet, "")
 	if code, exit := fs.parse(args); exit {
 		return code
 	}
@@ -61,23 +62,34 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
 		return 2
 	}
+	clock := exporter.NewClock()
 	var w exporter.Writer
 	switch *output {
 	case "tree":
-		w = exporter.NewTreeWriter(stdout, exporter.NewClock())
+		w = exporter.NewTreeWriter(stdout, clock)
 	case "json":
-		w = exporter.NewJSONWriter(stdout, exporter.NewClock())
+		w = exporter.NewJSONWriter(stdout, clock)
 	default:
 		fmt.Fprintf(stderr, "reconscope-agent trace: --output %q: want tree or json\n", *output)
 		return 2
 	}
 	summary := exporter.NewSummary()
 
-	t, err := tracer.New(tracer.Options{
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var t *tracer.Tracer
+	exp, err := ef.build(ctx, log, clock, &t, w, summary)
+	if err != nil {
+		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
+		return 2
+	}
+	defer exp.close()
+	t, err = tracer.New(tracer.Options{
 		Collector: collector.Options{RingBufferSize: *ringSize, ForceSingleUprobes: *single},
 		Assembler: spanOptions(*abandon),
-		Writer:    exporter.Multi{w, summary},
+		Writer:    exp.writer,
 		Logger:    log,
+		Clock:     clock,
 		Catalog:   append(append([]*probes.Probe{}, probes.Catalog...), extra...),
 	})
 	if err != nil {
@@ -85,9 +97,10 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer t.Close()
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	if err := exp.serve(*ef.metricsAddr, log); err != nil {
+		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
+		return 1
+	}
 	if *duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, *duration)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
@@ -52,6 +53,8 @@ type Collector struct {
 	gors   *ebpf.Map
 	counts *ebpf.Map
 	reader *ringbuf.Reader
+
+	events, malformed atomic.Uint64
 
 	mu       sync.RWMutex
 	table    []*probes.Site // index = attach cookie

@@ -39,7 +39,6 @@ type ReadStats struct {
 // to handle, on this goroutine. idle, when not nil, is called after every poll interval
 // without events, so the caller can expire old state.
 func (c *Collector) Run(ctx context.Context, handle func(span.Event), idle func()) (ReadStats, error) {
-	var st ReadStats
 	stop := context.AfterFunc(ctx, func() { c.reader.Close() })
 	defer stop()
 	var rec ringbuf.Record
@@ -55,14 +54,14 @@ func (c *Collector) Run(ctx context.Context, handle func(span.Event), idle func(
 				continue
 			}
 			if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, os.ErrClosed) {
-				return st, nil
+				return c.ReadStats(), nil
 			}
-			return st, fmt.Errorf("read ring buffer: %w", err)
+			return c.ReadStats(), fmt.Errorf("read ring buffer: %w", err)
 		}
-		st.Events++
+		c.events.Add(1)
 		site, ok := c.decode(rec.RawSample, &raw)
 		if !ok {
-			st.Malformed++
+			c.malformed.Add(1)
 			continue
 		}
 		dec := site.Probe.DecodeEntry
@@ -71,6 +70,11 @@ func (c *Collector) Run(ctx context.Context, handle func(span.Event), idle func(
 		}
 		handle(dec(&raw))
 	}
+}
+
+// ReadStats returns what the reader counted so far; safe while Run runs.
+func (c *Collector) ReadStats() ReadStats {
+	return ReadStats{Events: c.events.Load(), Malformed: c.malformed.Load()}
 }
 
 // Decode turns one ring-buffer record into raw, resolving the error type through the traced

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,6 +29,8 @@ type Options struct {
 	Catalog   []*probes.Probe // nil: probes.Catalog
 	Writer    exporter.Writer
 	Logger    *slog.Logger
+	// Clock turns kernel times into wall-clock times; zero: measured now.
+	Clock exporter.Clock
 	// Housekeeping is how often exited processes and expired spans are looked for.
 	// Zero means 500ms.
 	Housekeeping time.Duration
@@ -40,6 +43,7 @@ type Stats struct {
 	Assembler span.Stats
 	Processes int // traced now
 	Sites     int // probe sites attached now
+	Open      int // reconciles in flight (open spans), as of the last housekeeping
 }
 
 type exeKey struct{ dev, ino uint64 }
@@ -63,7 +67,8 @@ type Tracer struct {
 	dying map[int]bool // exited processes, closed at the next idle poll (their last events are read by then)
 
 	asm     *span.Assembler
-	rstats  collector.ReadStats
+	open    atomic.Int64
+	astats  span.Stats // the assembler's, copied on Run's goroutine
 	statsMu sync.Mutex
 }
 
@@ -74,6 +79,9 @@ func New(opts Options) (*Tracer, error) {
 	}
 	if opts.Catalog == nil {
 		opts.Catalog = probes.Catalog
+	}
+	if opts.Clock == (exporter.Clock{}) {
+		opts.Clock = exporter.NewClock()
 	}
 	if opts.Housekeeping == 0 {
 		opts.Housekeeping = 500 * time.Millisecond
@@ -87,7 +95,7 @@ func New(opts Options) (*Tracer, error) {
 		opts:  opts,
 		log:   opts.Logger,
 		col:   col,
-		clock: exporter.NewClock(),
+		clock: opts.Clock,
 		exes:  map[exeKey]*exe{},
 		procs: map[int]exeKey{},
 		dying: map[int]bool{},
@@ -236,16 +244,16 @@ func (t *Tracer) Run(ctx context.Context) error {
 		last = now
 		t.housekeep(idle)
 	}
-	rs, err := t.col.Run(ctx, func(e span.Event) {
+	_, err := t.col.Run(ctx, func(e span.Event) {
 		t.asm.Add(e)
 		if n++; n&1023 == 0 {
 			house(false)
 		}
 	}, func() { house(true) })
-	t.statsMu.Lock()
-	t.rstats = rs
-	t.statsMu.Unlock()
 	t.asm.Flush()
+	t.statsMu.Lock()
+	t.astats = t.asm.Stats()
+	t.statsMu.Unlock()
 	return err
 }
 
@@ -270,6 +278,10 @@ func (t *Tracer) housekeep(idle bool) {
 		}
 	}
 	t.asm.Expire(exporter.Monotonic())
+	t.open.Store(int64(t.asm.Open()))
+	t.statsMu.Lock()
+	t.astats = t.asm.Stats()
+	t.statsMu.Unlock()
 }
 
 func isZombie(pid int) bool {
@@ -286,7 +298,8 @@ func isZombie(pid int) bool {
 	return false
 }
 
-// Stats returns the counters. Assembler figures are final only after Run returned.
+// Stats returns the counters; safe while Run runs. Reader and assembler figures are updated
+// at each housekeeping and are final once Run returned.
 func (t *Tracer) Stats() Stats {
 	k, err := t.col.Counters()
 	if err != nil {
@@ -300,9 +313,9 @@ func (t *Tracer) Stats() Stats {
 	}
 	t.mu.Unlock()
 	t.statsMu.Lock()
-	rs := t.rstats
+	as := t.astats
 	t.statsMu.Unlock()
-	return Stats{Kernel: k, Reader: rs, Assembler: t.asm.Stats(), Processes: procs, Sites: sites}
+	return Stats{Kernel: k, Reader: t.col.ReadStats(), Assembler: as, Processes: procs, Sites: sites, Open: int(t.open.Load())}
 }
 
 // Close detaches every executable and frees the eBPF objects.

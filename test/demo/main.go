@@ -13,6 +13,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -144,8 +146,13 @@ func run(agent string, wait bool) error {
 		return err
 	}
 
-	say("reconscope-agent trace --pid %d   (no change to the controller: uprobes at Reconcile's entry and RET instructions)", ctl.Process.Pid)
-	tr := exec.Command(agent, "trace", "--pid", fmt.Sprint(ctl.Process.Pid))
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	kcm := procs[0].Process.Pid
+	say("reconscope-agent trace --pid %d,%d --metrics-addr %s\n  (no change to the traced programs: uprobes at the entry and at every RET of Reconcile, sync handlers and API calls)", ctl.Process.Pid, kcm, metricsAddr)
+	tr := exec.Command(agent, "trace", "--pid", fmt.Sprintf("%d,%d", ctl.Process.Pid, kcm), "--metrics-addr", metricsAddr)
 	tr.Stdout = os.Stdout
 	logR, logW, err := os.Pipe()
 	if err != nil {
@@ -226,11 +233,13 @@ func run(agent string, wait bool) error {
 			return nil
 		}
 	}
-	say("that was the story")
-	fmt.Printf(`  JSON lines instead of the tree:  %s trace --pid %d --output json
+	say("that was the story; Prometheus metrics are at http://%s/metrics, for example:", metricsAddr)
+	printMetrics(metricsAddr, "reconscope_reconcile_total")
+	fmt.Printf(`
+  JSON lines instead of the tree:   %s trace --pid %d --output json
+  spans to an OpenTelemetry collector: OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 %s trace --pid %d
   inspect the controller binary:    %s inspect --pid %d
-  kube-controller-manager's sync handlers and API calls are not traced yet (see the issues).
-`, agent, ctl.Process.Pid, agent, ctl.Process.Pid)
+`, agent, ctl.Process.Pid, agent, ctl.Process.Pid, agent, ctl.Process.Pid)
 	if wait {
 		say("still tracing; press Ctrl-C to stop everything")
 		<-ctx.Done()
@@ -239,6 +248,32 @@ func run(agent string, wait bool) error {
 	_ = tr.Wait()
 	procs = procs[:len(procs)-1]
 	return nil
+}
+
+// freeAddr returns a free loopback address.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// printMetrics prints the lines of one metric family from the agent's /metrics.
+func printMetrics(addr, family string) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		fmt.Printf("  (metrics not reachable: %v)\n", err)
+		return
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), family+"{") {
+			fmt.Println("  " + sc.Text())
+		}
+	}
 }
 
 func createCM(ctx context.Context, c client.Client, name, script string) error {

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel"
+
+	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/tracer"
+)
+
+// exportFlags are the flags shared by trace and run that say where spans and metrics go.
+type exportFlags struct {
+	metricsAddr  *string
+	otlpEndpoint *string
+	otlpProtocol *string
+	otlpInsecure *bool
+	otlpHeaders  *string
+	noopRate     *float64
+	slow         *time.Duration
+	hotK         *int
+	nodeName     *string
+}
+
+func addExportFlags(fs *flag.FlagSet, metricsDefault string) *exportFlags {
+	return &exportFlags{
+		metricsAddr:  fs.String("metrics-addr", metricsDefault, `serve Prometheus /metrics, /healthz and /readyz on this address ("" disables)`),
+		otlpEndpoint: fs.String("otlp-endpoint", "", "send spans over OTLP to this collector (URL or host:port); also OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+		otlpProtocol: fs.String("otlp-protocol", "", "OTLP protocol: grpc, http/protobuf or http/json (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)"),
+		otlpInsecure: fs.Bool("otlp-insecure", false, "OTLP without TLS (also OTEL_EXPORTER_OTLP_INSECURE=true, or an http:// endpoint)"),
+		otlpHeaders:  fs.String("otlp-headers", "", "OTLP request headers, k1=v1,k2=v2 (default: OTEL_EXPORTER_OTLP_HEADERS)"),
+		noopRate:     fs.Float64("sample-noop-rate", 1, "fraction of no-op reconciles (no write) sent as traces; errors, slow and writing reconciles are always sent, metrics count all"),
+		slow:         fs.Duration("slow-threshold", time.Second, "reconciles at least this long are always sent as traces (0: no slow rule)"),
+		hotK:         fs.Int("hot-objects", 10, "objects per controller in the reconscope_hot_objects gauge"),
+		nodeName:     fs.String("node-name", os.Getenv("NODE_NAME"), "k8s.node.name of the spans (default: $NODE_NAME)"),
+	}
+}
+
+// exporters is what the agent writes spans to, and how to stop it.
+type exporters struct {
+	writer  exporter.Writer
+	metrics *exporter.Metrics
+	otlp    *exporter.OTLPExporter
+	sampler *exporter.Sampler
+	server  *http.Server
+}
+
+// otlpWanted reports whether OTLP export was asked for, by flag or by the standard variables.
+func (f *exportFlags) otlpWanted() bool {
+	return *f.otlpEndpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+}
+
+// build makes the exporters; local writers (tree, JSON) go first. tr may be nil until the
+// tracer exists: setStats wires the self-metrics afterwards.
+func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock exporter.Clock, t **tracer.Tracer, local ...exporter.Writer) (*exporters, error) {
+	e := &exporters{}
+	chain := exporter.Multi(local)
+	if *f.metricsAddr != "" {
+		e.metrics = exporter.NewMetrics(exporter.MetricsOptions{HotObjectsK: *f.hotK, AgentStats: func() exporter.AgentStats {
+			return e.agentStats(*t)
+		}})
+		chain = append(chain, e.metrics)
+	}
+	if f.otlpWanted() {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Debug("otlp", "err", err) }))
+		opts := exporter.OTLPOptions{
+			Endpoint: *f.otlpEndpoint,
+			Protocol: exporter.Protocol(*f.otlpProtocol),
+			Insecure: *f.otlpInsecure,
+			NodeName: *f.nodeName,
+			Clock:    clock,
+			Logger:   log,
+		}
+		if *f.otlpHeaders != "" {
+			h, err := exporter.ParseHeaders(*f.otlpHeaders)
+			if err != nil {
+				return nil, fmt.Errorf("--otlp-headers: %w", err)
+			}
+			opts.Headers = h
+		}
+		otlp, err := exporter.NewOTLP(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("set up OTLP export: %w", err)
+		}
+		e.otlp = otlp
+		e.sampler = exporter.NewSampler(exporter.SamplerOptions{NoopRate: *f.noopRate, SlowThreshold: *f.slow}, otlp)
+		chain = append(chain, e.sampler)
+	}
+	e.writer = chain
+	return e, nil
+}
+
+// agentStats reads the self-metrics at a scrape.
+func (e *exporters) agentStats(t *tracer.Tracer) exporter.AgentStats {
+	var a exporter.AgentStats
+	if t != nil {
+		st := t.Stats()
+		a.EventsLost = st.Kernel.LostRingBuffer + st.Kernel.LostState
+		a.ProbesAttached, a.ProcessesTraced = st.Sites, st.Processes
+		e.metrics.SetInFlight(st.Open)
+	}
+	if e.otlp != nil {
+		o := e.otlp.Stats()
+		a.SpansExported, a.SpansDropped = o.Exported, o.Dropped
+		a.SpansSampledOut = e.sampler.SampledOut()
+	}
+	return a
+}
+
+// serve starts the metrics endpoint.
+func (e *exporters) serve(addr string, log *slog.Logger) error {
+	if e.metrics == nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics address %s: %w", addr, err)
+	}
+	e.server = &http.Server{Handler: e.metrics.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := e.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	e.metrics.SetReady(true)
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return nil
+}
+
+// close flushes spans and stops the metrics server.
+func (e *exporters) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if e.otlp != nil {
+		_ = e.otlp.Shutdown(ctx)
+	}
+	if e.server != nil {
+		_ = e.server.Shutdown(ctx)
+	}
+}
