@@ -27,6 +27,7 @@
 #define ROLE_CALL 2  /* a call inside a span: reported only while a span is open on the goroutine */
 #define ROLE_SPAWN 3 /* runtime.newproc1: a goroutine started inside a span inherits it (no event) */
 #define ROLE_EXIT 4  /* runtime.goexit1: an inheriting goroutine ends (no event) */
+#define ROLE_MARK 5  /* reported whether or not a span is open (work-queue adds) */
 
 /* site_config.kind */
 #define SITE_ENTRY 1

@@ -79,6 +79,7 @@ type Metrics struct {
 	phases     *prometheus.HistogramVec
 	api        *prometheus.CounterVec
 	noops      *prometheus.CounterVec
+	queueWait  *prometheus.HistogramVec
 	inFlight   prometheus.Gauge
 	hot        *hotObjects
 }
@@ -115,6 +116,8 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			Name: "reconscope_noop_reconciles_total",
 			Help: "Reconciles that wrote nothing to the API server.",
 		}, []string{"controller"}),
+		queueWait: histogram("reconscope_queue_wait_seconds",
+			"Time an object waited in its controller's work queue before its reconcile started (reconciles whose queue add was seen).", "controller"),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "reconscope_reconciles_in_flight",
 			Help: "Reconciles started and not yet finished, in all traced processes.",
@@ -124,7 +127,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconciles, m.duration, m.phases, m.api, m.noops, m.inFlight, m.hot,
+		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.inFlight, m.hot,
 	)
 	if opts.AgentStats != nil {
 		reg.MustRegister(newAgentCollector(opts.AgentStats))
@@ -177,6 +180,9 @@ func (m *Metrics) Write(s *span.Span) error {
 	m.reconciles.WithLabelValues(s.Controller, result).Inc()
 	if s.Noop {
 		m.noops.WithLabelValues(s.Controller).Inc()
+	}
+	if s.QueueWait > 0 {
+		m.queueWait.WithLabelValues(s.Controller).Observe(s.QueueWait.Seconds())
 	}
 	if s.Result != span.ResultAbandoned {
 		m.duration.WithLabelValues(s.Controller).Observe(s.Duration.Seconds())

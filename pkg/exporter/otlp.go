@@ -72,6 +72,7 @@ const (
 	attrPhaseWriteNS   = attribute.Key("reconscope.phase.write_ns")
 	attrPhaseComputeNS = attribute.Key("reconscope.phase.compute_ns")
 	attrCallCount      = attribute.Key("reconscope.call_count")
+	attrQueueWaitNS    = attribute.Key("reconscope.queue_wait_ns")
 	attrCallKind       = attribute.Key("reconscope.call.kind")
 	attrCallVerb       = attribute.Key("reconscope.call.verb")
 	attrCallResource   = attribute.Key("reconscope.call.resource")
@@ -567,6 +568,9 @@ func rootAttributes(s *span.Span) []attribute.KeyValue {
 	}
 	if s.RequeueAfter != 0 {
 		attrs = append(attrs, attrRequeueAfterNS.Int64(int64(s.RequeueAfter)))
+	}
+	if s.QueueWait != 0 {
+		attrs = append(attrs, attrQueueWaitNS.Int64(int64(s.QueueWait)))
 	}
 	return attrs
 }

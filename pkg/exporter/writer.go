@@ -64,6 +64,7 @@ type JSONSpan struct {
 	Pod            string     `json:"pod"`
 	Container      string     `json:"container"`
 	Phases         JSONPhases `json:"phases"`
+	QueueWaitNS    int64      `json:"queue_wait_ns"`
 	Calls          []JSONCall `json:"calls"`
 	Noop           bool       `json:"noop"`
 	Incomplete     bool       `json:"incomplete"`
@@ -96,9 +97,10 @@ func ToJSON(s *span.Span, clock Clock) JSONSpan {
 		ReconcileID: s.ReconcileID, Start: clock.Wall(s.Start), DurationNS: int64(s.Duration),
 		Result: string(s.Result), RequeueAfterNS: int64(s.RequeueAfter), ErrorType: s.ErrorType,
 		Error: s.Error, PID: s.PID, Goid: s.Goid, Exe: s.Exe, Pod: s.Pod, Container: s.Container,
-		Phases: JSONPhases{ReadNS: int64(s.Phases.Read), WriteNS: int64(s.Phases.Write), ComputeNS: int64(s.Phases.Compute)},
-		Calls:  make([]JSONCall, 0, len(s.Calls)),
-		Noop:   s.Noop, Incomplete: s.Incomplete,
+		QueueWaitNS: int64(s.QueueWait),
+		Phases:      JSONPhases{ReadNS: int64(s.Phases.Read), WriteNS: int64(s.Phases.Write), ComputeNS: int64(s.Phases.Compute)},
+		Calls:       make([]JSONCall, 0, len(s.Calls)),
+		Noop:        s.Noop, Incomplete: s.Incomplete,
 	}
 	for _, c := range s.Calls {
 		j.Calls = append(j.Calls, JSONCall{
@@ -161,8 +163,11 @@ func (t *TreeWriter) Write(s *span.Span) error {
 			fmt.Fprintf(&b, ": %q", s.Error)
 		}
 	}
+	if s.QueueWait > 0 {
+		fmt.Fprintf(&b, "  queued=%s", round(s.QueueWait))
+	}
 	if s.ReconcileID != "" {
-		fmt.Fprintf(&b, "  id=%s", s.ReconcileID[:8])
+		fmt.Fprintf(&b, "  id=%s", s.ReconcileID[:min(8, len(s.ReconcileID))])
 	}
 	if s.Incomplete {
 		b.WriteString("  (incomplete)")

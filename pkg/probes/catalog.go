@@ -21,6 +21,7 @@ const (
 	RoleCall  Role = 2 // ROLE_CALL
 	RoleSpawn Role = 3 // ROLE_SPAWN
 	RoleExit  Role = 4 // ROLE_EXIT
+	RoleMark  Role = 5 // ROLE_MARK
 )
 
 // Register slots of Go's register ABI (integer arguments and results, in order):
@@ -189,6 +190,33 @@ var Catalog = []*Probe{
 		DecodeEntry: decodeResponseStatus, DecodeReturn: decodeIgnore},
 }
 
+// QueueProbes see keys added to work queues, so a span can say how long its object waited:
+// controller-runtime's priority queue (v0.20+, the default from v0.23) and client-go's typed
+// work queue (kube-controller-manager, older controller-runtime). Only the first item of a
+// multi-item add is seen.
+var QueueProbes = []*Probe{
+	{ID: "controller-runtime/queue-add", Module: controllerRuntime, Role: RoleMark,
+		// AddWithOpts(o AddOpts{After, RateLimited, Priority}, items ...T): recv, dict, o (2-4), items (5-7)
+		Symbol:    regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/controller/priorityqueue\.\(\*priorityqueue\[go\.shape\.struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}\]\)\.AddWithOpts$`),
+		EntryOnly: true,
+		Entry: layout().str(0, StringArg{Ptr: None, Len: None, Base: 5, Field: FieldRef{Type: "k8s.io/apimachinery/pkg/types.NamespacedName", Path: "Namespace"}}).
+			str(1, StringArg{Ptr: None, Len: None, Base: 5, Field: FieldRef{Type: "k8s.io/apimachinery/pkg/types.NamespacedName", Path: "Name"}}),
+		Return:      layout(),
+		DecodeEntry: decodePriorityQueueAdd, DecodeReturn: decodeIgnore},
+	{ID: "client-go/queue-add", Module: clientGo, Role: RoleMark,
+		// (*Typed[string]).Add(item string): recv, dict, item (2-3)
+		Symbol:    regexp.MustCompile(`^k8s\.io/client-go/util/workqueue\.\(\*Typed\[go\.shape\.string\]\)\.Add$`),
+		EntryOnly: true,
+		Entry:     layout().str(0, str(2, 3)), Return: layout(),
+		DecodeEntry: decodeKeyQueueAdd, DecodeReturn: decodeIgnore},
+	{ID: "client-go/queue-add", Module: clientGo, Role: RoleMark,
+		// (*Typed[reconcile.Request]).Add(item): recv, dict, namespace (2-3), name (4-5)
+		Symbol:    regexp.MustCompile(`^k8s\.io/client-go/util/workqueue\.\(\*Typed\[go\.shape\.struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}\]\)\.Add$`),
+		EntryOnly: true,
+		Entry:     layout().str(0, str(2, 3)).str(1, str(4, 5)), Return: layout(),
+		DecodeEntry: decodeRequestQueueAdd, DecodeReturn: decodeIgnore},
+}
+
 // GoroutineProbes let goroutines started inside a span (client-go's slowStartBatch creates
 // pods from such goroutines) join that span: the kernel copies the span state from the
 // creating goroutine to the new one in runtime.newproc1 and drops it in runtime.goexit1.
@@ -233,6 +261,7 @@ func init() {
 		Catalog = append(Catalog, p)
 	}
 	Catalog = append(Catalog, GoroutineProbes...)
+	Catalog = append(Catalog, QueueProbes...)
 }
 
 // SyncProbe is a span probe on a client-go style sync handler whose entry reads the key

@@ -143,12 +143,7 @@ func decodeSyncEntry(controller string) Decoder {
 	return func(r *Raw) span.Event {
 		e := base(r, span.SpanStart)
 		e.Controller = controller
-		key := r.Str[0]
-		if ns, name, ok := strings.Cut(key, "/"); ok {
-			e.Namespace, e.Name = ns, name
-		} else {
-			e.Name = key
-		}
+		e.Namespace, e.Name = splitKey(r.Str[0])
 		return e
 	}
 }
@@ -163,3 +158,32 @@ func decodeSyncReturn(r *Raw) span.Event {
 	}
 	return e
 }
+
+// splitKey splits a client-go cache key "namespace/name" (or "name").
+func splitKey(key string) (namespace, name string) {
+	if ns, n, ok := strings.Cut(key, "/"); ok {
+		return ns, n
+	}
+	return "", key
+}
+
+func queueAdd(r *Raw, ns, name string, after time.Duration) span.Event {
+	e := base(r, span.QueueAdd)
+	e.Namespace, e.Name = ns, name
+	e.RequeueAfter = after
+	return e
+}
+
+func decodePriorityQueueAdd(r *Raw) span.Event {
+	if r.Args[6] == 0 { // no items
+		return span.Event{}
+	}
+	return queueAdd(r, r.Str[0], r.Str[1], time.Duration(int64(r.Args[2])))
+}
+
+func decodeKeyQueueAdd(r *Raw) span.Event {
+	ns, name := splitKey(r.Str[0])
+	return queueAdd(r, ns, name, 0)
+}
+
+func decodeRequestQueueAdd(r *Raw) span.Event { return queueAdd(r, r.Str[0], r.Str[1], 0) }

@@ -170,6 +170,7 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 	if !roles[RoleCall] {
 		p.Sites = slices.DeleteFunc(p.Sites, func(s Site) bool { return s.Probe.Role == RoleSpawn || s.Probe.Role == RoleExit })
 	}
+	// A work queue's adds matter only to the spans of the same process, and only then.
 	sort.SliceStable(p.Sites, func(i, j int) bool { return p.Sites[i].Addr < p.Sites[j].Addr })
 	return p, nil
 }

@@ -54,6 +54,11 @@ type openSpan struct {
 	calls map[goroutineKey][]openCall
 }
 
+type objectKey struct {
+	pid             uint32
+	namespace, name string
+}
+
 type spanKey struct {
 	pid   uint32
 	start uint64
@@ -70,6 +75,7 @@ type Assembler struct {
 	opts    Options
 	open    map[goroutineKey]*openSpan
 	byStart map[spanKey]*openSpan  // the same spans, by process and entry time
+	queued  map[objectKey]uint64   // first unserved work-queue add per object: when it is ready
 	pending map[goroutineKey]Event // returns that came before their entry
 	stats   Stats
 	emit    func(Span)
@@ -93,6 +99,7 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 		opts:    opts,
 		open:    make(map[goroutineKey]*openSpan),
 		byStart: make(map[spanKey]*openSpan),
+		queued:  make(map[objectKey]uint64),
 		pending: make(map[goroutineKey]Event),
 		emit:    emit,
 	}
@@ -121,6 +128,11 @@ func (a *Assembler) Add(e Event) {
 		o.calls[k] = append(o.calls[k], openCall{info: e.Call, start: e.Time})
 	case CallEnd:
 		a.callEnd(k, e)
+	case QueueAdd:
+		ok := objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}
+		if _, seen := a.queued[ok]; !seen && len(a.queued) < a.opts.MaxOpen {
+			a.queued[ok] = e.Time + uint64(max(e.RequeueAfter, 0))
+		}
 	case CallStatus:
 		if o := a.spanOf(k, &e); o != nil && len(o.calls[k]) > 0 {
 			o.calls[k][len(o.calls[k])-1].info.Status = e.Call.Status
@@ -161,6 +173,10 @@ func (a *Assembler) start(k goroutineKey, e Event) {
 	}
 	o := a.newOpen(e)
 	o.key = k
+	if ready, ok := a.queued[objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}]; ok && ready <= e.Time {
+		o.span.QueueWait = time.Duration(e.Time - ready)
+		delete(a.queued, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+	}
 	a.open[k] = o
 	a.byStart[spanKey{pid: e.PID, start: e.Time}] = o
 }
@@ -326,6 +342,11 @@ func (a *Assembler) Expire(now uint64) {
 	}) {
 		a.abandon(k, a.open[k])
 	}
+	for k, ready := range a.queued {
+		if now > ready && time.Duration(now-ready) > a.opts.AbandonAfter {
+			delete(a.queued, k) // an add no reconcile served (another controller's queue)
+		}
+	}
 	for k, p := range a.pending {
 		if now > p.Time && time.Duration(now-p.Time) > a.opts.ReorderWindow {
 			delete(a.pending, k)
@@ -344,6 +365,11 @@ func (a *Assembler) ProcessExited(pid uint32) {
 		if k.pid == pid {
 			delete(a.pending, k)
 			a.stats.OrphanReturns++
+		}
+	}
+	for k := range a.queued {
+		if k.pid == pid {
+			delete(a.queued, k)
 		}
 	}
 }

@@ -217,3 +217,28 @@ func TestPhasesAndNoop(t *testing.T) {
 		t.Errorf("reconcile without writes should be a no-op")
 	}
 }
+
+func TestQueueWait(t *testing.T) {
+	var got []Span
+	a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+	add := func(tm uint64, name string, after time.Duration) {
+		a.Add(Event{Kind: QueueAdd, PID: 1, Time: tm, Namespace: "ns", Name: name, RequeueAfter: after})
+	}
+	add(100, "a", 0)
+	add(150, "a", 0) // a second add of a queued key does not move it
+	add(120, "b", 500)
+	a.Add(start(1, 1, 400, "a"))
+	a.Add(end(1, 1, 450, ResultSuccess))
+	a.Add(start(1, 1, 460, "b")) // b is not ready before 620: its add is not this reconcile's
+	a.Add(end(1, 1, 470, ResultSuccess))
+	a.Add(start(1, 1, 700, "b"))
+	a.Add(end(1, 1, 710, ResultSuccess))
+	a.Add(start(1, 1, 800, "a")) // no add since the last reconcile of a
+	a.Add(end(1, 1, 810, ResultSuccess))
+	want := []time.Duration{300, 0, 80, 0}
+	for i, w := range want {
+		if got[i].QueueWait != w {
+			t.Errorf("span %d (%s at %d): queue wait %d, want %d", i, got[i].Name, got[i].Start, got[i].QueueWait, w)
+		}
+	}
+}

@@ -30,6 +30,7 @@ const (
 	CallStart                       // a call inside the reconcile began
 	CallEnd                         // it returned
 	CallStatus                      // the innermost open call learnt its HTTP status
+	QueueAdd                        // a key was added to a work queue (Namespace, Name; RequeueAfter: its delay)
 )
 
 // CallKind names what a call inside a reconcile does.
@@ -120,7 +121,11 @@ type Span struct {
 	Error        string
 	Calls        []Call
 	Phases       Phases
-	Noop         bool
+	// QueueWait is how long the object waited in its work queue: from the first add (plus
+	// its delay) not yet served by an earlier reconcile, to this reconcile's start. Zero when
+	// no add was seen.
+	QueueWait time.Duration
+	Noop      bool
 	// Incomplete is set when events of this span were lost or unreadable: fields may be missing.
 	Incomplete bool
 

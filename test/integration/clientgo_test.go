@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
-	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/testenv"
 )
@@ -90,14 +89,17 @@ func TestKubeControllerManager(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			var depSpans, rsSpans int
+			var depSpans, rsSpans, waited int
 			podCreates, rsCreates, statusUpdates := 0, 0, 0
 			var lines []string
 			for _, sp := range s.snapshot() {
 				if sp.Namespace != ns {
 					continue
 				}
-				lines = append(lines, fmt.Sprintf("%s %s/%s %s calls=%d", sp.Controller, sp.Namespace, sp.Name, sp.Result, len(sp.Calls)))
+				lines = append(lines, fmt.Sprintf("%s %s/%s %s calls=%d queued=%v", sp.Controller, sp.Namespace, sp.Name, sp.Result, len(sp.Calls), sp.QueueWait))
+				if sp.QueueWait > 0 {
+					waited++
+				}
 				switch sp.Controller {
 				case "deployment":
 					if sp.Name != "web" {
@@ -134,6 +136,9 @@ func TestKubeControllerManager(t *testing.T) {
 			if rsCreates != 1 {
 				t.Errorf("%d ReplicaSet creations nested in deployment spans, want 1", rsCreates)
 			}
+			if waited < (depSpans+rsSpans)/2 {
+				t.Errorf("only %d of %d spans have a queue wait from the work queue's adds", waited, depSpans+rsSpans)
+			}
 			if statusUpdates == 0 {
 				t.Error("no status update nested in any span")
 			}
@@ -157,4 +162,3 @@ func waitPods(t *testing.T, c client.Client, ns string, n int) {
 	t.Fatalf("no %d pods in %s after 30s", n, ns)
 }
 
-var _ = span.ResultSuccess

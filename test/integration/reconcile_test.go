@@ -253,7 +253,19 @@ func TestReconcileSpansMatchGroundTruth(t *testing.T) {
 			if st.Kernel.LostRingBuffer != 0 {
 				t.Errorf("lost %d events", st.Kernel.LostRingBuffer)
 			}
-			compare(t, recs, f.sink.snapshot(), f.clock)
+			spans := f.sink.snapshot()
+			compare(t, recs, spans, f.clock)
+			// Every reconcile here was queued by an informer event or a requeue: its wait in
+			// the queue was seen, and is short on an idle controller.
+			waited := 0
+			for _, s := range spans {
+				if s.QueueWait > 0 && s.QueueWait < 5*time.Second {
+					waited++
+				}
+			}
+			if waited < len(spans)*9/10 {
+				t.Errorf("only %d of %d spans have a queue wait", waited, len(spans))
+			}
 			outcomes := map[groundtruth.Outcome]int{}
 			for _, r := range recs {
 				outcomes[r.Outcome]++
