@@ -94,6 +94,7 @@ func createPod(t *testing.T, c kubernetes.Interface, ns, name, node string, labe
 // nothing at first (the index must report it once and keep trying), then only get, list and
 // watch on pods.
 func TestPodIndexAPIServer(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts etcd and kube-apiserver; skipped with -short")
 	}

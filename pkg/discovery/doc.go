@@ -26,6 +26,8 @@
 //			t := discovery.Target{Process: ev.Process}
 //			if pod, ok := index.Lookup(ev.Process.Container.ID); ok {
 //				t.Pod = &pod
+//			} else if pod, ok := index.LookupPod(ev.Process.Container.PodUID); ok {
+//				t.Pod = &pod // the kubelet has not written the container ID yet
 //			}
 //			if filter.Match(t) {
 //				// attach

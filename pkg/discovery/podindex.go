@@ -20,9 +20,12 @@ import (
 
 // PodInfo says where a container runs in Kubernetes.
 type PodInfo struct {
+	// Namespace is the pod's namespace.
 	Namespace string
-	Name      string
-	UID       string
+	// Name is the pod's name.
+	Name string
+	// UID is the pod's UID (metadata.uid).
+	UID string
 	// Container is the container's name in the pod spec; "" from [PodIndex.LookupPod].
 	Container string
 	// Labels are the pod's labels. The map is the caller's own copy.

@@ -183,6 +183,7 @@ func TestPodIndexSlimsPods(t *testing.T) {
 // TestPodIndexDegraded checks that refused API calls are reported once, that the index keeps
 // retrying, and that recovery is reported once.
 func TestPodIndexDegraded(t *testing.T) {
+	t.Parallel()
 	client := fake.NewClientset(testPod("ns1", "ctl", "uid-1", "node-a", '1'))
 	var calls atomic.Int32
 	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
@@ -255,6 +256,7 @@ func TestPodIndexNeedsNodeName(t *testing.T) {
 // TestPodIndexServerDown checks that an unreachable API server is reported once while the
 // index keeps retrying.
 func TestPodIndexServerDown(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,9 @@ const DefaultProcRoot = "/proc"
 // FileID identifies a file on its host: device and inode. Two processes with the same
 // executable FileID run the same binary, whatever path each sees it under.
 type FileID struct {
+	// Dev is the device the file is on (st_dev).
 	Dev uint64
+	// Ino is the file's inode number on that device (st_ino).
 	Ino uint64
 }
 

@@ -18,12 +18,14 @@ type Event interface {
 // comes back as another process (PID reuse) or it execs another executable, each time after an
 // [Exited] for the PID.
 type Started struct {
+	// Process is the process, as read when it was first seen.
 	Process Process
 }
 
 // Exited says that a process announced by [Started] is gone from /proc (it exited, or became a
 // zombie), or that it exec'd another executable (a [Started] follows).
 type Exited struct {
+	// PID is the process ID that Started announced.
 	PID int
 }
 
