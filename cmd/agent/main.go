@@ -3,6 +3,7 @@
 //
 // Commands:
 //
+//	reconscope-agent run                             the node agent (DaemonSet)
 //	reconscope-agent trace   --pid PID | --exe PATH   live reconcile tree or JSON lines (root)
 //	reconscope-agent inspect BINARY | --pid PID      what would be traced, without privileges
 //	reconscope-agent version
@@ -28,6 +29,8 @@ Usage:
   reconscope-agent <command> [flags]
 
 Commands:
+  run       the node agent (DaemonSet): find and trace every controller on this node, serve
+            Prometheus metrics, send spans over OTLP
   trace     trace running controllers and print their reconciles (needs root, or CAP_BPF,
             CAP_PERFMON, CAP_SYS_RESOURCE, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)
   inspect   show what would be traced in a binary, without privileges
@@ -52,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
+	case "run":
+		return runRun(rest, stdout, stderr)
 	case "trace":
 		return runTrace(rest, stdout, stderr)
 	case "inspect":

@@ -65,6 +65,7 @@ type Tracer struct {
 	exes  map[exeKey]*exe
 	procs map[int]exeKey
 	dying map[int]bool // exited processes, closed at the next idle poll (their last events are read by then)
+	meta  map[int]ProcessMeta
 
 	asm     *span.Assembler
 	open    atomic.Int64
@@ -99,6 +100,7 @@ func New(opts Options) (*Tracer, error) {
 		exes:  map[exeKey]*exe{},
 		procs: map[int]exeKey{},
 		dying: map[int]bool{},
+		meta:  map[int]ProcessMeta{},
 	}
 	t.asm = span.NewAssembler(opts.Assembler, t.emit)
 	return t, nil
@@ -108,15 +110,16 @@ func New(opts Options) (*Tracer, error) {
 func (t *Tracer) Clock() exporter.Clock { return t.clock }
 
 func (t *Tracer) emit(s span.Span) {
-	if s.Exe == "" {
-		t.mu.Lock()
-		if k, ok := t.procs[int(s.PID)]; ok {
-			if e := t.exes[k]; e != nil {
-				s.Exe = e.path
-			}
+	t.mu.Lock()
+	if k, ok := t.procs[int(s.PID)]; ok && s.Exe == "" {
+		if e := t.exes[k]; e != nil {
+			s.Exe = e.path
 		}
-		t.mu.Unlock()
 	}
+	if m, ok := t.meta[int(s.PID)]; ok {
+		s.Pod, s.Container = m.Pod, m.Container
+	}
+	t.mu.Unlock()
 	if t.opts.Writer != nil {
 		if err := t.opts.Writer.Write(&s); err != nil {
 			t.log.Warn("export span", "err", err)
@@ -188,6 +191,20 @@ func (t *Tracer) TracePID(pid int) (*probes.Plan, error) {
 	return e.att.Plan, nil
 }
 
+// ProcessMeta is what the agent knows of a traced process beyond its PID: it goes into every
+// span of the process.
+type ProcessMeta struct {
+	Pod       string // namespace/name
+	Container string
+}
+
+// SetProcessMeta sets the metadata of process pid's spans.
+func (t *Tracer) SetProcessMeta(pid int, m ProcessMeta) {
+	t.mu.Lock()
+	t.meta[pid] = m
+	t.mu.Unlock()
+}
+
 // UntracePID stops tracing pid; the executable's probes are detached with its last process.
 func (t *Tracer) UntracePID(pid int) {
 	t.mu.Lock()
@@ -196,6 +213,7 @@ func (t *Tracer) UntracePID(pid int) {
 		delete(t.procs, pid)
 		delete(t.exes[key].pids, pid)
 	}
+	delete(t.meta, pid)
 	t.mu.Unlock()
 	if !ok {
 		return

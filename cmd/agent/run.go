@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/term"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/reconscope/reconscope/pkg/collector"
+	"github.com/reconscope/reconscope/pkg/discovery"
+	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/symbols"
+	"github.com/reconscope/reconscope/pkg/tracer"
+)
+
+const runSummary = `Usage: reconscope-agent run [flags]
+
+The node agent (the DaemonSet's entrypoint): finds every Go controller process on this node
+by scanning /proc, traces those the probe catalog supports (one attach per executable, shared
+by its processes), names their pod and container from a pod informer limited to this node
+(needs get/list/watch on pods; without API access it keeps tracing with host-only metadata
+and says so once), serves Prometheus metrics and health on --metrics-addr, and sends spans
+over OTLP when an endpoint is configured (--otlp-endpoint or the OTEL_EXPORTER_OTLP_*
+variables). SIGTERM detaches every probe, flushes spans and exits 0.
+
+Every flag can also be set in the environment as RECONSCOPE_<FLAG>, upper case with '_' for
+'-' (RECONSCOPE_METRICS_ADDR=:9464); a flag on the command line wins. Which processes are
+traced can be narrowed with --config, a YAML file of include/exclude rules on namespace, pod
+labels, container name and executable (docs/daemonset.md).`
+
+func runRun(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("run", runSummary, stdout, stderr)
+	procRoot := fs.String("proc-root", discovery.DefaultProcRoot, "where the host's /proc is mounted (hostPID: /proc)")
+	interval := fs.Duration("scan-interval", discovery.DefaultScanInterval, "how often /proc is scanned for new and exited processes")
+	configPath := fs.String("config", "", "YAML file selecting the processes to trace (include/exclude rules; docs/daemonset.md)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for the pod informer (default: in-cluster config; none: host-only metadata)")
+	ringSize := fs.Int("ring-buffer-size", 4<<20, "kernel ring buffer size in bytes (a power of two)")
+	abandon := fs.Duration("abandon-after", 10*time.Minute, "close a reconcile whose return never came as abandoned after this long")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	logFormat := fs.String("log-format", "auto", "log format: text, json, or auto (json when stderr is not a terminal)")
+	output := fs.String("output", "none", "also write each reconcile to stdout: none or json (JSON lines, docs/json.md)")
+	var extra probeFlags
+	fs.Var(&extra, "probe", "trace a sync handler of your own: 'SYMBOL=controller:NAME[,key:SLOT][,err:SLOT]' (repeatable)")
+	ef := addExportFlags(fs.FlagSet, ":9464")
+	if err := flagsFromEnv(fs.FlagSet, os.LookupEnv); err != nil {
+		fmt.Fprintf(stderr, "reconscope-agent run: %v\n", err)
+		return 2
+	}
+	if code, exit := fs.parse(args); exit {
+		return code
+	}
+	log, err := newRunLogger(stderr, *logLevel, *logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "reconscope-agent run: %v\n", err)
+		return 2
+	}
+	var filter *discovery.Filter
+	if *configPath != "" {
+		cfg, err := discovery.LoadConfig(*configPath)
+		if err == nil {
+			filter, err = discovery.NewFilter(cfg)
+		}
+		if err != nil {
+			log.Error("read --config", "err", err)
+			return 2
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	clock := exporter.NewClock()
+	var local []exporter.Writer
+	switch *output {
+	case "none":
+	case "json":
+		local = append(local, exporter.NewJSONWriter(stdout, clock))
+	default:
+		log.Error("--output: want none or json", "output", *output)
+		return 2
+	}
+	var t *tracer.Tracer
+	exp, err := ef.build(ctx, log, clock, &t, local...)
+	if err != nil {
+		log.Error("set up exporters", "err", err)
+		return 2
+	}
+	defer exp.close()
+	t, err = tracer.New(tracer.Options{
+		Collector: collector.Options{RingBufferSize: *ringSize},
+		Assembler: spanOptions(*abandon),
+		Writer:    exp.writer,
+		Logger:    log,
+		Clock:     clock,
+		Catalog:   append(append([]*probes.Probe{}, probes.Catalog...), extra...),
+	})
+	if err != nil {
+		log.Error("load eBPF programs", "err", err)
+		return 1
+	}
+	defer t.Close()
+	if err := exp.serve(*ef.metricsAddr, log); err != nil {
+		log.Error("serve metrics", "err", err)
+		return 1
+	}
+
+	index, err := discovery.NewPodIndex(discovery.PodIndexOptions{Client: kubeClient(*kubeconfig, log), NodeName: *ef.nodeName, Logger: log})
+	if err != nil {
+		log.Error("pod metadata", "err", err)
+		return 2
+	}
+	go func() { _ = index.Run(ctx) }()
+	watcher := discovery.NewWatcher(discovery.WatcherOptions{ProcRoot: *procRoot, Interval: *interval, Logger: log})
+	go func() {
+		if err := watcher.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("process scan", "err", err)
+		}
+	}()
+	go attachLoop(ctx, t, watcher, index, filter, log)
+
+	log.Info("reconscope agent running", "version", version, "node", *ef.nodeName, "metrics", *ef.metricsAddr, "otlp", ef.otlpWanted())
+	if err := t.Run(ctx); err != nil {
+		log.Error("read events", "err", err)
+		return 1
+	}
+	st := t.Stats()
+	log.Info("stopped", "reconciles", st.Assembler.Spans, "events", st.Reader.Events, "lost", st.Kernel.LostRingBuffer)
+	return 0
+}
+
+// attachLoop traces the processes the watcher finds, when their binary has code the catalog
+// knows and the filter selects them.
+func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, index *discovery.PodIndex, filter *discovery.Filter, log *slog.Logger) {
+	self := os.Getpid()
+	untraceable := map[discovery.FileID]bool{} // executables with nothing to trace: skip quickly
+	// Traced processes whose container the pod index did not know yet (the kubelet writes a
+	// container's ID into the pod status after the container starts): looked up again.
+	unnamed := map[int]discovery.Container{}
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		var ev discovery.Event
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			for pid, c := range unnamed {
+				if pod, ok := index.Lookup(c.ID); ok {
+					t.SetProcessMeta(pid, tracer.ProcessMeta{Pod: pod.Namespace + "/" + pod.Name, Container: pod.Container})
+					delete(unnamed, pid)
+				}
+			}
+			continue
+		case ev = <-w.Events():
+		}
+		if exited, ok := ev.(discovery.Exited); ok {
+			delete(unnamed, exited.PID) // the tracer notices exits itself and closes their spans
+			continue
+		}
+		started, ok := ev.(discovery.Started)
+		if !ok {
+			continue
+		}
+		p := started.Process
+		if p.PID == self || untraceable[p.ExeID] {
+			continue
+		}
+		target := discovery.Target{Process: p}
+		if pod, ok := index.Lookup(p.Container.ID); ok {
+			target.Pod = &pod
+		} else if pod, ok := index.LookupPod(p.Container.PodUID); ok {
+			target.Pod = &pod
+		}
+		if !filter.Match(target) {
+			continue
+		}
+		plan, err := t.TracePID(p.PID)
+		if err != nil {
+			if errors.Is(err, symbols.ErrNotGo) || errors.Is(err, symbols.ErrNotELF) || errors.Is(err, probes.ErrNothingToTrace) || errors.Is(err, symbols.ErrUnsupportedGo) {
+				untraceable[p.ExeID] = true
+				log.Debug("not traced", "pid", p.PID, "exe", p.Exe, "reason", err)
+				continue
+			}
+			log.Warn("cannot trace", "pid", p.PID, "exe", p.Exe, "err", err)
+			continue
+		}
+		meta := tracer.ProcessMeta{}
+		if target.Pod != nil {
+			meta = tracer.ProcessMeta{Pod: target.Pod.Namespace + "/" + target.Pod.Name, Container: target.Pod.Container}
+		}
+		if p.Container.ID != "" && meta.Container == "" {
+			unnamed[p.PID] = p.Container
+		}
+		t.SetProcessMeta(p.PID, meta)
+		log.Info("tracing", "pid", p.PID, "exe", p.Exe, "pod", meta.Pod, "container", meta.Container, "probes", plan.Probes())
+	}
+}
+
+// kubeClient returns a client for the pod informer, or nil (host-only metadata) when there is
+// no configuration; the PodIndex says so once.
+func kubeClient(kubeconfig string, log *slog.Logger) kubernetes.Interface {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		log.Info("no Kubernetes API access: spans carry host metadata only", "reason", err)
+		return nil
+	}
+	cfg.UserAgent = "reconscope-agent/" + version
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		log.Warn("Kubernetes client", "err", err)
+		return nil
+	}
+	return c
+}
+
+// flagsFromEnv sets every flag named in the environment as RECONSCOPE_<FLAG>.
+func flagsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "RECONSCOPE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := lookup(name); ok && err == nil {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", name, v, e)
+			}
+		}
+	})
+	return err
+}
+
+func newRunLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "auto":
+		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			return slog.New(slog.NewTextHandler(w, opts)), nil
+		}
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text, json or auto", format)
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+func TestFlagsFromEnv(t *testing.T) {
+	fs := newFlagSet("run", "", io.Discard, io.Discard)
+	addr := fs.String("metrics-addr", ":9464", "")
+	rate := fs.Float64("sample-noop-rate", 1, "")
+	env := map[string]string{"RECONSCOPE_METRICS_ADDR": "127.0.0.1:1", "RECONSCOPE_SAMPLE_NOOP_RATE": "0.5"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	if err := flagsFromEnv(fs.FlagSet, lookup); err != nil {
+		t.Fatal(err)
+	}
+	if _, exit := fs.parse([]string{"--sample-noop-rate", "0.25"}); exit {
+		t.Fatal("parse failed")
+	}
+	if *addr != "127.0.0.1:1" || *rate != 0.25 {
+		t.Errorf("metrics-addr %q (env), rate %v (flag wins), want 127.0.0.1:1 and 0.25", *addr, *rate)
+	}
+	env["RECONSCOPE_SAMPLE_NOOP_RATE"] = "lots"
+	if err := flagsFromEnv(fs.FlagSet, lookup); err == nil || !strings.Contains(err.Error(), "RECONSCOPE_SAMPLE_NOOP_RATE") {
+		t.Errorf("bad env value: %v", err)
+	}
+}
+
+// agentBinary builds reconscope-agent once per test binary.
+var agentBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "reconscope-agent-")
+	if err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "reconscope-agent")
+	b, err := exec.Command("go", "build", "-o", out, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("build: %v\n%s", err, b)
+	}
+	return out, nil
+})
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// fakeContainer puts pid into a cgroup whose path is what containerd's cgroupfs driver makes
+// for a Kubernetes container, so discovery reads a container ID and pod UID for it.
+func fakeContainer(t *testing.T, pid int, podUID, containerID string) {
+	t.Helper()
+	dir := filepath.Join("/sys/fs/cgroup/pids/kubepods/burstable", "pod"+podUID, containerID)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Skipf("cannot make a cgroup to stand for a container (%v): skipping", err)
+	}
+	t.Cleanup(func() {
+		// The process is gone by now (cleanups run last-in first-out); remove the folders.
+		for d := dir; strings.HasPrefix(d, "/sys/fs/cgroup/pids/kubepods"); d = filepath.Dir(d) {
+			_ = os.Remove(d)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(fmt.Sprint(pid)), 0o644); err != nil {
+		t.Fatalf("move %d into %s: %v", pid, dir, err)
+	}
+}
+
+// TestRunDaemonSetMode runs `reconscope-agent run` as the DaemonSet does: it finds the fixture
+// controller by scanning /proc, names its pod and container from the API server, exports
+// metrics, and detaches everything on SIGTERM.
+func TestRunDaemonSetMode(t *testing.T) {
+	bpftest.Require(t)
+	agent, err := agentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.Start(t, testenv.Options{})
+	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	ctx := context.Background()
+
+	const node, podUID = "node-1", "6f1c2d3e-4b5a-4c6d-8e7f-901a2b3c4d5e"
+	containerID := strings.Repeat("ab12", 16)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "operator-0", UID: podUID},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "manager", Image: "example.com/op:1"}}},
+	}
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "manager", Image: "example.com/op:1", ImageID: "example.com/op@sha256:0",
+		ContainerID: "containerd://" + containerID, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	if err := env.Client.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	// The API server assigns its own UID: the cgroup path must carry that one.
+	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
+	fakeContainer(t, ctl.PID(), string(pod.UID), containerID)
+
+	metrics := freePort(t)
+	cmd := exec.Command(agent, "run", "--kubeconfig", env.Kubeconfig, "--node-name", node, "--metrics-addr", metrics,
+		"--scan-interval", "200ms", "--log-format", "json", "--output", "json")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &strings.Builder{}
+	var logsMu sync.Mutex
+	cmd.Stderr = writerFunc(func(p []byte) (int, error) { logsMu.Lock(); defer logsMu.Unlock(); return logs.Write(p) })
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	spans := make(chan exporter.JSONSpan, 100)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var s exporter.JSONSpan
+			if json.Unmarshal(sc.Bytes(), &s) == nil {
+				spans <- s
+			}
+		}
+		close(spans)
+	}()
+
+	// Wait until the agent traces the fixture, then make it reconcile.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(func() string { logsMu.Lock(); defer logsMu.Unlock(); return logs.String() }(), `"msg":"tracing"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent did not start tracing the fixture:\n%s", logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
+			Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]exporter.JSONSpan{}
+	timeout := time.After(30 * time.Second)
+	for len(got) < 3 {
+		select {
+		case s := <-spans:
+			got[s.Name] = s
+		case <-timeout:
+			t.Fatalf("spans for %d of 3 objects; logs:\n%s", len(got), logs.String())
+		}
+	}
+	for name, s := range got {
+		if s.Controller != "scripted" || s.Pod != "default/operator-0" || s.Container != "manager" || s.PID != uint32(ctl.PID()) {
+			t.Errorf("span of %s: controller %q pod %q container %q pid %d", name, s.Controller, s.Pod, s.Container, s.PID)
+		}
+	}
+
+	body := httpGet(t, "http://"+metrics+"/metrics")
+	for _, want := range []string{
+		`reconscope_reconcile_total{controller="scripted",result="success"}`,
+		"reconscope_processes_traced 1",
+		"reconscope_events_lost_total 0",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		httpGet(t, "http://"+metrics+path)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("agent exit on SIGTERM: %v\n%s", err, logs.String())
+	}
+	left, err := bpftest.UprobeLinks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range left {
+		if l.File == fixture {
+			t.Errorf("link left after the agent stopped: %+v", l)
+		}
+	}
+}
+
+// TestRunWithoutAPI: with no API access the agent keeps tracing, says so once, and spans
+// carry host metadata only.
+func TestRunWithoutAPI(t *testing.T) {
+	bpftest.Require(t)
+	agent, err := agentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.Start(t, testenv.Options{})
+	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
+	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "--output", "json")
+	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
+	var out, logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	time.Sleep(3 * time.Second)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "no-api",
+		Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
+	if err := env.Client.Create(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("agent: %v\n%s", err, logs.String())
+	}
+	if n := strings.Count(logs.String(), "no Kubernetes API access"); n != 1 {
+		t.Errorf("said %d times that there is no API access, want once:\n%s", n, logs.String())
+	}
+	if !strings.Contains(out.String(), `"name":"no-api"`) || !strings.Contains(out.String(), fmt.Sprintf(`"pid":%d`, ctl.PID())) {
+		t.Errorf("no span for the fixture without API access; stdout:\n%s\nlogs:\n%s", out.String(), logs.String())
+	}
+	if strings.Contains(out.String(), `"pod":"default/`) {
+		t.Errorf("pod metadata without API access?\n%s", out.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %s\n%s", url, resp.Status, b)
+	}
+	return string(b)
+}
