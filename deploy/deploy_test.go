@@ -265,8 +265,15 @@ func TestDaemonSetSecurity(t *testing.T) {
 		t.Fatalf("%s: %d containers and %d init containers, want one container", file, len(pod.Containers), len(pod.InitContainers))
 	}
 	c := pod.Containers[0]
-	if got := append(slices.Clone(c.Command), c.Args...); !slices.Equal(got, []string{"/reconscope-agent", "run"}) {
-		t.Errorf("%s: runs %q, want /reconscope-agent run", file, got)
+	if got := append(slices.Clone(c.Command), c.Args...); !slices.Equal(got, []string{"/reconscope-agent", "run", "--config=/etc/reconscope/config.yaml"}) {
+		t.Errorf("%s: runs %q, want /reconscope-agent run --config=/etc/reconscope/config.yaml", file, got)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.MountPath == "/etc/reconscope" && m.ReadOnly && m.Name == "config"
+	}) || !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool {
+		return v.Name == "config" && v.ConfigMap != nil && v.ConfigMap.Name == "reconscope-config"
+	}) {
+		t.Errorf("%s: the reconscope-config ConfigMap is not mounted read-only at /etc/reconscope", file)
 	}
 	sc := c.SecurityContext
 	if sc == nil || sc.Capabilities == nil {
@@ -709,4 +716,28 @@ func (l *logBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestAgentConfigMap: the discovery config the DaemonSet mounts parses as the agent reads it.
+func TestAgentConfigMap(t *testing.T) {
+	var cm *corev1.ConfigMap
+	for _, d := range manifests(t) {
+		if c, ok := d.obj.(*corev1.ConfigMap); ok && c.Name == "reconscope-config" {
+			cm = c
+		}
+	}
+	if cm == nil {
+		t.Fatal("no reconscope-config ConfigMap in deploy/")
+	}
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := discovery.LoadConfig(path)
+	if err != nil {
+		t.Fatalf("config.yaml: %v", err)
+	}
+	if _, err := discovery.NewFilter(cfg); err != nil {
+		t.Fatalf("config.yaml: %v", err)
+	}
 }
