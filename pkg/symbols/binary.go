@@ -198,6 +198,9 @@ func newBinary(path string, r io.ReaderAt, size int64) (*Binary, error) {
 	if b.goMinor != 0 && b.goMinor < MinGoMinor {
 		return nil, wrap(fmt.Errorf("%w: built with %s; reconscope needs Go 1.%d or newer (register ABI): rebuild the program with a current Go", ErrUnsupportedGo, b.GoVersion, MinGoMinor))
 	}
+	if b.Arch == "arm64" && b.goMinor != 0 && b.goMinor < 18 {
+		return nil, wrap(fmt.Errorf("%w: built with %s for arm64, where the register ABI reconscope reads arguments from arrived in Go 1.18: rebuild the program with a current Go", ErrUnsupportedGo, b.GoVersion))
+	}
 	h, err := b.pclnHeader()
 	if err != nil {
 		return nil, wrap(err)

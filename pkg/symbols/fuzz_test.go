@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -134,5 +135,40 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestMutatedSeeds is a deterministic slice of what FuzzOpen does: a few thousand seeds with
+// random bytes overwritten must all open or fail cleanly.
+func TestMutatedSeeds(t *testing.T) {
+	seeds := fuzzSeeds()
+	r := rand.New(rand.NewSource(1))
+	for i := 0; i < 3000; i++ {
+		s := append([]byte(nil), seeds[r.Intn(len(seeds))]...)
+		if len(s) == 0 {
+			continue
+		}
+		for j := 1 + r.Intn(4); j > 0; j-- {
+			s[r.Intn(len(s))] = byte(r.Intn(256))
+		}
+		b, err := OpenBytes(s)
+		if err != nil {
+			if !isSentinel(err) {
+				t.Fatalf("mutation %d: error without a sentinel: %v", i, err)
+			}
+			continue
+		}
+		if funcs, err := b.Functions(); err == nil {
+			for k, fn := range funcs {
+				if k >= 4 {
+					break
+				}
+				b.EntrySite(fn)
+				b.ReturnSites(fn)
+			}
+		}
+		b.Itabs()
+		b.FieldOffset("runtime.g", "goid")
+		b.FieldOffset("runtime.g", "stack.hi")
 	}
 }

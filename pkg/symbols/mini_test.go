@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"errors"
+	"strings"
 	"testing"
 )
 
@@ -16,6 +18,10 @@ type miniOpts struct {
 	arm64  bool
 	symtab bool
 	dwarf  bool // uncompressed .debug_info/.debug_abbrev describing runtime.g
+	// version is the Go version in the build info ("go1.26.8" if empty).
+	version string
+	// machine overrides the ELF machine (0: from arm64).
+	machine elf.Machine
 }
 
 // Layout of the synthetic executable: one PT_LOAD maps the whole file at miniBase.
@@ -167,8 +173,12 @@ func miniGoELF(o miniOpts) []byte {
 	}
 	bi := append([]byte(buildInfoMagic), 8, 2)
 	bi = append(bi, make([]byte, 32-len(bi))...)
-	bi = binary.AppendUvarint(bi, uint64(len("go1.26.8")))
-	bi = append(bi, "go1.26.8"...)
+	version := o.version
+	if version == "" {
+		version = "go1.26.8"
+	}
+	bi = binary.AppendUvarint(bi, uint64(len(version)))
+	bi = append(bi, version...)
 	mod := "0w\xaf\x0c\x92t\x08\x02A\xe1\xc1\x07\xe6\xd6\x18\xe6" +
 		"path\tmini\nmod\tmini\t(devel)\t\nbuild\tGOARCH=" + goarch + "\n" +
 		"\xf92C1\x86\x18 r\x00\x82B\x10A\x16\xd8\xf2"
@@ -268,6 +278,9 @@ func miniGoELF(o miniOpts) []byte {
 	machine := elf.EM_X86_64
 	if o.arm64 {
 		machine = elf.EM_AARCH64
+	}
+	if o.machine != 0 {
+		machine = o.machine
 	}
 	le.PutUint16(buf[18:], uint16(machine))
 	le.PutUint32(buf[20:], 1)
@@ -437,6 +450,34 @@ func TestMiniELF(t *testing.T) {
 				if err != nil || off.Value != 8 {
 					t.Errorf("FieldOffset(runtime.g, stack.hi) = %+v, %v; want 8", off, err)
 				}
+			}
+		})
+	}
+}
+
+// TestUnsupported opens synthetic executables that are Go programs reconscope cannot trace.
+func TestUnsupported(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    miniOpts
+		want error
+	}{
+		{"go1.16", miniOpts{version: "go1.16.15"}, ErrUnsupportedGo},
+		{"go1.17-arm64", miniOpts{arm64: true, version: "go1.17.13"}, ErrUnsupportedGo},
+		{"riscv64", miniOpts{machine: elf.EM_RISCV}, ErrUnsupportedGo},
+		{"go1.17-amd64", miniOpts{version: "go1.17.13"}, nil},
+		{"devel", miniOpts{version: "devel go1.27-abcdef Tue Nov 3 2026"}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := OpenBytes(miniGoELF(c.o))
+			if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+				t.Fatalf("Open = %v, want %v", err, c.want)
+			}
+			if err != nil && !strings.Contains(err.Error(), "reconscope") {
+				t.Errorf("the message does not say what to do: %v", err)
+			}
+			if b != nil {
+				b.Close()
 			}
 		})
 	}

@@ -24,5 +24,11 @@ var sink []any
 
 func main() {
 	sink = append(sink, controller.New, &metav1.ObjectMeta{}, &rest.Request{}, &rest.Result{}, reconciler{})
-	fmt.Println(len(sink))
+	c, err := controller.NewUnmanaged("fixture", controller.Options{Reconciler: reconciler{}})
+	if err != nil {
+		panic(err)
+	}
+	// One reconcile, called directly (no manager, no cluster needed).
+	_, err = c.Reconcile(context.Background(), reconcile.Request{})
+	fmt.Println(len(sink), err)
 }

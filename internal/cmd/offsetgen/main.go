@@ -1,0 +1,559 @@
+// Command offsetgen regenerates pkg/symbols/offsets_table.json: the struct field offsets
+// reconscope needs when a traced binary has no DWARF (release builds are usually stripped with
+// -s -w).
+//
+// For each supported version it writes a small program into a temporary module, builds it with
+// DWARF (amd64, and arm64 where asked), reads the offsets with debug/dwarf and records them
+// keyed by the version of the module that defines the type, as the built binary's build info
+// reports it. Runtime and standard-library types are keyed by the Go version of the toolchain
+// that runs the generator.
+//
+// Usage (slow: each version set downloads its modules and compiles client-go):
+//
+//	go run ./internal/cmd/offsetgen -o pkg/symbols/offsets_table.json
+//	go run ./internal/cmd/offsetgen -o pkg/symbols/offsets_table.json -client-go v0.36.6 -controller-runtime none
+//
+// Existing entries of other versions are kept (merged), so versions can be added one at a time.
+package main
+
+import (
+	"bytes"
+	"debug/buildinfo"
+	"debug/dwarf"
+	"debug/elf"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// target names one struct type and the field paths to record. Module "std" means the
+// type belongs to the Go distribution and is keyed by Go version.
+type target struct {
+	Module string
+	Type   string
+	Fields []string
+}
+
+var targets = []target{
+	{"std", "runtime.g", []string{"goid", "stackguard0", "m"}},
+	{"std", "errors.errorString", []string{"s"}},
+	{"std", "fmt.wrapError", []string{"msg", "err"}},
+	{"std", "fmt.wrapErrors", []string{"msg", "errs"}},
+	{"k8s.io/apimachinery", "k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta", []string{"Name", "Namespace", "UID", "ResourceVersion", "Generation"}},
+	{"k8s.io/apimachinery", "k8s.io/apimachinery/pkg/api/errors.StatusError", []string{"ErrStatus", "ErrStatus.Message", "ErrStatus.Reason", "ErrStatus.Code"}},
+	{"k8s.io/apimachinery", "k8s.io/apimachinery/pkg/types.NamespacedName", []string{"Namespace", "Name"}},
+	{"k8s.io/client-go", "k8s.io/client-go/rest.Request", []string{"verb", "pathPrefix", "subpath", "namespace", "namespaceSet", "resource", "resourceName", "subresource", "err"}},
+	{"k8s.io/client-go", "k8s.io/client-go/rest.Result", []string{"statusCode", "err", "contentType"}},
+	{"sigs.k8s.io/controller-runtime", "sigs.k8s.io/controller-runtime/pkg/internal/controller.Controller", []string{"Name"}},
+	{"sigs.k8s.io/controller-runtime", "sigs.k8s.io/controller-runtime/pkg/reconcile.Request", []string{"NamespacedName", "NamespacedName.Namespace", "NamespacedName.Name"}},
+	{"sigs.k8s.io/controller-runtime", "sigs.k8s.io/controller-runtime/pkg/reconcile.Result", []string{"Requeue", "RequeueAfter", "Priority"}},
+}
+
+const stdProgram = `package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+func main() {
+	e1 := errors.New("a")
+	e2 := fmt.Errorf("b: %w", e1)
+	e3 := fmt.Errorf("c: %w %w", e1, e2)
+	fmt.Fprintln(os.Stderr, e2, e3)
+}
+`
+
+const clientGoProgram = `package main
+
+import (
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+)
+
+var sink []any
+
+func main() {
+	sink = append(sink, &metav1.ObjectMeta{}, &apierrors.StatusError{}, &types.NamespacedName{}, &rest.Request{}, &rest.Result{})
+	fmt.Println(len(sink))
+}
+`
+
+const controllerRuntimeProgram = `package main
+
+import (
+	"fmt"
+
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+var sink []any
+
+func main() {
+	sink = append(sink, controller.New, &reconcile.Result{}, &reconcile.Request{})
+	fmt.Println(len(sink))
+}
+`
+
+// Entry is one line of the table. It mirrors pkg/symbols' tableEntry.
+type Entry struct {
+	Module  string `json:"module"`
+	Version string `json:"version"`
+	Arch    string `json:"arch,omitempty"`
+	Type    string `json:"type"`
+	Field   string `json:"field"`
+	Offset  uint64 `json:"offset"`
+}
+
+// Table is the file format of offsets_table.json.
+type Table struct {
+	Comment string  `json:"comment"`
+	Entries []Entry `json:"entries"`
+}
+
+func main() {
+	out := flag.String("o", "pkg/symbols/offsets_table.json", "table to write (merged with its current entries)")
+	clientGo := flag.String("client-go", "auto", `client-go versions: "auto" (latest patch of each minor in -client-go-minors), "all" (every patch), "none", or a comma-separated list`)
+	clientGoMinors := flag.String("client-go-minors", "v0.33,v0.34,v0.35,v0.36,v0.37", "client-go minor series for auto/all")
+	cr := flag.String("controller-runtime", "auto", "controller-runtime versions, same forms as -client-go")
+	crMinors := flag.String("controller-runtime-minors", "v0.21,v0.22,v0.23,v0.24,v0.25", "controller-runtime minor series for auto/all")
+	std := flag.Bool("std", true, "record runtime and standard-library types for the Go toolchain running this command")
+	arches := flag.String("arch", "amd64,arm64", "architectures to build the standard-library program for (module programs are built for the first one; Go struct layout is the same on every 64-bit architecture, which the std build checks)")
+	keep := flag.Bool("keep", false, "keep the temporary build folder")
+	flag.Parse()
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	work, err := os.MkdirTemp("", "offsetgen-")
+	if err != nil {
+		fatal(log, "create work folder", err)
+	}
+	if !*keep {
+		defer os.RemoveAll(work)
+	}
+	archList := strings.Split(*arches, ",")
+
+	table := Table{}
+	if data, err := os.ReadFile(*out); err == nil {
+		if err := json.Unmarshal(data, &table); err != nil {
+			fatal(log, "read existing table", err)
+		}
+	}
+	var fresh []Entry
+
+	if *std {
+		for _, arch := range archList {
+			es, err := generate(log, work, "std-"+arch, arch, stdProgram, nil)
+			if err != nil {
+				fatal(log, "std program", err)
+			}
+			fresh = append(fresh, es...)
+		}
+	}
+	for _, set := range []struct {
+		flagValue, minors, module, program string
+	}{
+		{*clientGo, *clientGoMinors, "k8s.io/client-go", clientGoProgram},
+		{*cr, *crMinors, "sigs.k8s.io/controller-runtime", controllerRuntimeProgram},
+	} {
+		versions, err := pickVersions(work, set.module, set.flagValue, set.minors)
+		if err != nil {
+			fatal(log, "list versions of "+set.module, err)
+		}
+		for _, v := range versions {
+			name := strings.ReplaceAll(set.module, "/", "_") + "-" + v
+			es, err := generate(log, work, name, archList[0], set.program, map[string]string{set.module: v})
+			if err != nil {
+				// One unbuildable version must not lose the others: say so and go on.
+				log.Error("skip version", "module", set.module, "version", v, "err", err)
+				continue
+			}
+			fresh = append(fresh, es...)
+		}
+	}
+
+	table.Entries = merge(table.Entries, collapseArches(fresh, archList))
+	table.Comment = "Struct field offsets for Go binaries without DWARF. Generated by internal/cmd/offsetgen; do not edit by hand. " +
+		"Entries without arch hold for every 64-bit architecture (amd64, arm64)."
+	if err := writeTable(*out, table); err != nil {
+		fatal(log, "write table", err)
+	}
+	log.Info("wrote table", "path", *out, "entries", len(table.Entries), "new", len(fresh))
+}
+
+func fatal(log *slog.Logger, what string, err error) {
+	log.Error(what, "err", err)
+	os.Exit(1)
+}
+
+// pickVersions turns a version flag into the list of versions to build.
+func pickVersions(work, module, value, minors string) ([]string, error) {
+	switch value {
+	case "none", "":
+		return nil, nil
+	case "auto", "all":
+	default:
+		return strings.Split(value, ","), nil
+	}
+	dir := filepath.Join(work, "versions")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module versions\n"), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("go", "list", "-m", "-versions", module)
+	cmd.Dir = dir
+	outb, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -m -versions %s: %w", module, err)
+	}
+	fields := strings.Fields(string(outb))
+	if len(fields) < 2 {
+		return nil, fmt.Errorf("no versions of %s", module)
+	}
+	latest := map[string]string{}
+	var all []string
+	for _, v := range fields[1:] {
+		nums, ok := parseVersion(v)
+		if !ok {
+			continue // pre-releases and odd tags
+		}
+		mm := fmt.Sprintf("v%d.%d", nums[0], nums[1])
+		if !slices.Contains(strings.Split(minors, ","), mm) {
+			continue
+		}
+		all = append(all, v)
+		if cur, ok := latest[mm]; !ok || compareVersions(v, cur) > 0 {
+			latest[mm] = v
+		}
+	}
+	if value == "all" {
+		return all, nil
+	}
+	var picked []string
+	for _, v := range latest {
+		picked = append(picked, v)
+	}
+	slices.SortFunc(picked, compareVersions)
+	return picked, nil
+}
+
+// generate builds one program and reads the offsets of every target whose type it contains.
+func generate(log *slog.Logger, work, name, arch, program string, require map[string]string) ([]Entry, error) {
+	dir := filepath.Join(work, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var mod strings.Builder
+	fmt.Fprintf(&mod, "module offsetgen/%s\n\ngo 1.23\n", strings.NewReplacer(".", "_", "/", "_").Replace(name))
+	for m, v := range require {
+		fmt.Fprintf(&mod, "\nrequire %s %s\n", m, v)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod.String()), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(program), 0o644); err != nil {
+		return nil, err
+	}
+	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+	run := func(args ...string) error {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		cmd.Env = env
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		}
+		return nil
+	}
+	log.Info("build", "program", name, "arch", arch)
+	if len(require) > 0 {
+		if err := run("mod", "tidy"); err != nil {
+			return nil, err
+		}
+	}
+	bin := filepath.Join(dir, "prog")
+	if err := run("build", "-trimpath", "-o", bin, "."); err != nil {
+		return nil, err
+	}
+	return readOffsets(bin, arch, require != nil)
+}
+
+// readOffsets reads every target's field offsets from the DWARF of bin. Types that the
+// program does not contain are skipped; fields a version lacks are skipped.
+func readOffsets(bin, arch string, modulesOnly bool) ([]Entry, error) {
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return nil, err
+	}
+	versions := map[string]string{"std": info.GoVersion}
+	for _, d := range info.Deps {
+		v := d.Version
+		if d.Replace != nil && d.Replace.Version != "" {
+			v = d.Replace.Version
+		}
+		versions[d.Path] = v
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	d, err := f.DWARF()
+	if err != nil {
+		return nil, err
+	}
+	structs, err := findStructs(d)
+	if err != nil {
+		return nil, err
+	}
+	var entries []Entry
+	for _, t := range targets {
+		if modulesOnly && t.Module == "std" || !modulesOnly && t.Module != "std" {
+			continue
+		}
+		v, ok := versions[t.Module]
+		if !ok {
+			continue
+		}
+		st, ok := structs[t.Type]
+		if !ok {
+			continue
+		}
+		for _, path := range t.Fields {
+			off, err := fieldPath(st, path)
+			if err != nil {
+				continue // this version has no such field
+			}
+			entries = append(entries, Entry{Module: t.Module, Version: v, Arch: arch, Type: t.Type, Field: path, Offset: off})
+		}
+	}
+	return entries, nil
+}
+
+// findStructs returns the struct types of the DWARF by name. A generic type is also
+// filed under its name without the type arguments (the first instantiation that is not a
+// shape wins), which is how pkg/symbols lets callers ask for "pkg.Controller".
+func findStructs(d *dwarf.Data) (map[string]*dwarf.StructType, error) {
+	wanted := map[string]bool{}
+	for _, t := range targets {
+		wanted[t.Type] = true
+	}
+	out := map[string]*dwarf.StructType{}
+	r := d.Reader()
+	for {
+		e, err := r.Next()
+		if err != nil {
+			return nil, err
+		}
+		if e == nil {
+			break
+		}
+		if e.Tag != dwarf.TagStructType {
+			if e.Tag != dwarf.TagCompileUnit {
+				r.SkipChildren()
+			}
+			continue
+		}
+		name, _ := e.Val(dwarf.AttrName).(string)
+		key := name
+		if i := strings.IndexByte(name, '['); i > 0 {
+			if strings.Contains(name, "go.shape.") {
+				r.SkipChildren()
+				continue
+			}
+			key = name[:i]
+		}
+		if wanted[key] && out[key] == nil {
+			t, err := d.Type(e.Offset)
+			if err != nil {
+				return nil, err
+			}
+			if st, ok := t.(*dwarf.StructType); ok {
+				out[key] = st
+			}
+		}
+		r.SkipChildren()
+	}
+	return out, nil
+}
+
+func fieldPath(st *dwarf.StructType, path string) (uint64, error) {
+	var off uint64
+	parts := strings.Split(path, ".")
+	for i, p := range parts {
+		var found *dwarf.StructField
+		for _, f := range st.Field {
+			if f.Name == p {
+				found = f
+				break
+			}
+		}
+		if found == nil {
+			return 0, fmt.Errorf("no field %s in %s", p, st.StructName)
+		}
+		off += uint64(found.ByteOffset)
+		if i == len(parts)-1 {
+			break
+		}
+		t := found.Type
+		for {
+			td, ok := t.(*dwarf.TypedefType)
+			if !ok {
+				break
+			}
+			t = td.Type
+		}
+		next, ok := t.(*dwarf.StructType)
+		if !ok {
+			return 0, fmt.Errorf("field %s of %s is not a struct", p, st.StructName)
+		}
+		st = next
+	}
+	return off, nil
+}
+
+// collapseArches folds entries that agree on every architecture into one entry without
+// arch. Entries that differ keep their arch.
+func collapseArches(entries []Entry, arches []string) []Entry {
+	type key struct{ module, version, typ, field string }
+	byKey := map[key]map[string]uint64{}
+	var order []key
+	for _, e := range entries {
+		k := key{e.Module, e.Version, e.Type, e.Field}
+		if byKey[k] == nil {
+			byKey[k] = map[string]uint64{}
+			order = append(order, k)
+		}
+		byKey[k][e.Arch] = e.Offset
+	}
+	var out []Entry
+	for _, k := range order {
+		offs := byKey[k]
+		same := true
+		var first uint64
+		i := 0
+		for _, o := range offs {
+			if i == 0 {
+				first = o
+			} else if o != first {
+				same = false
+			}
+			i++
+		}
+		if same {
+			out = append(out, Entry{Module: k.module, Version: k.version, Type: k.typ, Field: k.field, Offset: first})
+			continue
+		}
+		for _, a := range arches {
+			if o, ok := offs[a]; ok {
+				out = append(out, Entry{Module: k.module, Version: k.version, Arch: a, Type: k.typ, Field: k.field, Offset: o})
+			}
+		}
+	}
+	return out
+}
+
+// merge replaces the old entries of every (module, version) that fresh covers.
+func merge(old, fresh []Entry) []Entry {
+	type mv struct{ module, version string }
+	covered := map[mv]bool{}
+	for _, e := range fresh {
+		covered[mv{e.Module, e.Version}] = true
+	}
+	var out []Entry
+	for _, e := range old {
+		if !covered[mv{e.Module, e.Version}] {
+			out = append(out, e)
+		}
+	}
+	out = append(out, fresh...)
+	slices.SortStableFunc(out, func(a, b Entry) int {
+		if c := strings.Compare(a.Module, b.Module); c != 0 {
+			return c
+		}
+		if c := compareVersions(a.Version, b.Version); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Type, b.Type); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Field, b.Field); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Arch, b.Arch)
+	})
+	return slices.CompactFunc(out, func(a, b Entry) bool { return a == b })
+}
+
+// parseVersion reads "v1.2.3" or "go1.2.3" (a missing patch is 0); pre-releases are refused.
+func parseVersion(v string) ([3]int, bool) {
+	var n [3]int
+	v = strings.TrimPrefix(strings.TrimPrefix(v, "go"), "v")
+	parts := strings.Split(v, ".")
+	if len(parts) < 2 || len(parts) > 3 {
+		return n, false
+	}
+	for i, p := range parts {
+		x, err := strconv.Atoi(p)
+		if err != nil || x < 0 {
+			return n, false
+		}
+		n[i] = x
+	}
+	return n, true
+}
+
+func compareVersions(a, b string) int {
+	na, oka := parseVersion(a)
+	nb, okb := parseVersion(b)
+	if !oka || !okb {
+		return strings.Compare(a, b)
+	}
+	for i := range na {
+		if c := na[i] - nb[i]; c != 0 {
+			if c < 0 {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
+}
+
+// writeTable writes one entry per line so that a refresh reads well as a diff.
+func writeTable(path string, t Table) error {
+	var buf bytes.Buffer
+	c, _ := json.Marshal(t.Comment)
+	fmt.Fprintf(&buf, "{\n  \"comment\": %s,\n  \"entries\": [\n", c)
+	for i, e := range t.Entries {
+		line, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		sep := ","
+		if i == len(t.Entries)-1 {
+			sep = ""
+		}
+		fmt.Fprintf(&buf, "    %s%s\n", line, sep)
+	}
+	buf.WriteString("  ]\n}\n")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
