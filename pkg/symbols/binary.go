@@ -128,8 +128,19 @@ func OpenBytes(data []byte) (*Binary, error) {
 	return OpenReader(bytes.NewReader(data), int64(len(data)))
 }
 
-// Close releases the file. Functions and sites already returned stay valid.
+// Close releases the file and everything read from it; later calls that need the file fail.
+// Values already returned (functions, sites, offsets) stay valid. Close must not run
+// concurrently with other methods.
 func (b *Binary) Close() error {
+	closed := func() error { return fmt.Errorf("read %s: %w", b.name(), os.ErrClosed) }
+	b.symtab = func() (*symtab, error) { return nil, closed() }
+	b.pclnHeader = func() (*pclnHeader, error) { return nil, closed() }
+	b.functions = func() ([]Function, error) { return nil, closed() }
+	b.modData = func() (*moduledata, error) { return nil, closed() }
+	b.itabList = func() ([]Itab, error) { return nil, closed() }
+	b.relocs = func() map[uint64]uint64 { return nil }
+	b.dwarf = func() (*dwarfReader, error) { return nil, closed() }
+	b.r = closedReader{}
 	if b.closer == nil {
 		return nil
 	}
@@ -137,6 +148,10 @@ func (b *Binary) Close() error {
 	b.closer = nil
 	return err
 }
+
+type closedReader struct{}
+
+func (closedReader) ReadAt([]byte, int64) (int, error) { return 0, os.ErrClosed }
 
 func (b *Binary) name() string {
 	if b.Path == "" {
@@ -341,17 +356,53 @@ func (b *Binary) readBuildInfo() error {
 	if b.MainModule == "" {
 		b.MainModule = bi.Path
 	}
+	for _, s := range bi.Settings {
+		b.Settings[s.Key] = s.Value
+	}
+	staging := stagingVersion(b.Settings["-ldflags"])
 	for _, d := range bi.Deps {
 		v := d.Version
 		if d.Replace != nil && d.Replace.Version != "" {
 			v = d.Replace.Version
 		}
+		if v == "v0.0.0" && d.Replace != nil && d.Replace.Version == "" && strings.HasPrefix(d.Path, "k8s.io/") && staging != "" {
+			// A Kubernetes release build: the staging modules (client-go, apimachinery, ...)
+			// are replaced by directories of the kubernetes tree and recorded as v0.0.0. Their
+			// published version follows the release: v1.37.2 ships client-go v0.37.2.
+			v = staging
+		}
 		b.Modules[d.Path] = v
 	}
-	for _, s := range bi.Settings {
-		b.Settings[s.Key] = s.Value
-	}
 	return nil
+}
+
+// stagingVersion returns "v0.37.2" when the linker flags set the Kubernetes version to
+// v1.37.2 (k8s.io/component-base/version.gitVersion or k8s.io/client-go/pkg/version.gitVersion),
+// "" otherwise.
+func stagingVersion(ldflags string) string {
+	for _, key := range []string{"k8s.io/component-base/version.gitVersion=", "k8s.io/client-go/pkg/version.gitVersion="} {
+		i := strings.Index(ldflags, key)
+		if i < 0 {
+			continue
+		}
+		v := ldflags[i+len(key):]
+		v = strings.Trim(v, "'\"")
+		if j := strings.IndexAny(v, " '\"+-"); j >= 0 {
+			v = v[:j]
+		}
+		parts := strings.Split(strings.TrimPrefix(v, "v"), ".")
+		if len(parts) != 3 || parts[0] != "1" {
+			continue
+		}
+		if _, err := strconv.Atoi(parts[1]); err != nil {
+			continue
+		}
+		if _, err := strconv.Atoi(parts[2]); err != nil {
+			continue
+		}
+		return "v0." + parts[1] + "." + parts[2]
+	}
+	return ""
 }
 
 // parseBuildInfo decodes .go.buildinfo. It returns nil, nil when there is none: Go-ness was

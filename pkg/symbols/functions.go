@@ -24,13 +24,24 @@ func (f Function) Size() uint64 { return f.End - f.Entry }
 // Functions returns every function, sorted by entry address. Unstripped binaries list the
 // function symbols of .symtab (Go functions, assembly functions with their ".abi0" suffix,
 // and in cgo binaries the C functions too); stripped binaries list the Go functions of
-// .gopclntab, whose bounds are the same. The slice is a copy the caller may keep or modify.
+// .gopclntab, whose bounds are the same. The slice and its names are copies the caller may
+// keep or modify: keeping a few of them does not keep the binary's whole symbol table alive.
 func (b *Binary) Functions() ([]Function, error) {
 	funcs, err := b.functions()
 	if err != nil {
 		return nil, err
 	}
-	return slices.Clone(funcs), nil
+	out := slices.Clone(funcs)
+	for i := range out {
+		out[i].Name = strings.Clone(out[i].Name)
+	}
+	return out, nil
+}
+
+// detach returns f with a name that does not share memory with the symbol table.
+func detach(f Function) Function {
+	f.Name = strings.Clone(f.Name)
+	return f
 }
 
 // Lookup returns the function with exactly this name, such as
@@ -48,14 +59,14 @@ func (b *Binary) Lookup(name string) (Function, error) {
 	found := -1
 	for i := range funcs {
 		if funcs[i].Name == name {
-			return funcs[i], nil
+			return detach(funcs[i]), nil
 		}
 		if found < 0 && funcs[i].Name == alt {
 			found = i
 		}
 	}
 	if found >= 0 {
-		return funcs[found], nil
+		return detach(funcs[found]), nil
 	}
 	return Function{}, fmt.Errorf("look up function %s in %s: %w (is its package linked into this program? it may also have been inlined everywhere or removed as dead code)", name, b.name(), ErrSymbolNotFound)
 }
@@ -78,7 +89,7 @@ func (b *Binary) Match(re *regexp.Regexp) ([]Function, error) {
 			continue
 		}
 		if re.MatchString(f.Name) {
-			out = append(out, f)
+			out = append(out, detach(f))
 		}
 	}
 	if len(out) == 0 {

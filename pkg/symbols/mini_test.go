@@ -22,6 +22,8 @@ type miniOpts struct {
 	version string
 	// machine overrides the ELF machine (0: from arm64).
 	machine elf.Machine
+	// modinfo adds lines to the module information (deps, build settings).
+	modinfo string
 }
 
 // Layout of the synthetic executable: one PT_LOAD maps the whole file at miniBase.
@@ -35,7 +37,7 @@ const (
 	miniItab     = 0x800
 	miniItablink = 0x840
 	miniBuildinf = 0x880
-	miniTail     = 0xa00 // .symtab, .strtab, .shstrtab, section headers
+	miniTail     = 0xc00 // .symtab, .strtab, .shstrtab, section headers
 )
 
 // miniGoELF builds a small, valid Go-like ELF executable by hand: a Go 1.20+ pclntab with
@@ -180,10 +182,13 @@ func miniGoELF(o miniOpts) []byte {
 	bi = binary.AppendUvarint(bi, uint64(len(version)))
 	bi = append(bi, version...)
 	mod := "0w\xaf\x0c\x92t\x08\x02A\xe1\xc1\x07\xe6\xd6\x18\xe6" +
-		"path\tmini\nmod\tmini\t(devel)\t\nbuild\tGOARCH=" + goarch + "\n" +
+		"path\tmini\nmod\tmini\t(devel)\t\n" + o.modinfo + "build\tGOARCH=" + goarch + "\n" +
 		"\xf92C1\x86\x18 r\x00\x82B\x10A\x16\xd8\xf2"
 	bi = binary.AppendUvarint(bi, uint64(len(mod)))
 	bi = append(bi, mod...)
+	if len(bi) > miniTail-miniBuildinf {
+		panic("miniGoELF: build info does not fit")
+	}
 	copy(buf[miniBuildinf:], bi)
 
 	// Non-allocated tail: symbol table, string tables, section headers.
@@ -480,5 +485,72 @@ func TestUnsupported(t *testing.T) {
 				b.Close()
 			}
 		})
+	}
+}
+
+// TestConcurrentUse asks every question from several goroutines at once (run with -race).
+func TestConcurrentUse(t *testing.T) {
+	b, err := OpenBytes(miniGoELF(miniOpts{symtab: true, dwarf: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 8)
+	for range 8 {
+		go func() {
+			f, err := b.Lookup("main.A")
+			if err == nil {
+				_, err = b.EntrySite(f)
+			}
+			if err == nil {
+				_, err = b.ReturnSites(f)
+			}
+			if err == nil {
+				_, err = b.Itabs()
+			}
+			if err == nil {
+				_, err = b.FieldOffset("runtime.g", "goid")
+			}
+			if err == nil {
+				_, err = b.Functions()
+			}
+			done <- err
+		}()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestKubernetesStagingVersions: a Kubernetes release build records its staging modules as
+// v0.0.0 replaced by directories; their version comes from the release version in -ldflags.
+func TestKubernetesStagingVersions(t *testing.T) {
+	modinfo := "dep\tk8s.io/client-go\tv0.0.0\n=>\t./staging/src/k8s.io/client-go\t\t\n" +
+		"dep\tk8s.io/apimachinery\tv0.0.0\n=>\t./staging/src/k8s.io/apimachinery\t\t\n" +
+		"dep\tk8s.io/klog/v2\tv2.130.1\th1:abc=\n" +
+		"build\t-ldflags=\"-s -w -X 'k8s.io/component-base/version.gitVersion=v1.36.3' -X k8s.io/component-base/version.gitMajor=1\"\n"
+	b, err := OpenBytes(miniGoELF(miniOpts{modinfo: modinfo}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m, want := range map[string]string{"k8s.io/client-go": "v0.36.3", "k8s.io/apimachinery": "v0.36.3", "k8s.io/klog/v2": "v2.130.1"} {
+		if got := b.Modules[m]; got != want {
+			t.Errorf("Modules[%s] = %q, want %q", m, got, want)
+		}
+	}
+	off, err := b.FieldOffset("k8s.io/client-go/rest.Request", "verb")
+	if err != nil || off.Source != "table" {
+		t.Errorf("FieldOffset(rest.Request, verb) = %+v, %v; want a table entry of the v0.36 series", off, err)
+	}
+	for _, c := range []struct{ ldflags, want string }{
+		{"-X k8s.io/client-go/pkg/version.gitVersion=v1.37.2", "v0.37.2"},
+		{"-X k8s.io/component-base/version.gitVersion=v1.37.0-alpha.1", "v0.37.0"},
+		{"-X main.version=v1.2.3", ""},
+		{"", ""},
+	} {
+		if got := stagingVersion(c.ldflags); got != c.want {
+			t.Errorf("stagingVersion(%q) = %q, want %q", c.ldflags, got, c.want)
+		}
 	}
 }

@@ -764,10 +764,23 @@ func TestOpenBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Lookup("main.main"); err != nil {
+	f, err := b.Lookup("main.main")
+	if err != nil {
 		t.Error(err)
 	}
 	if err := b.Close(); err != nil {
 		t.Error(err)
+	}
+	if f.Name != "main.main" {
+		t.Errorf("a function returned before Close changed: %+v", f)
+	}
+	if _, err := b.Functions(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("Functions after Close: %v", err)
+	}
+	if _, err := b.EntrySite(f); err == nil {
+		t.Error("EntrySite after Close succeeded")
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
 	}
 }

@@ -46,6 +46,7 @@ var targets = []target{
 	{"std", "errors.errorString", []string{"s"}},
 	{"std", "fmt.wrapError", []string{"msg", "err"}},
 	{"std", "fmt.wrapErrors", []string{"msg", "errs"}},
+	{"std", "net/http.Response", []string{"Status", "StatusCode"}},
 	{"k8s.io/apimachinery", "k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta", []string{"Name", "Namespace", "UID", "ResourceVersion", "Generation"}},
 	{"k8s.io/apimachinery", "k8s.io/apimachinery/pkg/api/errors.StatusError", []string{"ErrStatus", "ErrStatus.Message", "ErrStatus.Reason", "ErrStatus.Code"}},
 	{"k8s.io/apimachinery", "k8s.io/apimachinery/pkg/types.NamespacedName", []string{"Namespace", "Name"}},
@@ -61,14 +62,18 @@ const stdProgram = `package main
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 )
+
+var sink []any
 
 func main() {
 	e1 := errors.New("a")
 	e2 := fmt.Errorf("b: %w", e1)
 	e3 := fmt.Errorf("c: %w %w", e1, e2)
-	fmt.Fprintln(os.Stderr, e2, e3)
+	sink = append(sink, &http.Response{})
+	fmt.Fprintln(os.Stderr, e2, e3, len(sink))
 }
 `
 
