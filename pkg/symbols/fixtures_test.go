@@ -196,6 +196,11 @@ func goObjdump(t testing.TB, bin string) map[uint64][]objInsn {
 	if err != nil {
 		t.Fatalf("go tool objdump %s: %v", bin, err)
 	}
+	return parseObjdump(out)
+}
+
+// parseObjdump splits go tool objdump output into functions keyed by entry address.
+func parseObjdump(out []byte) map[uint64][]objInsn {
 	funcs := map[uint64][]objInsn{}
 	var cur uint64
 	start := false
