@@ -377,16 +377,25 @@ func (b *Binary) readBuildInfo() error {
 }
 
 // stagingVersion returns "v0.37.2" when the linker flags set the Kubernetes version to
-// v1.37.2 (k8s.io/component-base/version.gitVersion or k8s.io/client-go/pkg/version.gitVersion),
-// "" otherwise.
+// v1.37.2, "" otherwise.
 func stagingVersion(ldflags string) string {
+	v := kubernetesVersion(ldflags)
+	if v == "" {
+		return ""
+	}
+	return "v0." + strings.TrimPrefix(v, "v1.")
+}
+
+// kubernetesVersion returns the release set by -X k8s.io/component-base/version.gitVersion
+// (or k8s.io/client-go/pkg/version.gitVersion) in the linker flags, as "v1.MINOR.PATCH"
+// without pre-release or build suffixes; "" when there is none.
+func kubernetesVersion(ldflags string) string {
 	for _, key := range []string{"k8s.io/component-base/version.gitVersion=", "k8s.io/client-go/pkg/version.gitVersion="} {
 		i := strings.Index(ldflags, key)
 		if i < 0 {
 			continue
 		}
-		v := ldflags[i+len(key):]
-		v = strings.Trim(v, "'\"")
+		v := strings.Trim(ldflags[i+len(key):], "'\"")
 		if j := strings.IndexAny(v, " '\"+-"); j >= 0 {
 			v = v[:j]
 		}
@@ -400,7 +409,7 @@ func stagingVersion(ldflags string) string {
 		if _, err := strconv.Atoi(parts[2]); err != nil {
 			continue
 		}
-		return "v0." + parts[1] + "." + parts[2]
+		return "v1." + parts[1] + "." + parts[2]
 	}
 	return ""
 }

@@ -546,6 +546,7 @@ func TestKubernetesStagingVersions(t *testing.T) {
 	for _, c := range []struct{ ldflags, want string }{
 		{"-X k8s.io/client-go/pkg/version.gitVersion=v1.37.2", "v0.37.2"},
 		{"-X k8s.io/component-base/version.gitVersion=v1.37.0-alpha.1", "v0.37.0"},
+		{"-X 'k8s.io/component-base/version.gitVersion=v1.37.2+k3s1' -s", "v0.37.2"},
 		{"-X main.version=v1.2.3", ""},
 		{"", ""},
 	} {

@@ -81,7 +81,12 @@ func (b *Binary) Summary() Info {
 		if v, ok := b.Modules[path]; ok {
 			info.Modules = append(info.Modules, Module{Path: path, Version: v})
 		} else if path == b.MainModule {
-			v := b.Settings["vcs.revision"]
+			// Built from its own tree: the release version is in the linker flags
+			// (Kubernetes), else the VCS revision, else "(devel)".
+			v := kubernetesVersion(b.Settings["-ldflags"])
+			if v == "" {
+				v = b.Settings["vcs.revision"]
+			}
 			if v == "" {
 				v = "(devel)"
 			}
