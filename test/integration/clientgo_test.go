@@ -161,4 +161,3 @@ func waitPods(t *testing.T, c client.Client, ns string, n int) {
 	}
 	t.Fatalf("no %d pods in %s after 30s", n, ns)
 }
-

@@ -1,0 +1,60 @@
+package integration
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+)
+
+// TestStressFixture: 8 concurrent workers of the real controller-runtime fixture, 10 000
+// reconciles with stack growth (and forced GCs) inside Reconcile. The fixture exits 0,
+// entries equal returns, no event is lost, and every ground-truth reconcile has one span.
+func TestStressFixture(t *testing.T) {
+	bpftest.Require(t)
+	if testing.Short() {
+		t.Skip("stress test skipped in -short mode")
+	}
+	f := startTracedFixtureArgs(t, []string{"--max-concurrent-reconciles", "8"})
+	const objects, each = 80, 125
+	scripts := map[string]string{}
+	for i := range objects {
+		script := fmt.Sprintf("repeat:%d;deep:64", each)
+		if i%10 == 0 {
+			script = fmt.Sprintf("repeat:%d;deep:200;gc", each)
+		}
+		scripts[fmt.Sprintf("s-%02d", i)] = script
+	}
+	createScripted(t, f.env, "stress", scripts)
+
+	deadline := time.Now().Add(5 * time.Minute)
+	var recs []groundtruth.Record
+	for time.Now().Before(deadline) {
+		recs, _ = groundtruth.ReadFile(f.truth)
+		if len(recs) >= objects*each {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if len(recs) < objects*each {
+		t.Fatalf("the fixture did %d of %d reconciles in 5 minutes", len(recs), objects*each)
+	}
+	time.Sleep(time.Second) // nothing more is queued; let the ring buffer drain
+	if err := f.ctl.Stop(); err != nil {
+		t.Errorf("the fixture did not exit cleanly: %v", err)
+	}
+	recs, _ = groundtruth.ReadFile(f.truth)
+	time.Sleep(500 * time.Millisecond)
+	f.stop(t)
+	st := f.stats
+	if st.Kernel.LostRingBuffer != 0 || st.Kernel.LostState != 0 {
+		t.Errorf("lost events: %+v", st.Kernel)
+	}
+	if st.Assembler.Abandoned != 0 || st.Assembler.OrphanReturns != 0 {
+		t.Errorf("entries and returns do not pair: %+v", st.Assembler)
+	}
+	compare(t, recs, f.sink.snapshot(), f.clock, 0)
+	t.Logf("%d reconciles, %d spans, kernel %+v", len(recs), len(f.sink.snapshot()), st.Kernel)
+}
