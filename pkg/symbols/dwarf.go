@@ -3,7 +3,6 @@ package symbols
 import (
 	"bufio"
 	"bytes"
-	"compress/zlib"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -66,9 +65,8 @@ type dwarfUnit struct {
 }
 
 type dwarfReader struct {
-	b      *Binary
-	info   *elf.Section
-	zdebug bool
+	b    *Binary
+	info *elf.Section
 
 	mu         sync.Mutex
 	abbrevData []byte
@@ -86,7 +84,7 @@ func (b *Binary) openDWARF() (*dwarfReader, error) {
 	if s := b.f.Section(".debug_info"); s != nil {
 		d.info = s
 	} else if s := b.f.Section(".zdebug_info"); s != nil {
-		d.info, d.zdebug = s, true
+		d.info = s
 	} else {
 		return nil, nil
 	}
@@ -104,19 +102,14 @@ func (b *Binary) openDWARF() (*dwarfReader, error) {
 // debugSection returns the decompressed bytes of .debug_<name> (SHF_COMPRESSED or the older
 // .zdebug_<name>), or nil when there is none.
 func (b *Binary) debugSection(name string) ([]byte, error) {
-	if s := b.f.Section(".debug_" + name); s != nil {
-		r, err := b.openDebug(s, false)
-		if err != nil {
-			return nil, err
+	for _, n := range []string{".debug_" + name, ".zdebug_" + name} {
+		if s := b.f.Section(n); s != nil {
+			r, err := b.openDebug(s)
+			if err != nil {
+				return nil, err
+			}
+			return readAllBounded(r, 1<<30)
 		}
-		return readAllBounded(r, s.Size)
-	}
-	if s := b.f.Section(".zdebug_" + name); s != nil {
-		r, err := b.openDebug(s, true)
-		if err != nil {
-			return nil, err
-		}
-		return readAllBounded(r, 1<<30)
 	}
 	return nil, nil
 }
@@ -132,30 +125,19 @@ func readAllBounded(r io.Reader, limit uint64) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// openDebug returns a reader of the section's decompressed bytes.
-func (b *Binary) openDebug(s *elf.Section, zdebug bool) (r io.Reader, err error) {
+// openDebug returns a reader of the section's decompressed bytes: debug/elf undoes both
+// SHF_COMPRESSED (zlib or zstd) and the older .zdebug_ framing ("ZLIB", size, zlib stream).
+func (b *Binary) openDebug(s *elf.Section) (r io.Reader, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r, err = nil, fmt.Errorf("%w: section %s: %v", errDWARF, s.Name, p)
 		}
 	}()
-	if !zdebug {
-		if s.Flags&elf.SHF_COMPRESSED == 0 && (s.Offset > uint64(b.size) || s.Size > uint64(b.size)-s.Offset) {
-			return nil, fmt.Errorf("%w: section %s runs past the end of the file", ErrTruncated, s.Name)
-		}
-		return s.Open(), nil
+	if s.Flags&elf.SHF_COMPRESSED == 0 && !strings.HasPrefix(s.Name, ".zdebug") &&
+		(s.Offset > uint64(b.size) || s.Size > uint64(b.size)-s.Offset) {
+		return nil, fmt.Errorf("%w: section %s runs past the end of the file", ErrTruncated, s.Name)
 	}
-	// .zdebug_*: "ZLIB", 8-byte big-endian uncompressed size, zlib stream.
-	raw := s.Open()
-	var hdr [12]byte
-	if _, err := io.ReadFull(raw, hdr[:]); err != nil || string(hdr[:4]) != "ZLIB" {
-		return nil, fmt.Errorf("%w: section %s has no ZLIB header", errDWARF, s.Name)
-	}
-	zr, err := zlib.NewReader(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%w: section %s: %v", errDWARF, s.Name, err)
-	}
-	return io.LimitReader(zr, int64(min(binary.BigEndian.Uint64(hdr[4:]), 1<<40))), nil
+	return s.Open(), nil
 }
 
 // unitAt returns the unit containing the section offset off, streaming (again) to keep it
@@ -202,7 +184,7 @@ func (d *dwarfReader) nextUnit(keep func(name string) bool) (*dwarfUnit, error) 
 
 func (d *dwarfReader) nextUnitIf(keepLen func(total uint64) bool, keepName func(name string) bool) (*dwarfUnit, error) {
 	if d.stream == nil {
-		r, err := d.b.openDebug(d.info, d.zdebug)
+		r, err := d.b.openDebug(d.info)
 		if err != nil {
 			return nil, err
 		}

@@ -87,76 +87,7 @@ func TestFunctions(t *testing.T) {
 	for _, fx := range fixtures {
 		t.Run(fx.name, func(t *testing.T) {
 			b := openFixture(t, fx.name)
-			funcs, err := b.Functions()
-			if err != nil {
-				t.Fatal(err)
-			}
-			byEntry := map[uint64]Function{}
-			for i, f := range funcs {
-				if i > 0 && funcs[i-1].Entry > f.Entry {
-					t.Fatalf("not sorted at %d", i)
-				}
-				if f.End <= f.Entry {
-					t.Errorf("%s: empty bounds [%#x, %#x)", f.Name, f.Entry, f.End)
-				}
-				byEntry[f.Entry] = f
-			}
-
-			table := gosymTable(t, b)
-			inPcln := map[uint64]bool{}
-			for _, gf := range table.Funcs {
-				inPcln[gf.Entry] = true
-			}
-
-			// nm: every text symbol with a size is a function with that size (stripped builds
-			// have the Go functions only: C functions of cgo builds are in .symtab alone).
-			checked := 0
-			for _, s := range goNM(t, build(t, twinOf(fx))) {
-				if (s.kind != "T" && s.kind != "t") || s.size == 0 || strings.HasPrefix(s.name, "go:") {
-					continue // go:textfipsstart and friends are markers
-				}
-				if fx.stripped && !inPcln[s.addr] {
-					continue
-				}
-				f, ok := byEntry[s.addr]
-				if !ok {
-					t.Errorf("nm symbol %s at %#x: no function there", s.name, s.addr)
-					continue
-				}
-				if f.Size() != s.size {
-					t.Errorf("%s: size %d, nm says %d", s.name, f.Size(), s.size)
-				}
-				if normName(f.Name) != normName(s.name) {
-					t.Errorf("at %#x: name %q, nm says %q", s.addr, f.Name, s.name)
-				}
-				checked++
-			}
-			if checked < 1000 {
-				t.Errorf("only %d functions checked against nm", checked)
-			}
-
-			// debug/gosym: the same entries; our end never beyond its end (gosym's End is the next
-			// function's entry, padding included).
-			for _, gf := range table.Funcs {
-				if strings.HasPrefix(gf.Name, "go:") {
-					continue
-				}
-				f, ok := byEntry[gf.Entry]
-				if !ok {
-					t.Errorf("gosym function %s at %#x: not found", gf.Name, gf.Entry)
-					continue
-				}
-				if normName(f.Name) != normName(gf.Name) {
-					t.Errorf("at %#x: name %q, gosym says %q", gf.Entry, f.Name, gf.Name)
-				}
-				if f.End > gf.End || f.End+64 < gf.End {
-					t.Errorf("%s: end %#x, gosym end %#x", gf.Name, f.End, gf.End)
-				}
-			}
-			if len(table.Funcs) < 1000 {
-				t.Errorf("gosym found only %d functions", len(table.Funcs))
-			}
-
+			checkFunctions(t, b, build(t, twinOf(fx)), fx.stripped)
 			if _, err := b.Lookup("main.main"); err != nil {
 				t.Error(err)
 			}
@@ -170,10 +101,101 @@ func TestFunctions(t *testing.T) {
 	}
 }
 
+// checkFunctions compares b.Functions() with nm of twin (b itself or its unstripped build at
+// the same addresses) and with debug/gosym.
+func checkFunctions(t *testing.T, b *Binary, twin string, stripped bool) {
+	t.Helper()
+	funcs, err := b.Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byEntry := map[uint64]Function{}
+	for i, f := range funcs {
+		if i > 0 && funcs[i-1].Entry > f.Entry {
+			t.Fatalf("not sorted at %d", i)
+		}
+		if f.End <= f.Entry {
+			t.Errorf("%s: empty bounds [%#x, %#x)", f.Name, f.Entry, f.End)
+		}
+		byEntry[f.Entry] = f
+	}
+	table := gosymTable(t, b)
+	inPcln := map[uint64]bool{}
+	for _, gf := range table.Funcs {
+		inPcln[gf.Entry] = true
+	}
+
+	// nm: every text symbol with a size is a function with that size (stripped builds have
+	// the Go functions only: C functions of cgo builds are in .symtab alone).
+	checked := 0
+	for _, s := range goNM(t, twin) {
+		if (s.kind != "T" && s.kind != "t") || s.size == 0 || strings.HasPrefix(s.name, "go:") {
+			continue // go:textfipsstart and friends are markers
+		}
+		if stripped && !inPcln[s.addr] {
+			continue
+		}
+		f, ok := byEntry[s.addr]
+		if !ok {
+			t.Errorf("nm symbol %s at %#x: no function there", s.name, s.addr)
+			continue
+		}
+		if f.Size() != s.size {
+			t.Errorf("%s: size %d, nm says %d", s.name, f.Size(), s.size)
+		}
+		if normName(f.Name) != normName(s.name) {
+			t.Errorf("at %#x: name %q, nm says %q", s.addr, f.Name, s.name)
+		}
+		checked++
+	}
+	if checked < 1000 {
+		t.Errorf("only %d functions checked against nm", checked)
+	}
+
+	// debug/gosym: the same entries; our end never beyond its end (gosym's End is the next
+	// function's entry, padding included).
+	for _, gf := range table.Funcs {
+		if strings.HasPrefix(gf.Name, "go:") {
+			continue
+		}
+		f, ok := byEntry[gf.Entry]
+		if !ok {
+			t.Errorf("gosym function %s at %#x: not found", gf.Name, gf.Entry)
+			continue
+		}
+		if normName(f.Name) != normName(gf.Name) {
+			t.Errorf("at %#x: name %q, gosym says %q", gf.Entry, f.Name, gf.Name)
+		}
+		if f.End > gf.End || f.End+64 < gf.End {
+			t.Errorf("%s: end %#x, gosym end %#x", gf.Name, f.End, gf.End)
+		}
+	}
+	if len(table.Funcs) < 1000 {
+		t.Errorf("gosym found only %d functions", len(table.Funcs))
+	}
+}
+
 // normName drops the differences between .symtab and .gopclntab names: the ".abi0" suffix
-// of assembly functions and the middle dot of some compiler-generated names.
+// of assembly functions, the middle dot of some compiler-generated names, and the contents of
+// brackets, which Go 1.18 – 1.20 abbreviate to "[...]" in .gopclntab.
 func normName(name string) string {
-	return strings.ReplaceAll(strings.TrimSuffix(name, ".abi0"), "·", ".")
+	name = strings.ReplaceAll(strings.TrimSuffix(name, ".abi0"), "·", ".")
+	var sb strings.Builder
+	depth := 0
+	for _, r := range name {
+		switch {
+		case r == '[':
+			if depth == 0 {
+				sb.WriteString("[...]")
+			}
+			depth++
+		case r == ']' && depth > 0:
+			depth--
+		case depth == 0:
+			sb.WriteRune(r)
+		}
+	}
+	return sb.String()
 }
 
 // gosymTable builds debug/gosym's view of the binary's pclntab, giving it the text start
@@ -206,75 +228,90 @@ func TestSites(t *testing.T) {
 	for _, fx := range fixtures {
 		t.Run(fx.name, func(t *testing.T) {
 			b := openFixture(t, fx.name)
-			dump := objdumpOf(t, twinOf(fx))
-			file, err := os.ReadFile(b.Path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			funcs, err := b.Functions()
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkedEntries, withPrologue, undecodable := 0, 0, 0
-			for _, f := range funcs {
-				insns, ok := dump[f.Entry]
-				if !ok {
-					continue
-				}
-				// objdump lists arm64 functions up to the next symbol, alignment padding
-				// (zero words, "?") included: keep the function's own instructions.
-				for len(insns) > 0 && insns[len(insns)-1].addr >= f.End {
-					insns = insns[:len(insns)-1]
-				}
-				if fx.arch == "amd64" && hasUndecodable(insns) {
-					// objdump's older x86asm cannot decode some AVX-512 instructions of a few
-					// assembly functions and resynchronises differently: no common truth there.
-					// (arm64 words stay aligned whatever a decoder knows, so arm64 is always
-					// compared.)
-					undecodable++
-					continue
-				}
-				// Return sites: exactly objdump's RETs.
-				var want []uint64
-				for _, in := range insns {
-					if in.text == "RET" || strings.HasPrefix(in.text, "RET ") {
-						want = append(want, in.addr)
-					}
-				}
-				rets, err := b.ReturnSites(f)
-				if err != nil {
-					t.Fatalf("ReturnSites(%s): %v", f.Name, err)
-				}
-				var got []uint64
-				for _, s := range rets {
-					got = append(got, s.Addr)
-					checkSiteBytes(t, file, s, insns, fx.arch)
-				}
-				if !equalAddrs(got, want) {
-					t.Errorf("%s: return sites %#x, objdump RETs %#x", f.Name, got, want)
-				}
-
-				// Entry site: the instruction after the stack-check branch.
-				wantEntry := objdumpEntrySite(insns, fx.arch)
-				if wantEntry != insns[0].addr {
-					withPrologue++
-				}
-				s, err := b.EntrySite(f)
-				if err != nil {
-					t.Fatalf("EntrySite(%s): %v", f.Name, err)
-				}
-				if s.Addr != wantEntry {
-					t.Errorf("%s: entry site %#x (%s), objdump says %#x", f.Name, s.Addr, s.Insn, wantEntry)
-				}
-				checkSiteBytes(t, file, s, insns, fx.arch)
-				checkedEntries++
-			}
-			if checkedEntries < 1000 || withPrologue < 300 || undecodable > 60 {
-				t.Errorf("checked %d functions, %d with a stack check, skipped %d with undecodable bytes", checkedEntries, withPrologue, undecodable)
-			}
-			t.Logf("checked %d functions, %d with a stack check, skipped %d with undecodable bytes", checkedEntries, withPrologue, undecodable)
+			checkSites(t, b, objdumpOf(t, twinOf(fx)), true)
 		})
 	}
+}
+
+// checkSites compares the sites of every function with objdump's listing (of b or of its twin
+// at the same addresses); withBytes also compares the file bytes at each site.
+func checkSites(t *testing.T, b *Binary, dump map[uint64][]objInsn, withBytes bool) {
+	t.Helper()
+	var file []byte
+	if withBytes {
+		var err error
+		if file, err = os.ReadFile(b.Path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	funcs, err := b.Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkedEntries, withPrologue, undecodable := 0, 0, 0
+	for _, f := range funcs {
+		insns, ok := dump[f.Entry]
+		if !ok {
+			continue
+		}
+		// objdump lists arm64 functions up to the next symbol, alignment padding (zero
+		// words, "?") included: keep the function's own instructions.
+		for len(insns) > 0 && insns[len(insns)-1].addr >= f.End {
+			insns = insns[:len(insns)-1]
+		}
+		if len(insns) == 0 {
+			continue
+		}
+		if b.Arch == "amd64" && hasUndecodable(insns) {
+			// objdump's older x86asm cannot decode some AVX-512 instructions of a few assembly
+			// functions and resynchronises differently: no common truth there. (arm64 words
+			// stay aligned whatever a decoder knows, so arm64 is always compared.)
+			undecodable++
+			continue
+		}
+		// Return sites: exactly objdump's RETs.
+		var want []uint64
+		for _, in := range insns {
+			if in.text == "RET" || strings.HasPrefix(in.text, "RET ") {
+				want = append(want, in.addr)
+			}
+		}
+		rets, err := b.ReturnSites(f)
+		if err != nil {
+			t.Fatalf("ReturnSites(%s): %v", f.Name, err)
+		}
+		var got []uint64
+		for _, s := range rets {
+			got = append(got, s.Addr)
+			if withBytes {
+				checkSiteBytes(t, file, s, insns, b.Arch)
+			}
+		}
+		if !equalAddrs(got, want) {
+			t.Errorf("%s: return sites %#x, objdump RETs %#x", f.Name, got, want)
+		}
+
+		// Entry site: the instruction after the stack-check branch.
+		wantEntry := objdumpEntrySite(insns, b.Arch)
+		if wantEntry != insns[0].addr {
+			withPrologue++
+		}
+		s, err := b.EntrySite(f)
+		if err != nil {
+			t.Fatalf("EntrySite(%s): %v", f.Name, err)
+		}
+		if s.Addr != wantEntry {
+			t.Errorf("%s: entry site %#x (%s), objdump says %#x", f.Name, s.Addr, s.Insn, wantEntry)
+		}
+		if withBytes {
+			checkSiteBytes(t, file, s, insns, b.Arch)
+		}
+		checkedEntries++
+	}
+	if checkedEntries < 1000 || withPrologue < 300 || undecodable > 60 {
+		t.Errorf("checked %d functions, %d with a stack check, skipped %d with undecodable bytes", checkedEntries, withPrologue, undecodable)
+	}
+	t.Logf("checked %d functions, %d with a stack check, skipped %d with undecodable bytes", checkedEntries, withPrologue, undecodable)
 }
 
 // objdumpEntrySite finds, in objdump's text, the instruction after the stack-check branch.
