@@ -58,7 +58,6 @@ type Collector struct {
 
 	mu       sync.RWMutex
 	table    []*probes.Site // index = attach cookie
-	free     []int          // free ranges in table, by start index
 	attached map[*Attachment]struct{}
 	procs    map[uint32]*process
 }
