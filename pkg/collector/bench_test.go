@@ -76,8 +76,7 @@ func benchCollector(b *testing.B) *Collector {
 }
 
 func setStr(e *rbpf.TraceEvent, i int, s string) {
-	n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&e.Str[i][0])), len(e.Str[i])), s)
-	_ = n
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&e.Str[i][0])), len(e.Str[i])), s)
 	e.StrLen[i] = uint16(len(s))
 }
 

@@ -1,0 +1,382 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/reconscope/reconscope/pkg/collector"
+	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/tracer"
+)
+
+// harnessReport is the JSON line test/bench/testdata/reconcileloop prints at the end.
+type harnessReport struct {
+	Mode       string  `json:"mode"`
+	N          int     `json:"n"`
+	Workers    int     `json:"workers"`
+	WallNs     int64   `json:"wall_ns"`
+	CPUNs      int64   `json:"cpu_ns"`
+	WallPerRec float64 `json:"wall_ns_per_reconcile"`
+	CPUPerRec  float64 `json:"cpu_ns_per_reconcile"`
+	Rate       float64 `json:"reconciles_per_s"`
+}
+
+// harnessWarmup is reconcileloop's default -warmup: reconciles before its timed loop.
+const harnessWarmup = 2000
+
+// runHarness starts the harness, lets attach set up tracing of its PID while it waits for its
+// start file, lets it run to the end, calls the returned detach, and returns its report.
+func runHarness(bin string, args []string, attach func(pid int) (detach func() error, err error)) (harnessReport, error) {
+	var rep harnessReport
+	dir, err := os.MkdirTemp("", "reconscope-bench-")
+	if err != nil {
+		return rep, err
+	}
+	defer os.RemoveAll(dir)
+	startFile := filepath.Join(dir, "start")
+	cmd := exec.Command(bin, append([]string{"-start", startFile}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return rep, fmt.Errorf("start %s: %w", filepath.Base(bin), err)
+	}
+	defer func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	var detach func() error
+	if attach != nil {
+		if detach, err = attach(cmd.Process.Pid); err != nil {
+			return rep, err
+		}
+	}
+	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
+		return rep, err
+	}
+	werr := cmd.Wait()
+	if detach != nil {
+		if err := detach(); err != nil {
+			return rep, err
+		}
+	}
+	if werr != nil {
+		return rep, fmt.Errorf("%s %s: %w\n%s", filepath.Base(bin), strings.Join(args, " "), werr, out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rep); err != nil {
+		return rep, fmt.Errorf("%s printed %q: %w", filepath.Base(bin), out.String(), err)
+	}
+	return rep, nil
+}
+
+// reconcileProbe is the catalog's controller-runtime v0.23+ reconcile probe pointed at the
+// same function shape in package main (reconcileloop and fakectl), as the tracer's tests do.
+func reconcileProbe() (*probes.Probe, error) {
+	for _, p := range probes.Catalog {
+		if p.ID == "controller-runtime/reconcile" && p.MinVersion == "v0.23.0" {
+			c := *p
+			c.ID, c.Module, c.MinVersion = "bench/reconcile", "", ""
+			c.Symbol = regexp.MustCompile(`^main\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`)
+			c.Entry.Strings[0].Field = probes.FieldRef{Type: "main.Controller", Path: "Name"}
+			return &c, nil
+		}
+	}
+	return nil, errors.New("the catalog has no controller-runtime v0.23+ reconcile probe")
+}
+
+// callProbe is the catalog's client-go request probe (a call: five strings read through the
+// receiver at entry, the error at return) pointed at reconcileloop's (*RestRequest).request.
+func callProbe() (*probes.Probe, error) {
+	for _, p := range probes.Catalog {
+		if p.ID == "client-go/request" {
+			c := *p
+			c.ID, c.Module = "bench/request", ""
+			c.Symbol = regexp.MustCompile(`^main\.\(\*RestRequest\)\.request$`)
+			for i := range c.Entry.Strings {
+				if c.Entry.Strings[i].Base != probes.None {
+					c.Entry.Strings[i].Field.Type = "main.RestRequest"
+				}
+			}
+			return &c, nil
+		}
+	}
+	return nil, errors.New("the catalog has no client-go request probe")
+}
+
+// tracing is one tracer.Tracer, running, that counts the spans it finishes.
+type tracing struct {
+	tr     *tracer.Tracer
+	cancel context.CancelFunc
+	done   chan error
+	spans  atomic.Int64
+	prog   *ebpf.Program // the tracer's probe program, for the kernel's run-time stats
+}
+
+func (t *tracing) Write(*span.Span) error { t.spans.Add(1); return nil }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func startTracing(catalog []*probes.Probe, opts collector.Options) (*tracing, error) {
+	before, err := ownPrograms()
+	if err != nil {
+		return nil, err
+	}
+	t := &tracing{done: make(chan error, 1)}
+	t.tr, err = tracer.New(tracer.Options{Catalog: catalog, Collector: opts, Writer: t, Logger: quiet})
+	if err != nil {
+		return nil, fmt.Errorf("start tracer: %w", err)
+	}
+	after, err := ownPrograms()
+	if err != nil {
+		t.tr.Close()
+		return nil, err
+	}
+	for id := range after {
+		if before[id] {
+			continue
+		}
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		if info, err := p.Info(); err == nil && strings.HasPrefix(info.Name, "probe_site") {
+			t.prog = p
+			break
+		}
+		p.Close()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.cancel = cancel
+	go func() { t.done <- t.tr.Run(ctx) }()
+	return t, nil
+}
+
+// waitSpans waits until at least want spans were finished, or their count stops moving.
+func (t *tracing) waitSpans(want int64, timeout time.Duration) int64 {
+	deadline := time.Now().Add(timeout)
+	last, since := t.spans.Load(), time.Now()
+	for time.Now().Before(deadline) {
+		n := t.spans.Load()
+		if n >= want {
+			return n
+		}
+		if n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) > 400*time.Millisecond {
+			return n
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return t.spans.Load()
+}
+
+// stop ends Run, reads the counters and frees everything.
+func (t *tracing) stop() (tracer.Stats, progStats, error) {
+	t.cancel()
+	err := <-t.done
+	st := t.tr.Stats()
+	var ps progStats
+	if t.prog != nil {
+		ps, _ = readProgStats(t.prog)
+		t.prog.Close()
+	}
+	if cerr := t.tr.Close(); err == nil {
+		err = cerr
+	}
+	return st, ps, err
+}
+
+// progStats is what the kernel measured of a program (with kernel.bpf_stats_enabled=1).
+type progStats struct {
+	runs    uint64
+	runTime time.Duration
+}
+
+func (p progStats) perRun() float64 {
+	if p.runs == 0 {
+		return 0
+	}
+	return float64(p.runTime.Nanoseconds()) / float64(p.runs)
+}
+
+func (p progStats) sub(q progStats) progStats {
+	return progStats{runs: p.runs - q.runs, runTime: p.runTime - q.runTime}
+}
+
+func readProgStats(p *ebpf.Program) (progStats, error) {
+	s, err := p.Stats()
+	if err != nil {
+		return progStats{}, fmt.Errorf("read program stats: %w", err)
+	}
+	return progStats{runs: s.RunCount, runTime: s.Runtime}, nil
+}
+
+// ownPrograms returns the IDs of the eBPF programs this process holds a descriptor of.
+func ownPrograms() (map[ebpf.ProgramID]bool, error) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil, err
+	}
+	ids := map[ebpf.ProgramID]bool{}
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || l != "anon_inode:bpf-prog" {
+			continue
+		}
+		f, err := os.Open("/proc/self/fdinfo/" + e.Name())
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "prog_id:"); ok {
+				if id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
+					ids[ebpf.ProgramID(id)] = true
+				}
+			}
+		}
+		f.Close()
+	}
+	return ids, nil
+}
+
+// emptyProgram loads the program that does nothing (bpf/empty.bpf.c), in the flavour the
+// collector would use here: uprobe_multi when the kernel has it.
+func emptyProgram() (*ebpf.Program, bool, error) {
+	spec, err := LoadEmpty()
+	if err != nil {
+		return nil, false, err
+	}
+	multi := features.HaveBPFLinkUprobeMulti() == nil
+	name := EmptyProgEmpty
+	if multi {
+		name = EmptyProgEmptyMulti
+	}
+	p, err := ebpf.NewProgram(spec.Programs[name])
+	if err != nil {
+		return nil, false, fmt.Errorf("load empty program: %w", err)
+	}
+	return p, multi, nil
+}
+
+// attachEmpty puts prog on the file offsets of exe, the way the collector attaches its own.
+func attachEmpty(prog *ebpf.Program, multi bool, exe string, offsets []uint64) (func() error, error) {
+	ex, err := link.OpenExecutable(exe)
+	if err != nil {
+		return nil, err
+	}
+	var links []link.Link
+	closeAll := func() error {
+		var errs []error
+		for _, l := range links {
+			errs = append(errs, l.Close())
+		}
+		return errors.Join(errs...)
+	}
+	if multi {
+		l, err := ex.UprobeMulti(nil, prog, &link.UprobeMultiOptions{Addresses: offsets, Cookies: make([]uint64, len(offsets))})
+		if err != nil {
+			return nil, fmt.Errorf("attach empty program: %w", err)
+		}
+		links = append(links, l)
+		return closeAll, nil
+	}
+	for _, off := range offsets {
+		l, err := ex.Uprobe("", prog, &link.UprobeOptions{Address: off})
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("attach empty program: %w", err)
+		}
+		links = append(links, l)
+	}
+	return closeAll, nil
+}
+
+// eventOnly loads event_only_multi with a ring buffer of size bytes and drains that buffer
+// from a goroutine, as the agent's reader would. stop stops both.
+func eventOnly(size int) (prog *ebpf.Program, stop func(), err error) {
+	spec, err := LoadEmpty()
+	if err != nil {
+		return nil, nil, err
+	}
+	for name := range spec.Programs {
+		if name != EmptyProgEventOnlyMulti {
+			delete(spec.Programs, name)
+		}
+	}
+	spec.Maps[EmptyMapEvents].MaxEntries = uint32(size)
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load event-only program: %w", err)
+	}
+	rd, err := ringbuf.NewReader(coll.Maps[EmptyMapEvents])
+	if err != nil {
+		coll.Close()
+		return nil, nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var rec ringbuf.Record
+		for {
+			rd.SetDeadline(time.Now().Add(collector.PollInterval))
+			if err := rd.ReadInto(&rec); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				return
+			}
+		}
+	}()
+	return coll.Programs[EmptyProgEventOnlyMulti], func() { rd.Close(); <-done; coll.Close() }, nil
+}
+
+const bpfStatsSysctl = "/proc/sys/kernel/bpf_stats_enabled"
+
+// enableBPFStats turns kernel.bpf_stats_enabled on and returns what puts the old value back
+// (also run on SIGINT and SIGTERM). test/bench/run.sh restores it as well when it exits.
+func enableBPFStats() (restore func(), err error) {
+	old, err := os.ReadFile(bpfStatsSysctl)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(bpfStatsSysctl, []byte("1\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("enable kernel.bpf_stats_enabled: %w", err)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-sig:
+			_ = os.WriteFile(bpfStatsSysctl, old, 0o644)
+			os.Exit(130)
+		case <-stop:
+		}
+	}()
+	return func() {
+		signal.Stop(sig)
+		close(stop)
+		_ = os.WriteFile(bpfStatsSysctl, old, 0o644)
+	}, nil
+}

@@ -1,0 +1,156 @@
+// Command bench runs reconscope's benchmarks (DESIGN.md §6) and prints each one as a Markdown
+// section of BENCHMARKS.md. test/bench/run.sh (`make bench`) builds it and the programs it
+// measures, runs every subcommand and writes BENCHMARKS.md.
+//
+//	bench overhead   cost a traced process pays per reconcile: untraced, reconscope's programs,
+//	                 an empty program at the same sites, in-process OpenTelemetry (needs root)
+//	bench loss       highest reconcile rate with no lost event, by ring-buffer size (needs root)
+//	bench rss        agent memory while tracing 20 fakectl processes (needs root)
+//	bench inspect    time and memory of `reconscope-agent inspect` on big binaries
+//	bench gobench    table and checks from `go test -bench` output
+//	bench summary    the table of budgets met and missed, from the checks the others recorded
+//
+// Every timed figure is a median over several runs with its spread (min–max); configurations
+// compared with each other run side by side, interleaved, in one invocation, because the
+// machine is shared and its load moves between runs.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+const usage = `usage: bench overhead|loss|rss|inspect|gobench|summary [flags]   (bench CMD -h for flags)`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	cmds := map[string]func([]string) error{
+		"overhead":  overhead,
+		"loss":      loss,
+		"rss":       rss,
+		"rss-agent": rssAgent,
+		"inspect":   inspect,
+		"gobench":   gobench,
+		"summary":   summary,
+	}
+	run, ok := cmds[os.Args[1]]
+	if !ok {
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	}
+	if err := run(os.Args[2:]); err != nil {
+		fmt.Fprintf(os.Stderr, "bench %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+// common are the flags every subcommand that reports takes.
+type common struct {
+	work         string // folder of the built programs, shown as $WORK
+	controlplane string // control-plane binaries folder, shown as $CONTROLPLANE
+	verdicts     string // JSON-lines file the budget checks are appended to
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.work, "work", "", "folder of the built programs (printed as $WORK)")
+	fs.StringVar(&c.controlplane, "controlplane", "", "control-plane binaries folder (printed as $CONTROLPLANE)")
+	fs.StringVar(&c.verdicts, "verdicts", "", "append the budget checks to this JSON-lines file")
+}
+
+// show hides this machine's folders in what is printed: BENCHMARKS.md is committed.
+func (c *common) show(s string) string {
+	if c.work != "" {
+		s = strings.ReplaceAll(s, c.work, "$WORK")
+	}
+	if c.controlplane != "" {
+		s = strings.ReplaceAll(s, c.controlplane, "$CONTROLPLANE")
+	}
+	return s
+}
+
+// command is this invocation as it can be re-run, with the folders hidden.
+func (c *common) command() string {
+	args := make([]string, len(os.Args))
+	for i, a := range os.Args {
+		args[i] = c.show(a)
+		if i == 0 {
+			args[i] = "$WORK/bench"
+		}
+	}
+	return strings.Join(args, " ")
+}
+
+// Verdict is one budget check.
+type Verdict struct {
+	Figure   string `json:"figure"`
+	Goal     string `json:"goal"`
+	Measured string `json:"measured"`
+	Met      bool   `json:"met"`
+	Why      string `json:"why,omitempty"`
+}
+
+func (c *common) verdict(v Verdict) error {
+	if c.verdicts == "" {
+		return nil
+	}
+	f, err := os.OpenFile(c.verdicts, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("record verdict: %w", err)
+	}
+	defer f.Close()
+	v.Measured, v.Why = c.show(v.Measured), c.show(v.Why)
+	return json.NewEncoder(f).Encode(v)
+}
+
+// summary prints the budget table from the recorded checks.
+func summary(args []string) error {
+	fs := flag.NewFlagSet("summary", flag.ExitOnError)
+	file := fs.String("verdicts", "", "JSON-lines file of checks")
+	fs.Parse(args)
+	f, err := os.Open(*file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var vs []Verdict
+	dec := json.NewDecoder(f)
+	for {
+		var v Verdict
+		if err := dec.Decode(&v); err == io.EOF {
+			break
+		} else if err != nil {
+			return fmt.Errorf("read %s: %w", *file, err)
+		}
+		vs = append(vs, v)
+	}
+	fmt.Println("| figure | goal | measured (median) | met |")
+	fmt.Println("| --- | --- | --- | --- |")
+	missed := 0
+	for _, v := range vs {
+		met := "yes"
+		if !v.Met {
+			met, missed = "**no**", missed+1
+		}
+		fmt.Printf("| %s | %s | %s | %s |\n", v.Figure, v.Goal, v.Measured, met)
+	}
+	fmt.Println()
+	if missed == 0 {
+		fmt.Println("Every budget is met.")
+		return nil
+	}
+	fmt.Printf("%d of %d figures miss their goal:\n\n", missed, len(vs))
+	for _, v := range vs {
+		if !v.Met {
+			fmt.Printf("- **%s** (%s, goal %s): %s\n", v.Figure, v.Measured, v.Goal, v.Why)
+		}
+	}
+	fmt.Println()
+	return nil
+}

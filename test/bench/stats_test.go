@@ -1,0 +1,55 @@
+package main
+
+import (
+	"math"
+	"testing"
+)
+
+func TestSamples(t *testing.T) {
+	tests := []struct {
+		in            samples
+		med, min, max float64
+		spread        string
+	}{
+		{samples{3, 1, 2}, 2, 1, 3, "2 ns (1 ns–3 ns)"},
+		{samples{4, 1, 3, 2}, 2.5, 1, 4, "2 ns (1 ns–4 ns)"},
+		{samples{1500}, 1500, 1500, 1500, "1.50 µs"},
+	}
+	for _, tt := range tests {
+		if got := tt.in.median(); got != tt.med {
+			t.Errorf("%v median = %v, want %v", tt.in, got, tt.med)
+		}
+		if tt.in.min() != tt.min || tt.in.max() != tt.max {
+			t.Errorf("%v min, max = %v, %v", tt.in, tt.in.min(), tt.in.max())
+		}
+		if got := tt.in.spread(ns); got != tt.spread {
+			t.Errorf("%v spread = %q, want %q", tt.in, got, tt.spread)
+		}
+	}
+	if !math.IsNaN(samples{}.median()) || (samples{}).spread(ns) != "n/a" {
+		t.Error("empty samples should have no median")
+	}
+}
+
+func TestParseBench(t *testing.T) {
+	out := `goos: linux
+BenchmarkDecodeAssemble/with-calls-2   	 1000000	       759.6 ns/op	       513.0 cpu-ns/event	   1949267 events/cpu-s	     266 B/op	       3 allocs/op
+BenchmarkDecodeAssemble/with-calls-2   	 1000000	       981.1 ns/op	       578.8 cpu-ns/event	   1727712 events/cpu-s	     266 B/op	       3 allocs/op
+PASS
+`
+	res, order := parseBench(out)
+	if len(order) != 1 || order[0] != "DecodeAssemble/with-calls" {
+		t.Fatalf("order = %v", order)
+	}
+	r := res["DecodeAssemble/with-calls"]
+	if got := r.values["events/cpu-s"].median(); got != (1949267+1727712)/2.0 {
+		t.Errorf("events/cpu-s median = %v", got)
+	}
+	if got := r.values["B/op"].median(); got != 266 {
+		t.Errorf("B/op median = %v", got)
+	}
+	c, err := parseCheck("DecodeAssemble/with-calls:events/cpu-s>=1e6")
+	if err != nil || c.bench != "DecodeAssemble/with-calls" || c.unit != "events/cpu-s" || c.op != ">=" || c.limit != 1e6 {
+		t.Fatalf("parseCheck = %+v, %v", c, err)
+	}
+}

@@ -1,0 +1,220 @@
+// Command reconcileloop is the benchmarks' traced process. It calls a function with the exact
+// shape of controller-runtime's (*Controller[request]).Reconcile (the same shape as the
+// collector's fakectl fixture) in a tight loop, and each reconcile makes one call through a
+// function shaped like client-go's (*rest.Request).request, so the same binary serves the
+// reconcile probe alone and the reconcile probe with a call probe. It measures itself and
+// prints one JSON object at the end.
+//
+// Two modes:
+//
+//	-n N                  N reconciles back to back on one goroutine; reports CPU and wall
+//	                      time per reconcile (the cost a tracer adds shows up here)
+//	-rate R -duration D   R reconciles per second for D, spread over -workers goroutines;
+//	                      reports how many ran (for the loss benchmark)
+//
+// Built with -tags otel, every reconcile is also instrumented by hand the way a controller
+// would do it in-process (otel.go): an OpenTelemetry SDK span and a client_golang histogram
+// observation.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// NamespacedName mirrors k8s.io/apimachinery/pkg/types.NamespacedName.
+type NamespacedName struct{ Namespace, Name string }
+
+// Request mirrors reconcile.Request.
+type Request struct{ NamespacedName }
+
+// Result mirrors controller-runtime v0.23+'s reconcile.Result.
+type Result struct {
+	Requeue      bool
+	RequeueAfter time.Duration
+	Priority     *int
+}
+
+// UID mirrors types.UID.
+type UID string
+
+type reconcileIDKey struct{}
+
+// Controller mirrors the fields controller-runtime's Controller starts with.
+type Controller[request comparable] struct {
+	Name string
+	Do   func(ctx context.Context, req request) (Result, error)
+}
+
+// Reconcile has controller-runtime's signature and, like it, recovers panics.
+//
+//go:noinline
+func (c *Controller[request]) Reconcile(ctx context.Context, req request) (_ Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v [recovered]", r)
+		}
+	}()
+	return c.Do(ctx, req)
+}
+
+// RestRequest mirrors the fields of client-go's rest.Request that the request probe reads.
+type RestRequest struct {
+	verb         string
+	resource     string
+	namespace    string
+	resourceName string
+	subresource  string
+}
+
+// request has the shape of client-go's (*Request).request(ctx, fn) error.
+//
+//go:noinline
+func (r *RestRequest) request(ctx context.Context, fn func(*RestRequest)) error {
+	if fn != nil {
+		fn(r)
+	}
+	return nil
+}
+
+// instrument, when set (otel.go), wraps every reconcile in hand-made instrumentation.
+var instrument func(ctx context.Context, c *Controller[Request], req Request) (context.Context, func(Result, error))
+
+// pool is how many distinct objects (and reconcile IDs) the loop cycles through.
+const pool = 1024
+
+type report struct {
+	Mode       string  `json:"mode"`
+	N          int     `json:"n"`
+	Workers    int     `json:"workers"`
+	WallNs     int64   `json:"wall_ns"`
+	CPUNs      int64   `json:"cpu_ns"`
+	WallPerRec float64 `json:"wall_ns_per_reconcile"`
+	CPUPerRec  float64 `json:"cpu_ns_per_reconcile"`
+	Rate       float64 `json:"reconciles_per_s"`
+	Instrument bool    `json:"instrumented"`
+}
+
+func cpuNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts); err != nil {
+		panic(err)
+	}
+	return ts.Nano()
+}
+
+func main() {
+	n := flag.Int("n", 100000, "reconciles (tight-loop mode)")
+	warmup := flag.Int("warmup", 2000, "reconciles before the timed loop (tight-loop mode)")
+	rate := flag.Float64("rate", 0, "reconciles per second in all (paced mode; 0: tight loop)")
+	duration := flag.Duration("duration", 2*time.Second, "how long to run (paced mode)")
+	workers := flag.Int("workers", 4, "worker goroutines (paced mode)")
+	start := flag.String("start", "", "wait until this file exists before reconciling")
+	flag.Parse()
+
+	c := &Controller[Request]{Name: "bench"}
+	api := &RestRequest{verb: "PATCH", resource: "configmaps", namespace: "team-a", resourceName: "web-config", subresource: "status"}
+	c.Do = func(ctx context.Context, req Request) (Result, error) {
+		api.request(ctx, nil)
+		return Result{}, nil
+	}
+	ctxs := make([]context.Context, pool)
+	reqs := make([]Request, pool)
+	for i := range pool {
+		id := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
+		ctxs[i] = context.WithValue(context.Background(), reconcileIDKey{}, UID(id))
+		reqs[i] = Request{NamespacedName{Namespace: "team-a", Name: fmt.Sprintf("web-%d", i)}}
+	}
+	reconcile := func(i int) {
+		ctx, req := ctxs[i%pool], reqs[i%pool]
+		if instrument != nil {
+			ictx, done := instrument(ctx, c, req)
+			res, err := c.Reconcile(ictx, req)
+			done(res, err)
+			return
+		}
+		c.Reconcile(ctx, req)
+	}
+
+	if *start != "" {
+		for {
+			if _, err := os.Stat(*start); err == nil {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+
+	r := report{Instrument: instrument != nil}
+	if *rate > 0 {
+		r.Mode, r.Workers = "paced", *workers
+		r.N, r.WallNs = paced(reconcile, *rate, *duration, *workers)
+		r.Rate = float64(r.N) / (float64(r.WallNs) / 1e9)
+	} else {
+		r.Mode, r.Workers, r.N = "loop", 1, *n
+		runtime.LockOSThread()
+		for i := range *warmup {
+			reconcile(i)
+		}
+		runtime.GC()
+		cpu0, wall0 := cpuNow(), time.Now()
+		for i := range *n {
+			reconcile(i)
+		}
+		r.WallNs, r.CPUNs = int64(time.Since(wall0)), cpuNow()-cpu0
+		r.WallPerRec = float64(r.WallNs) / float64(*n)
+		r.CPUPerRec = float64(r.CPUNs) / float64(*n)
+		r.Rate = float64(*n) / (float64(r.WallNs) / 1e9)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+		os.Exit(1)
+	}
+}
+
+// paced runs reconciles at rate per second for d on workers goroutines: a pacer hands out
+// what is due every millisecond. It returns how many ran and how long that took.
+func paced(reconcile func(int), rate float64, d time.Duration, workers int) (int, int64) {
+	due := make(chan int, 1<<16)
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range due {
+				reconcile(i)
+				done.Add(1)
+			}
+		}()
+	}
+	t0 := time.Now()
+	sent := 0
+	tick := time.NewTicker(time.Millisecond)
+	for now := range tick.C {
+		el := now.Sub(t0)
+		if el >= d {
+			break
+		}
+		want := int(rate * el.Seconds())
+		for ; sent < want; sent++ {
+			select {
+			case due <- sent:
+			default: // workers are behind by more than the queue: the rate is not reachable
+				want = sent
+			}
+		}
+	}
+	tick.Stop()
+	close(due)
+	wg.Wait()
+	return int(done.Load()), int64(time.Since(t0))
+}
