@@ -22,10 +22,10 @@ build: ## build bin/reconscope-agent (static, no cgo)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agent
 
 generate: ## regenerate the eBPF objects and their Go bindings with bpf2go (needs clang)
-	$(GO) generate ./bpf/...
+	$(GO) generate ./bpf/... ./test/bench/...
 
 check-generate: generate ## fail when the committed eBPF objects differ from make generate's
-	@git diff --exit-code --stat -- bpf/ || { echo "bpf/: committed bpf2go output is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code --stat -- bpf/ test/bench/ || { echo "committed bpf2go output is stale: run make generate and commit"; exit 1; }
 
 controlplane: ## build (or reuse cached) etcd, kube-apiserver, kube-controller-manager, kubectl
 	test/tools/build-controlplane.sh >/dev/null
