@@ -17,7 +17,6 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
-	"golang.org/x/sys/unix"
 
 	rbpf "github.com/reconscope/reconscope/bpf"
 	"github.com/reconscope/reconscope/pkg/probes"
@@ -38,8 +37,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// ErrPermission means the kernel refused to load or attach eBPF programs.
-var ErrPermission = errors.New("permission denied: reconscope needs root or CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE (and CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH to read other processes' binaries and memory)")
+// ErrPermission means the kernel refused to load or attach eBPF programs. Its message names
+// the capabilities the process lacks when it can tell (from /proc/self/status).
+var ErrPermission = errors.New("permission denied: reconscope needs root, or CAP_BPF and CAP_PERFMON (and CAP_SYS_RESOURCE on kernels before 5.11), and CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH to read other users' processes and binaries")
 
 // Collector owns the loaded eBPF objects and the ring-buffer reader.
 type Collector struct {
@@ -77,7 +77,7 @@ func New(opts Options) (*Collector, error) {
 		opts.WakeupBytes = opts.RingBufferSize / 4
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("remove memlock limit: %w", permission(err))
+		return nil, fmt.Errorf("remove memlock limit: %w", permission(err, memlockNeed()))
 	}
 	spec, err := rbpf.LoadTrace()
 	if err != nil {
@@ -101,7 +101,7 @@ func New(opts Options) (*Collector, error) {
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("load eBPF programs: verifier: %+v", ve)
 		}
-		return nil, fmt.Errorf("load eBPF programs: %w", permission(err))
+		return nil, fmt.Errorf("load eBPF programs: %w", permission(err, capBPF, capPerfmon))
 	}
 	c := &Collector{
 		log:      opts.Logger,
@@ -127,13 +127,6 @@ func New(opts Options) (*Collector, error) {
 
 // UprobeMulti reports whether sites are attached through uprobe_multi links.
 func (c *Collector) UprobeMulti() bool { return c.multi }
-
-func permission(err error) error {
-	if errors.Is(err, os.ErrPermission) || errors.Is(err, unix.EPERM) {
-		return fmt.Errorf("%w: %v", ErrPermission, err)
-	}
-	return err
-}
 
 // Counters are the kernel side's per-CPU counters, summed.
 type Counters struct {
@@ -168,6 +161,21 @@ func (c *Collector) OpenGoroutines() int {
 	it := c.gors.Iterate()
 	for it.Next(&k, &v) {
 		n++
+	}
+	return n
+}
+
+// GoroutinesOf returns how many goroutines of process pid the kernel holds span state for:
+// reconciles open on them, or inherited from the reconcile that started them.
+func (c *Collector) GoroutinesOf(pid int) int {
+	var k rbpf.TraceG_key
+	var v rbpf.TraceG_state
+	n := 0
+	it := c.gors.Iterate()
+	for it.Next(&k, &v) {
+		if k.Pid == uint32(pid) {
+			n++
+		}
 	}
 	return n
 }
@@ -265,7 +273,7 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 		l, err := ex.UprobeMulti(nil, c.prog, &link.UprobeMultiOptions{Addresses: addrs, Cookies: cookies})
 		if err != nil {
 			a.Close()
-			return nil, fmt.Errorf("attach uprobe_multi to %s: %w", path, permission(err))
+			return nil, fmt.Errorf("attach uprobe_multi to %s: %w", path, permission(err, capBPF, capPerfmon, capSysPtrace, capDacReadSearch))
 		}
 		a.links = append(a.links, l)
 	} else {
@@ -273,7 +281,7 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 			l, err := ex.Uprobe("", c.prog, &link.UprobeOptions{Address: s.FileOffset, Cookie: uint64(first + i)})
 			if err != nil {
 				a.Close()
-				return nil, fmt.Errorf("attach uprobe to %s at %s+%#x (%s): %w", path, s.Function.Name, s.Addr-s.Function.Entry, s.Kind, permission(err))
+				return nil, fmt.Errorf("attach uprobe to %s at %s+%#x (%s): %w", path, s.Function.Name, s.Addr-s.Function.Entry, s.Kind, permission(err, capBPF, capPerfmon, capSysPtrace, capDacReadSearch))
 			}
 			a.links = append(a.links, l)
 		}

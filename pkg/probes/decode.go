@@ -45,6 +45,7 @@ func base(r *Raw, kind span.EventKind) span.Event {
 		Time:          r.Time,
 		SpanStartTime: r.SpanStart,
 		Nested:        r.Nested,
+		NoEntry:       r.NoEntry,
 		Incomplete:    incomplete,
 	}
 }

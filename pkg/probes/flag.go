@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // ParseSyncProbe parses a user-defined sync-handler probe:
@@ -22,6 +23,9 @@ func ParseSyncProbe(spec string) (*Probe, error) {
 	symbol = strings.TrimSpace(symbol)
 	if !ok || symbol == "" {
 		return nil, fmt.Errorf("probe %q: want SYMBOL=controller:NAME[,key:SLOT][,err:SLOT]", spec)
+	}
+	if !utf8.ValidString(symbol) {
+		return nil, fmt.Errorf("probe %q: the symbol is not valid UTF-8: copy it from `go tool nm`", spec)
 	}
 	controller, key, errSlot := "", 3, 0
 	for _, kv := range strings.Split(opts, ",") {

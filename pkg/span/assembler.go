@@ -215,6 +215,12 @@ func (a *Assembler) end(k goroutineKey, e Event) {
 		a.finish(o, e)
 		return
 	}
+	if e.NoEntry {
+		// Both this return's entry and the open span's return were lost.
+		a.abandon(k, o)
+		a.stats.OrphanReturns++
+		return
+	}
 	if o.depth > 1 {
 		o.depth--
 		return

@@ -57,6 +57,11 @@ type Event struct {
 	SpanStartTime uint64
 	// Nested marks a span entry while another span was open on the goroutine.
 	Nested bool
+	// NoEntry marks a span return that the kernel saw with no entry on its goroutine: the
+	// entry's event was lost (or the probe was attached mid-call). It must not close a span
+	// open on the goroutine: that span's own return was lost, and pairing the two would join
+	// two different reconciles.
+	NoEntry bool
 
 	// Span entry fields.
 	Controller  string

@@ -133,6 +133,9 @@ func (t *Tracer) emit(s span.Span) {
 func (t *Tracer) TracePID(pid int) (*probes.Plan, error) {
 	exePath := fmt.Sprintf("/proc/%d/exe", pid)
 	fi, err := os.Stat(exePath)
+	if errors.Is(err, os.ErrPermission) {
+		return nil, fmt.Errorf("process %d: %w (another user's process: run as root, or with CAP_SYS_PTRACE)", pid, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("process %d: %w", pid, err)
 	}
@@ -335,6 +338,10 @@ func (t *Tracer) Stats() Stats {
 	t.statsMu.Unlock()
 	return Stats{Kernel: k, Reader: t.col.ReadStats(), Assembler: as, Processes: procs, Sites: sites, Open: int(t.open.Load())}
 }
+
+// KernelGoroutines returns how many goroutines of process pid the kernel holds span state for
+// (open reconciles, and goroutines they started); none once pid is no longer traced.
+func (t *Tracer) KernelGoroutines(pid int) int { return t.col.GoroutinesOf(pid) }
 
 // Close detaches every executable and frees the eBPF objects.
 func (t *Tracer) Close() error {
