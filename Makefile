@@ -40,6 +40,9 @@ e2e: controlplane ## end-to-end tests (build tag e2e)
 bench: controlplane ## run the benchmarks and rewrite BENCHMARKS.md
 	$(SUDO) test/bench/run.sh
 
+soak: ## 1 M traced reconciles (stack growth, GC, panics, 8 workers); rewrites test/soak/RESULT.md (root, ~minutes)
+	$(SUDO) env SOAK_RESULT=1 RECONSCOPE_REQUIRE_BPF=1 $(GO) test -tags soak -run '^TestSoak$$' -count=1 -timeout 2h -v ./test/soak/
+
 fuzz: ## run each fuzz target briefly (FUZZTIME=10s)
 	@for t in $$(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include=*_test.go pkg | sed 's/func //'); do \
 	  pkg=$$(grep -rlE "^func $$t\(" --include=*_test.go pkg | head -1 | xargs dirname); \

@@ -1,0 +1,300 @@
+package reliability
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+)
+
+// busyRelctl starts relctl reconciling until stopFile exists: workers goroutines, a pause of
+// interval after each reconcile.
+func busyRelctl(t *testing.T, bin, stopFile string, workers int, interval string) *proc {
+	t.Helper()
+	return start(t, "relctl", exec.Command(bin, "-n", "1000000000", "-workers", strconv.Itoa(workers), "-interval", interval, "-stop", stopFile))
+}
+
+// stopRelctl ends relctl cleanly and checks it never crashed and reconciled every object
+// exactly once (obj-0 .. obj-(n-1)): the probes did not disturb it.
+func stopRelctl(t *testing.T, p *proc, stopFile string) int {
+	t.Helper()
+	if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	if p.err != nil {
+		t.Fatalf("relctl failed while traced: %v", p.err)
+	}
+	truths := readTruths(t, p.output(t))
+	seen := map[string]bool{}
+	for _, tr := range truths {
+		if seen[tr.Name] {
+			t.Fatalf("%s reconciled twice", tr.Name)
+		}
+		seen[tr.Name] = true
+	}
+	for i := range len(truths) {
+		if !seen[fmt.Sprintf("obj-%d-", i)] {
+			t.Fatalf("obj-%d- missing from relctl's %d reconciles", i, len(truths))
+		}
+	}
+	return len(truths)
+}
+
+// startAgent runs the agent's trace command on pid, printing JSON lines.
+func startAgent(t *testing.T, agent, bin string, pid int, extra ...string) *proc {
+	t.Helper()
+	args := append([]string{"trace", "--pid", strconv.Itoa(pid), "--output", "json", "--probe", agentProbe(t, bin)}, extra...)
+	return start(t, "agent", exec.Command(agent, args...))
+}
+
+// waitSpans waits until the agent has printed at least n spans of process pid.
+func waitSpans(t *testing.T, a *proc, pid, n int, what string) int {
+	t.Helper()
+	return waitSpansFrom(t, a, pid, 0, n, what)
+}
+
+// waitSpansFrom waits until the agent has printed at least n spans of process pid for
+// objects numbered from first on (relctl numbers its reconciles in order).
+func waitSpansFrom(t *testing.T, a *proc, pid, first, n int, what string) int {
+	t.Helper()
+	got := 0
+	waitFor(t, 2*time.Minute, fmt.Sprintf("%d spans %s", n, what), func() bool {
+		if a.exited() {
+			t.Fatalf("agent exited (%v) while waiting for spans %s", a.err, what)
+		}
+		got = 0
+		for _, s := range agentSpans(t, a) {
+			var i int
+			if _, err := fmt.Sscanf(s.Name, "obj-%d-", &i); err != nil || s.PID != pid || s.Controller != "rel" || s.Result == "abandoned" {
+				continue
+			}
+			if i >= first {
+				got++
+			}
+		}
+		return got >= n
+	})
+	return got
+}
+
+// TestAgentKilled: the agent is SIGKILLed while tracing, three times. Each time the kernel
+// drops every uprobe link with the agent's file descriptors (nothing is pinned), the traced
+// process goes on unharmed, and a new agent traces it again.
+func TestAgentKilled(t *testing.T) {
+	bpftest.Require(t)
+	_, agent := programs(t)
+	dir := t.TempDir()
+	bin := copyRelctl(t, dir)
+	stop := filepath.Join(dir, "stop")
+	ctl := busyRelctl(t, bin, stop, 2, "2ms")
+
+	for round := range 3 {
+		a := startAgent(t, agent, bin, ctl.pid())
+		n := waitSpans(t, a, ctl.pid(), 20, fmt.Sprintf("(agent %d)", round+1))
+		links := linksFor(t, bin)
+		if len(links) == 0 {
+			t.Fatalf("agent %d traces, but the kernel lists no uprobe link on %s", round+1, bin)
+		}
+		for _, l := range links {
+			if l.Return {
+				t.Fatalf("agent %d made a return probe: %+v", round+1, l)
+			}
+		}
+		a.kill(t)
+		waitFor(t, time.Minute, "the kernel to drop the killed agent's links", func() bool { return len(linksFor(t, bin)) == 0 })
+		if ctl.exited() {
+			t.Fatalf("relctl died (%v) after agent %d was killed", ctl.err, round+1)
+		}
+		t.Logf("agent %d: %d spans, %d links (%s), SIGKILL, links left: 0", round+1, n, len(links), links[0].Kind)
+	}
+	total := stopRelctl(t, ctl, stop)
+	t.Logf("relctl: %d reconciles, each exactly once, exit 0", total)
+}
+
+// TestBinaryDeletedOrReplaced: the traced binary is removed or replaced (a new file renamed
+// over it, as package managers and image updates do) while its process runs, before or after
+// the agent attaches. The agent attaches through /proc/PID/exe, which still names the running
+// inode: spans keep coming, the agent does not fail, the process is unharmed.
+func TestBinaryDeletedOrReplaced(t *testing.T) {
+	bpftest.Require(t)
+	_, agent := programs(t)
+	replace := func(t *testing.T, bin string) {
+		t.Helper()
+		// A different executable at the same path: the agent, renamed over it.
+		b, err := os.ReadFile(agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp := bin + ".new"
+		if err := os.WriteFile(tmp, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, bin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	remove := func(t *testing.T, bin string) {
+		t.Helper()
+		if err := os.Remove(bin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name   string
+		change func(*testing.T, string)
+		before bool // change the file before the agent attaches
+	}{
+		{"deleted-while-traced", remove, false},
+		{"replaced-while-traced", replace, false},
+		{"deleted-before-attach", remove, true},
+		{"replaced-before-attach", replace, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			bin := copyRelctl(t, dir)
+			probe := agentProbe(t, bin) // read the symbol while the file is still there
+			stop := filepath.Join(dir, "stop")
+			ctl := busyRelctl(t, bin, stop, 2, "2ms")
+			if tc.before {
+				tc.change(t, bin)
+			}
+			a := start(t, "agent", exec.Command(agent, "trace", "--pid", strconv.Itoa(ctl.pid()), "--output", "json", "--probe", probe))
+			n := waitSpans(t, a, ctl.pid(), 20, "before the change")
+			if !tc.before {
+				tc.change(t, bin)
+			}
+			// Reconciles that began after the change: numbered past what relctl had printed.
+			after := len(ctl.lines(t)) + 8
+			m := waitSpansFrom(t, a, ctl.pid(), after, 100, "of reconciles begun after the change")
+			exe := agentSpans(t, a)[0].Exe
+			if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			<-a.done
+			if a.err != nil {
+				t.Errorf("agent exited with %v", a.err)
+			}
+			total := stopRelctl(t, ctl, stop)
+			t.Logf("%d spans before the change, %d of reconciles from obj-%d on (exe reported as %q); relctl: %d reconciles, exit 0", n, m, after, exe, total)
+		})
+	}
+}
+
+// freePort returns a loopback port nothing listens on (it was free a moment ago).
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	return port
+}
+
+// scrape reads one metric (without labels) from the agent's /metrics.
+func scrape(t *testing.T, addr, name string) (float64, bool) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+// vmRSS reads a process's resident set size in KiB.
+func vmRSS(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// TestOTLPUnreachable: the agent exports over OTLP/gRPC to a port nothing listens on. It
+// keeps tracing and printing, its /metrics counts the spans it could not deliver, and its
+// memory stays bounded (the export queue is bounded) while thousands of spans go nowhere.
+func TestOTLPUnreachable(t *testing.T) {
+	bpftest.Require(t)
+	_, agent := programs(t)
+	dir := t.TempDir()
+	bin := copyRelctl(t, dir)
+	stop := filepath.Join(dir, "stop")
+	ctl := busyRelctl(t, bin, stop, 4, "100us")
+	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	a := startAgent(t, agent, bin, ctl.pid(),
+		"--otlp-endpoint", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--otlp-protocol", "grpc", "--metrics-addr", metrics)
+
+	const limitKiB = 200 << 10
+	var rss []int
+	var dropped []float64
+	lines := 0
+	for i := range 4 {
+		// Each step: thousands more spans printed, and more dropped on the way to OTLP.
+		want := (i + 1) * 3000
+		waitSpans(t, a, ctl.pid(), want, fmt.Sprintf("(step %d)", i+1))
+		var d float64
+		waitFor(t, 2*time.Minute, "reconscope_spans_dropped_total to rise", func() bool {
+			v, ok := scrape(t, metrics, "reconscope_spans_dropped_total")
+			d = v
+			return ok && v > 0 && (len(dropped) == 0 || v > dropped[len(dropped)-1])
+		})
+		dropped = append(dropped, d)
+		rss = append(rss, vmRSS(t, a.pid()))
+		if rss[i] > limitKiB {
+			t.Errorf("agent RSS %d KiB, more than %d KiB", rss[i], limitKiB)
+		}
+		lines = len(agentSpans(t, a))
+	}
+	exported, _ := scrape(t, metrics, "reconscope_spans_exported_total")
+	reconciles, _ := scrape(t, metrics, `reconscope_reconcile_total{controller="rel",result="success"}`)
+	if exported != 0 {
+		t.Errorf("%v spans exported to a port nothing listens on", exported)
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-a.done
+	if a.err != nil {
+		t.Errorf("agent exited with %v", a.err)
+	}
+	stopRelctl(t, ctl, stop)
+	t.Logf("printed %d spans; spans_dropped_total at each step %v; success reconciles counted %v; VmRSS (KiB) %v", lines, dropped, reconciles, rss)
+}

@@ -1,0 +1,99 @@
+package reliability
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/tracer"
+)
+
+// strMax is STR_MAX in bpf/include/events.h: the bytes the kernel copies of any string.
+const strMax = 128
+
+// TestLongStringsTruncated: relctl's controller name, namespaces, object names and error
+// messages are 10 KiB long. The kernel copies 128 bytes of each: every span carries the first
+// 128 bytes of each name and is marked incomplete, an error message is cut at 128 bytes and
+// ends with "…"; everything else (result, error type, requeue, reconcile ID, pairing) is
+// exact, and nothing is lost.
+func TestLongStringsTruncated(t *testing.T) {
+	bpftest.Require(t)
+	dir := t.TempDir()
+	bin := copyRelctl(t, dir)
+	out := &sink{}
+	tr, err := tracer.New(tracer.Options{Catalog: relProbe(t), Writer: out, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+
+	const n, long = 140, 10 << 10
+	startFile := filepath.Join(dir, "start")
+	ctl := start(t, "relctl", exec.Command(bin, "-start", startFile, "-n", "140", "-workers", "2",
+		"-name-len", "10240", "-controller-len", "10240", "-error-len", "10240"))
+	if _, err := tr.TracePID(ctl.pid()); err != nil {
+		t.Fatalf("trace relctl: %v", err)
+	}
+	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	<-ctl.done
+	if ctl.err != nil {
+		t.Fatalf("relctl failed while traced: %v", ctl.err)
+	}
+	waitFor(t, time.Minute, "the tracer to notice the exit", func() bool { return !slices.Contains(tr.PIDs(), ctl.pid()) })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("tracer run: %v", err)
+	}
+
+	truths := readTruths(t, ctl.output(t))
+	if len(truths) != n {
+		t.Fatalf("relctl reported %d reconciles, want %d", len(truths), n)
+	}
+	spans := out.snapshot()
+	byID := map[string]int{}
+	for i, s := range spans {
+		byID[s.ReconcileID] = i
+	}
+	longErrors := 0
+	for _, tt := range truths {
+		if len(tt.Controller) != long || len(tt.Namespace) != long || len(tt.Name) != long {
+			t.Fatalf("relctl did not make 10 KiB names: %d %d %d", len(tt.Controller), len(tt.Namespace), len(tt.Name))
+		}
+		i, ok := byID[tt.ReconcileID]
+		if !ok {
+			t.Errorf("%s: no span", tt.ReconcileID)
+			continue
+		}
+		s := spans[i]
+		want := tt
+		want.Controller, want.Namespace, want.Name = tt.Controller[:strMax], tt.Namespace[:strMax], tt.Name[:strMax]
+		if len(tt.Error) > strMax {
+			want.Error = tt.Error[:strMax] + "…"
+			longErrors++
+		}
+		if p := mismatch(want, s); len(p) > 0 {
+			t.Errorf("%s: %v", tt.ReconcileID, p)
+		}
+		if !s.Incomplete {
+			t.Errorf("%s: span with truncated names not marked incomplete", tt.ReconcileID)
+		}
+	}
+	st := tr.Stats()
+	if len(spans) != n || st.Kernel.LostRingBuffer != 0 || st.Assembler.Abandoned != 0 || st.Assembler.OrphanReturns != 0 || st.Reader.Malformed != 0 {
+		t.Errorf("%d spans for %d reconciles; stats %+v", len(spans), n, st)
+	}
+	if longErrors == 0 {
+		t.Error("no 10 KiB error message was traced: the test did not test error truncation")
+	}
+	t.Logf("%d reconciles with 10 KiB names: %d spans, each with 128-byte names, marked incomplete; %d 10 KiB error messages cut to 128 bytes + \"…\"", n, len(spans), longErrors)
+}

@@ -1,0 +1,377 @@
+package reliability
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/span"
+)
+
+// built holds the programs TestMain builds once for every test: relctl and the agent.
+var built struct {
+	dir    string
+	relctl string
+	agent  string
+	err    error
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "reconscope-reliability-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	built.dir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var buildOnce sync.Once
+
+// programs builds relctl and the agent (CGO_ENABLED=0 -trimpath, as `make build`), once.
+func programs(t *testing.T) (relctl, agent string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			built.err = err
+			return
+		}
+		build := func(out, pkg string, env ...string) error {
+			cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), env...)
+			if b, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+			}
+			return nil
+		}
+		built.relctl = filepath.Join(built.dir, "relctl")
+		built.agent = filepath.Join(built.dir, "reconscope-agent")
+		if built.err = build(built.relctl, "./test/reliability/testdata/relctl"); built.err != nil {
+			return
+		}
+		built.err = build(built.agent, "./cmd/agent", "CGO_ENABLED=0")
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.relctl, built.agent
+}
+
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("not inside the module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+// copyRelctl copies relctl to a fresh path of its own (a test that deletes, replaces or counts
+// the links of its binary must not share it).
+func copyRelctl(t *testing.T, dir string) string {
+	t.Helper()
+	src, _ := programs(t)
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "relctl")
+	if err := os.WriteFile(dst, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// proc is a program a test started: its own process group, killed with the test binary.
+type proc struct {
+	cmd    *exec.Cmd
+	stdout string // file holding its stdout
+	stderr string
+	done   chan struct{}
+	err    error
+}
+
+func start(t *testing.T, name string, cmd *exec.Cmd) *proc {
+	t.Helper()
+	dir := t.TempDir()
+	p := &proc{cmd: cmd, stdout: filepath.Join(dir, name+".stdout"), stderr: filepath.Join(dir, name+".stderr"), done: make(chan struct{})}
+	out, err := os.Create(p.stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errf, err := os.Create(p.stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = out, errf
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		out.Close()
+		errf.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+		if t.Failed() {
+			b, _ := os.ReadFile(p.stderr)
+			if len(b) > 4000 {
+				b = b[len(b)-4000:]
+			}
+			t.Logf("%s stderr (tail):\n%s", name, b)
+		}
+	})
+	return p
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill sends SIGKILL and waits for the process to be reaped.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !p.exited() {
+		t.Fatal(err)
+	}
+	<-p.done
+}
+
+func (p *proc) output(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p.stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// lines returns the complete lines the process has written to stdout so far.
+func (p *proc) lines(t *testing.T) [][]byte {
+	t.Helper()
+	b := p.output(t)
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		b = b[:i]
+	} else {
+		return nil
+	}
+	return bytes.Split(b, []byte("\n"))
+}
+
+// waitFor polls cond every 20ms until it holds, failing the test after limit. limit only
+// guards against a hang: no test here depends on how fast anything is.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); ; time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", limit, what)
+		}
+	}
+}
+
+// truth is one line of relctl's ground truth.
+type truth struct {
+	Controller   string `json:"controller"`
+	Namespace    string `json:"namespace"`
+	Name         string `json:"name"`
+	Outcome      string `json:"outcome"`
+	ErrorType    string `json:"error_type"`
+	Error        string `json:"error"`
+	RequeueAfter int64  `json:"requeue_after_ns"`
+	ReconcileID  string `json:"reconcile_id"`
+}
+
+func readTruths(t *testing.T, b []byte) []truth {
+	t.Helper()
+	var out []truth
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var tr truth
+		if err := json.Unmarshal(sc.Bytes(), &tr); err != nil {
+			t.Fatalf("ground truth %q: %v", sc.Text(), err)
+		}
+		out = append(out, tr)
+	}
+	return out
+}
+
+// relProbe is the controller-runtime v0.23+ reconcile probe pointed at relctl, which has the
+// same function shape in package main.
+func relProbe(t *testing.T) []*probes.Probe {
+	t.Helper()
+	for _, p := range probes.Catalog {
+		if p.ID == "controller-runtime/reconcile" && p.MinVersion == "v0.23.0" {
+			q := *p
+			q.ID, q.Module, q.MinVersion = "test/relctl-reconcile", "", ""
+			q.Symbol = reconcileSymbol
+			q.Entry.Strings[0].Field = probes.FieldRef{Type: "main.Controller", Path: "Name"}
+			return []*probes.Probe{&q}
+		}
+	}
+	t.Fatal("catalog has no controller-runtime v0.23+ reconcile probe")
+	return nil
+}
+
+var reconcileSymbol = regexp.MustCompile(`^main\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`)
+
+// agentProbe is the agent's --probe flag that traces relctl's Reconcile as a sync handler:
+// the object name is the request's Name (register slots 6 and 7: receiver, dictionary, ctx,
+// Namespace before it), the error is in slots 3 and 4 after the three words of Result.
+func agentProbe(t *testing.T, bin string) string {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range syms {
+		if reconcileSymbol.MatchString(s.Name) {
+			return s.Name + "=controller:rel,key:6,err:3"
+		}
+	}
+	t.Fatalf("%s has no symbol matching %s", bin, reconcileSymbol)
+	return ""
+}
+
+// sink keeps the spans a tracer emits.
+type sink struct {
+	mu    sync.Mutex
+	spans []span.Span
+}
+
+func (s *sink) Write(sp *span.Span) error {
+	s.mu.Lock()
+	s.spans = append(s.spans, *sp)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *sink) snapshot() []span.Span {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]span.Span(nil), s.spans...)
+}
+
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.spans)
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// linksFor returns the uprobe links the kernel holds on bin (as a path, or as the deleted
+// file it became).
+func linksFor(t *testing.T, bin string) []bpftest.ProbeLink {
+	t.Helper()
+	all, err := bpftest.UprobeLinks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []bpftest.ProbeLink
+	for _, l := range all {
+		if l.File == bin || strings.HasPrefix(l.File, bin+" ") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// agentLine is the part of a --output json line the tests read.
+type agentLine struct {
+	Controller string `json:"controller"`
+	Name       string `json:"name"`
+	Result     string `json:"result"`
+	PID        int    `json:"pid"`
+	Exe        string `json:"exe"`
+	Incomplete bool   `json:"incomplete"`
+}
+
+// agentSpans parses the agent's JSON lines written so far.
+func agentSpans(t *testing.T, p *proc) []agentLine {
+	t.Helper()
+	var out []agentLine
+	for _, l := range p.lines(t) {
+		var a agentLine
+		if err := json.Unmarshal(l, &a); err != nil {
+			t.Fatalf("agent wrote %q: %v", l, err)
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// mismatch lists how span s differs from the ground truth tr of the same reconcile.
+func mismatch(tr truth, s span.Span) []string {
+	var p []string
+	if s.Controller != tr.Controller {
+		p = append(p, fmt.Sprintf("controller %q", s.Controller))
+	}
+	if s.Namespace != tr.Namespace || s.Name != tr.Name {
+		p = append(p, fmt.Sprintf("object %s/%s", s.Namespace, s.Name))
+	}
+	if string(s.Result) != tr.Outcome {
+		p = append(p, fmt.Sprintf("result %s", s.Result))
+	}
+	if s.ErrorType != tr.ErrorType {
+		p = append(p, fmt.Sprintf("error type %q", s.ErrorType))
+	}
+	if (tr.ErrorType == "*errors.errorString" || tr.ErrorType == "*fmt.wrapError") && s.Error != tr.Error {
+		p = append(p, fmt.Sprintf("error %q", s.Error))
+	}
+	if int64(s.RequeueAfter) != tr.RequeueAfter {
+		p = append(p, fmt.Sprintf("requeue after %v", s.RequeueAfter))
+	}
+	if s.ReconcileID != tr.ReconcileID {
+		p = append(p, fmt.Sprintf("reconcile ID %q", s.ReconcileID))
+	}
+	if s.Goid <= 0 || s.Duration <= 0 {
+		p = append(p, fmt.Sprintf("goid %d duration %v", s.Goid, s.Duration))
+	}
+	return p
+}

@@ -1,0 +1,157 @@
+package reliability
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/tracer"
+)
+
+// TestTargetKilledMidReconcile: relctl is SIGKILLed while one of its reconciles sleeps
+// inside Reconcile. The tracer closes that span as abandoned, the kernel's per-goroutine map
+// keeps nothing of the dead process, and the same binary started again is traced again.
+func TestTargetKilledMidReconcile(t *testing.T) {
+	bpftest.Require(t)
+	dir := t.TempDir()
+	bin := copyRelctl(t, dir)
+
+	out := &sink{}
+	tr, err := tracer.New(tracer.Options{Catalog: relProbe(t), Writer: out, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("tracer run: %v", err)
+		}
+	}()
+
+	// First life: obj-20 hangs inside Reconcile; the other worker goes on reconciling.
+	startFile, hanging := filepath.Join(dir, "start"), filepath.Join(dir, "hanging")
+	first := start(t, "relctl-1", exec.Command(bin, "-start", startFile, "-hanging", hanging,
+		"-n", "100000000", "-workers", "2", "-interval", "1ms", "-hang", "20"))
+	pid := first.pid()
+	if _, err := tr.TracePID(pid); err != nil {
+		t.Fatalf("trace relctl: %v", err)
+	}
+	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the hanging reconcile and 40 others", func() bool {
+		_, err := os.Stat(hanging)
+		return err == nil && out.count() >= 40
+	})
+	if n := tr.KernelGoroutines(pid); n < 1 {
+		t.Fatalf("kernel holds state for %d goroutines of relctl mid-reconcile, want at least the hanging one", n)
+	}
+	before := tr.KernelGoroutines(pid)
+
+	first.kill(t)
+	waitFor(t, time.Minute, "the tracer to notice the exit", func() bool { return !slices.Contains(tr.PIDs(), pid) })
+	if n := tr.KernelGoroutines(pid); n != 0 {
+		t.Errorf("kernel still holds state for %d goroutines of the dead process", n)
+	}
+
+	// Every reconcile relctl finished (and printed) has its exact span; the hanging one, and
+	// at most one more the kill interrupted, are abandoned.
+	truths := readTruths(t, first.output(t))
+	spans := out.snapshot()
+	byID := map[string]span.Span{}
+	var abandoned []span.Span
+	for _, s := range spans {
+		if s.PID != uint32(pid) {
+			t.Errorf("span of process %d before the restart", s.PID)
+		}
+		if s.Result == span.ResultAbandoned {
+			abandoned = append(abandoned, s)
+			continue
+		}
+		byID[s.ReconcileID] = s
+	}
+	for _, tt := range truths {
+		s, ok := byID[tt.ReconcileID]
+		if !ok {
+			t.Errorf("%s (%s): no span", tt.Name, tt.ReconcileID)
+			continue
+		}
+		if p := mismatch(tt, s); len(p) > 0 {
+			t.Errorf("%s: %s", tt.Name, strings.Join(p, "; "))
+		}
+	}
+	if extra := len(byID) - len(truths); extra < 0 || extra > 1 {
+		t.Errorf("%d complete spans for %d printed reconciles: at most one more (finished, not yet printed at the kill) expected", len(byID), len(truths))
+	}
+	hung := slices.IndexFunc(abandoned, func(s span.Span) bool { return s.Name == "obj-20-" })
+	if hung < 0 || len(abandoned) > 2 {
+		t.Fatalf("abandoned spans %+v: want obj-20- (the hanging reconcile) and at most one other", abandoned)
+	}
+	if s := abandoned[hung]; !s.Incomplete || s.Controller != "rel" || s.Namespace != "ns" || s.ReconcileID != "00000014-0000-4000-8000-000000000014" {
+		t.Errorf("hanging reconcile's span %+v: want incomplete, controller rel, ns/obj-20-, its reconcile ID", s)
+	}
+	if st := tr.Stats(); st.Processes != 0 || st.Sites != 0 {
+		t.Errorf("after the exit the tracer still has %d processes, %d sites", st.Processes, st.Sites)
+	}
+	if l := linksFor(t, bin); len(l) != 0 {
+		t.Errorf("uprobe links left on the binary after its only process died: %+v", l)
+	}
+	t.Logf("first life: %d reconciles printed, %d spans (%d abandoned); kernel goroutine states %d before the kill, 0 after",
+		len(truths), len(spans), len(abandoned), before)
+
+	// Second life: the same binary, traced again from scratch.
+	stopFile, startFile2 := filepath.Join(dir, "stop"), filepath.Join(dir, "start2")
+	second := start(t, "relctl-2", exec.Command(bin, "-n", "100000000", "-workers", "2", "-interval", "1ms", "-stop", stopFile, "-start", startFile2))
+	pid2 := second.pid()
+	if _, err := tr.TracePID(pid2); err != nil {
+		t.Fatalf("trace relctl again: %v", err)
+	}
+	n0 := out.count()
+	if err := os.WriteFile(startFile2, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "spans of the restarted process", func() bool { return out.count() >= n0+50 })
+	if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	<-second.done
+	if second.err != nil {
+		t.Fatalf("restarted relctl failed while traced: %v", second.err)
+	}
+	waitFor(t, time.Minute, "the tracer to notice the second exit", func() bool { return !slices.Contains(tr.PIDs(), pid2) })
+	truths2 := readTruths(t, second.output(t))
+	got := map[string]span.Span{}
+	for _, s := range out.snapshot()[n0:] {
+		if s.PID != uint32(pid2) {
+			t.Errorf("span of process %d after the restart", s.PID)
+			continue
+		}
+		got[s.ReconcileID] = s
+	}
+	for _, tt := range truths2 {
+		s, ok := got[tt.ReconcileID]
+		if !ok {
+			t.Errorf("restart: %s: no span", tt.Name)
+		} else if p := mismatch(tt, s); len(p) > 0 {
+			t.Errorf("restart: %s: %s", tt.Name, strings.Join(p, "; "))
+		}
+	}
+	if len(got) != len(truths2) {
+		t.Errorf("restart: %d spans for %d reconciles", len(got), len(truths2))
+	}
+	if n := tr.KernelGoroutines(pid2); n != 0 {
+		t.Errorf("kernel holds state for %d goroutines of the second process after it exited", n)
+	}
+	t.Logf("second life: %d reconciles, %d spans, all matching", len(truths2), len(got))
+}

@@ -1,0 +1,159 @@
+package reliability
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/collector"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/tracer"
+)
+
+// TestRingBufferOverflow: a ring buffer of one page (4 events of ~920 bytes) under a burst of
+// 8 workers reconciling flat out. The kernel must drop events and count each drop; the agent
+// goes on; and no span is wrong: a span that is not marked incomplete or abandoned matches
+// its reconcile exactly, the others carry the right object, and the spans, the missing
+// reconciles and the counters add up exactly:
+//
+//	hits = events read + events lost = 2 × reconciles
+//	lost = abandoned + 2 × missing − orphan returns
+//
+// (a reconcile whose return was lost is abandoned; one whose entry was lost has no span, and
+// its return, when not lost too, is counted as an orphan).
+func TestRingBufferOverflow(t *testing.T) {
+	bpftest.Require(t)
+	dir := t.TempDir()
+	bin := copyRelctl(t, dir)
+	out := &sink{}
+	tr, err := tracer.New(tracer.Options{
+		Catalog:   relProbe(t),
+		Writer:    out,
+		Logger:    quietLogger(),
+		Collector: collector.Options{RingBufferSize: os.Getpagesize()},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+
+	const n = 20000
+	startFile := filepath.Join(dir, "start")
+	ctl := start(t, "relctl", exec.Command(bin, "-start", startFile, "-n", "20000", "-workers", "8"))
+	if _, err := tr.TracePID(ctl.pid()); err != nil {
+		t.Fatalf("trace relctl: %v", err)
+	}
+	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	<-ctl.done
+	if ctl.err != nil {
+		t.Fatalf("relctl failed while traced: %v", ctl.err)
+	}
+	waitFor(t, time.Minute, "the tracer to notice the exit", func() bool { return !slices.Contains(tr.PIDs(), ctl.pid()) })
+	burst := tr.Stats().Kernel
+
+	// The agent keeps going: a second, slow process is traced completely.
+	stop, start2 := filepath.Join(dir, "stop"), filepath.Join(dir, "start2")
+	slow := start(t, "relctl-slow", exec.Command(bin, "-start", start2, "-stop", stop, "-n", "1000000", "-interval", "5ms"))
+	if _, err := tr.TracePID(slow.pid()); err != nil {
+		t.Fatalf("trace the second relctl: %v", err)
+	}
+	if err := os.WriteFile(start2, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n0 := out.count()
+	waitFor(t, time.Minute, "spans of the second process", func() bool { return out.count() >= n0+100 })
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	<-slow.done
+	waitFor(t, time.Minute, "the tracer to notice the second exit", func() bool { return len(tr.PIDs()) == 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("tracer run: %v", err)
+	}
+
+	// Both processes' reconciles against the spans of each (reconcile IDs repeat across them).
+	truths := readTruths(t, ctl.output(t))
+	if len(truths) != n {
+		t.Fatalf("relctl reported %d reconciles, want %d", len(truths), n)
+	}
+	slowTruths := readTruths(t, slow.output(t))
+	type key struct {
+		pid int
+		id  string
+	}
+	byID := map[key]span.Span{}
+	for _, s := range out.snapshot() {
+		k := key{int(s.PID), s.ReconcileID}
+		if _, dup := byID[k]; dup || s.ReconcileID == "" {
+			t.Errorf("span with reconcile ID %q: duplicated or without ID: %+v", s.ReconcileID, s)
+		}
+		byID[k] = s
+	}
+	var exact, marked, missing, wrong int
+	check := func(pid int, tt truth) {
+		s, ok := byID[key{pid, tt.ReconcileID}]
+		switch {
+		case !ok:
+			missing++
+		case s.Incomplete || s.Result == span.ResultAbandoned:
+			marked++
+			// What the span has, its entry, is right.
+			if s.Controller != tt.Controller || s.Namespace != tt.Namespace || s.Name != tt.Name {
+				wrong++
+				t.Errorf("%s: marked span names %q %s/%s", tt.ReconcileID, s.Controller, s.Namespace, s.Name)
+			}
+		default:
+			if p := mismatch(tt, s); len(p) > 0 {
+				if wrong++; wrong <= 10 {
+					t.Errorf("%s (%s): unmarked span is wrong: %s", tt.Name, tt.ReconcileID, strings.Join(p, "; "))
+				}
+			} else {
+				exact++
+			}
+		}
+	}
+	for _, tt := range truths {
+		check(ctl.pid(), tt)
+	}
+	burstExact, burstMarked, burstMissing := exact, marked, missing
+	for _, tt := range slowTruths {
+		check(slow.pid(), tt)
+	}
+	total := len(truths) + len(slowTruths)
+	st := tr.Stats() // final: Run has returned
+	k, a, r := st.Kernel, st.Assembler, st.Reader
+	t.Logf("burst of %d reconciles, 8 workers, ring buffer %d bytes: %d exact spans, %d marked (abandoned/incomplete), %d missing; %d events lost (%.1f%% of %d)",
+		n, os.Getpagesize(), burstExact, burstMarked, burstMissing, burst.LostRingBuffer, 100*float64(burst.LostRingBuffer)/float64(burst.Hits), burst.Hits)
+	t.Logf("then %d slow reconciles: %d exact, %d marked, %d missing", len(slowTruths), exact-burstExact, marked-burstMarked, missing-burstMissing)
+	t.Logf("in all: kernel hits %d, lost %d, state lost %d; read %d; assembler %+v; wrong spans %d", k.Hits, k.LostRingBuffer, k.LostState, r.Events, a, wrong)
+	if burst.LostRingBuffer == 0 {
+		t.Errorf("no event lost with a one-page ring buffer under a burst: the test did not test overflow")
+	}
+	if k.Hits != 2*uint64(total) || r.Events+k.LostRingBuffer != k.Hits {
+		t.Errorf("hits %d, read %d + lost %d: want hits = read + lost = %d", k.Hits, r.Events, k.LostRingBuffer, 2*total)
+	}
+	if k.LostState != 0 || r.Malformed != 0 {
+		t.Errorf("state lost %d, malformed %d", k.LostState, r.Malformed)
+	}
+	if a.Spans != uint64(exact+marked) || a.Abandoned != uint64(marked) {
+		t.Errorf("assembler emitted %d spans (%d abandoned); the ground truth finds %d exact, %d marked", a.Spans, a.Abandoned, exact, marked)
+	}
+	if want := a.Abandoned + 2*uint64(missing) - a.OrphanReturns; k.LostRingBuffer != want {
+		t.Errorf("lost %d events, but abandoned %d + 2 × missing %d − orphan returns %d = %d", k.LostRingBuffer, a.Abandoned, missing, a.OrphanReturns, want)
+	}
+	if exact-burstExact < 50 {
+		t.Errorf("after the burst the agent made only %d exact spans of the second process", exact-burstExact)
+	}
+}

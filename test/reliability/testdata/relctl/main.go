@@ -1,0 +1,173 @@
+// Command relctl is the reliability tests' controller: the shape of controller-runtime's
+// (*Controller[request]).Reconcile, like the collector's fakectl, plus what those tests need
+// to break things on purpose: one reconcile that never returns (-hang), and names, controller
+// name and error messages of any length (-name-len, -error-len). It prints one JSON object per
+// finished reconcile, its ground truth.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// NamespacedName mirrors k8s.io/apimachinery/pkg/types.NamespacedName.
+type NamespacedName struct{ Namespace, Name string }
+
+// Request mirrors reconcile.Request.
+type Request struct{ NamespacedName }
+
+// Result mirrors controller-runtime v0.23+'s reconcile.Result.
+type Result struct {
+	Requeue      bool
+	RequeueAfter time.Duration
+	Priority     *int
+}
+
+// UID mirrors types.UID.
+type UID string
+
+type reconcileIDKey struct{}
+
+// Controller mirrors the fields controller-runtime's Controller starts with.
+type Controller[request comparable] struct {
+	Name string
+	Do   func(ctx context.Context, req request) (Result, error)
+}
+
+// Reconcile has controller-runtime's signature, and recovers panics as it does.
+//
+//go:noinline
+func (c *Controller[request]) Reconcile(ctx context.Context, req request) (_ Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v [recovered]", r)
+		}
+	}()
+	return c.Do(ctx, req)
+}
+
+type customError struct{ code int }
+
+func (e *customError) Error() string { return fmt.Sprintf("custom %d", e.code) }
+
+type truth struct {
+	Controller   string `json:"controller"`
+	Namespace    string `json:"namespace"`
+	Name         string `json:"name"`
+	Outcome      string `json:"outcome"`
+	ErrorType    string `json:"error_type"`
+	Error        string `json:"error"`
+	RequeueAfter int64  `json:"requeue_after_ns"`
+	ReconcileID  string `json:"reconcile_id"`
+}
+
+var outcomes = []string{"success", "error", "wrapped", "custom", "requeue", "requeue_after", "panic"}
+
+// pad makes s exactly n bytes long (when n > len(s)) with a recognisable filler.
+func pad(s string, n int) string {
+	if n <= len(s) {
+		return s
+	}
+	return s + strings.Repeat("x", n-len(s))
+}
+
+func main() {
+	n := flag.Int("n", 70, "reconciles")
+	workers := flag.Int("workers", 1, "concurrent workers")
+	start := flag.String("start", "", "wait until this file exists before reconciling")
+	stop := flag.String("stop", "", "stop early (cleanly) once this file exists")
+	interval := flag.Duration("interval", 0, "pause between two reconciles of one worker")
+	hang := flag.Int("hang", -1, "the reconcile of obj-HANG never returns (it sleeps until the process dies)")
+	hanging := flag.String("hanging", "", "create this file once the hanging reconcile has begun")
+	nameLen := flag.Int("name-len", 0, "pad namespace and name of every object to this many bytes")
+	ctlLen := flag.Int("controller-len", 0, "pad the controller's name to this many bytes")
+	errLen := flag.Int("error-len", 0, "pad the message of plain errors to this many bytes")
+	flag.Parse()
+
+	if *start != "" {
+		for {
+			if _, err := os.Stat(*start); err == nil {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	var mu sync.Mutex
+	enc := json.NewEncoder(os.Stdout)
+	c := &Controller[Request]{Name: pad("rel", *ctlLen)}
+	c.Do = func(ctx context.Context, req Request) (Result, error) {
+		var i int
+		fmt.Sscanf(req.Name, "obj-%d", &i)
+		if i == *hang {
+			if *hanging != "" {
+				os.WriteFile(*hanging, nil, 0o644)
+			}
+			time.Sleep(24 * time.Hour)
+		}
+		switch outcomes[i%len(outcomes)] {
+		case "error":
+			return Result{}, errors.New(pad("plain failure", *errLen))
+		case "wrapped":
+			return Result{}, fmt.Errorf("wrapping: %w", errors.New("inner"))
+		case "custom":
+			return Result{}, &customError{code: i}
+		case "requeue":
+			return Result{Requeue: true}, nil
+		case "requeue_after":
+			return Result{RequeueAfter: time.Duration(i+1) * time.Millisecond}, nil
+		case "panic":
+			panic("scripted panic")
+		}
+		return Result{}, nil
+	}
+
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for w := 0; w < *workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				id := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
+				ctx := context.WithValue(context.Background(), reconcileIDKey{}, UID(id))
+				req := Request{NamespacedName{Namespace: pad("ns", *nameLen), Name: pad(fmt.Sprintf("obj-%d-", i), *nameLen)}}
+				res, err := c.Reconcile(ctx, req)
+				t := truth{Controller: c.Name, Namespace: req.Namespace, Name: req.Name, ReconcileID: id, RequeueAfter: int64(res.RequeueAfter)}
+				switch {
+				case err != nil:
+					t.Outcome, t.ErrorType, t.Error = "error", fmt.Sprintf("%T", err), err.Error()
+				case res.RequeueAfter > 0:
+					t.Outcome = "requeue_after"
+				case res.Requeue:
+					t.Outcome = "requeue"
+				default:
+					t.Outcome = "success"
+				}
+				mu.Lock()
+				enc.Encode(t)
+				mu.Unlock()
+				if *interval > 0 {
+					time.Sleep(*interval)
+				}
+			}
+		}()
+	}
+	for i := 0; i < *n; i++ {
+		if *stop != "" && i%16 == 0 {
+			if _, err := os.Stat(*stop); err == nil {
+				break
+			}
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
