@@ -1,0 +1,235 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+// requirePrometheus returns the path of a real Prometheus server (Debian's prometheus package
+// installs /usr/bin/prometheus). Without one the test skips with the reason, or fails when
+// RECONSCOPE_REQUIRE_BPF=1 (CI), as tests that need eBPF do (internal/bpftest).
+func requirePrometheus(t *testing.T) string {
+	t.Helper()
+	if p, err := exec.LookPath("prometheus"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/prometheus"); err == nil {
+		return "/usr/bin/prometheus"
+	}
+	const reason = "no prometheus binary in PATH or /usr/bin (Debian: apt-get install prometheus)"
+	if os.Getenv("RECONSCOPE_REQUIRE_BPF") == "1" {
+		t.Fatalf("Prometheus is required (RECONSCOPE_REQUIRE_BPF=1) but missing: %s", reason)
+	}
+	t.Skipf("skipping: needs a real Prometheus: %s (set RECONSCOPE_REQUIRE_BPF=1 to fail instead)", reason)
+	return ""
+}
+
+// startPrometheus runs Prometheus scraping target (host:port, /metrics) every second as job
+// "reconscope", with its storage in t.TempDir, and returns its base URL once the target is up.
+func startPrometheus(t *testing.T, bin, target string) (string, *testenv.Process) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: reconscope
+    static_configs:
+      - targets: [%q]
+`, target)
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	p := testenv.StartProcess(t, "prometheus", exec.Command(bin,
+		"--config.file="+cfgPath,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr,
+	))
+	base := "http://" + addr
+	waitFor(t, "Prometheus ready", 60*time.Second, func() (bool, string) {
+		mustRun(t, p, "prometheus")
+		_, err := httpGet(base + "/-/ready")
+		return err == nil, fmt.Sprint(err)
+	})
+	waitFor(t, "Prometheus scrapes the agent", 60*time.Second, func() (bool, string) {
+		s, err := promQuery(base, `up{job="reconscope"}`)
+		if err != nil || len(s) != 1 {
+			return false, fmt.Sprintf("%v %v", s, err)
+		}
+		return s[0].Value == 1, fmt.Sprintf("up = %v", s[0].Value)
+	})
+	return base, p
+}
+
+// promSample is one element of an instant vector from Prometheus's HTTP API.
+type promSample struct {
+	Metric map[string]string
+	Time   float64 // evaluation time, Unix seconds
+	Value  float64
+}
+
+// promQuery runs an instant query through Prometheus's HTTP API (/api/v1/query).
+func promQuery(base, q string) ([]promSample, error) {
+	body, err := httpGet(base + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		return nil, fmt.Errorf("query %q: %w: %s", q, err, body)
+	}
+	var resp struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			ResultType string `json:"resultType"`
+			Result     []struct {
+				Metric map[string]string `json:"metric"`
+				Value  [2]any            `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(body), &resp); err != nil {
+		return nil, fmt.Errorf("query %q: %w", q, err)
+	}
+	if resp.Status != "success" || resp.Data.ResultType != "vector" {
+		return nil, fmt.Errorf("query %q: status %s, type %s: %s", q, resp.Status, resp.Data.ResultType, resp.Error)
+	}
+	out := make([]promSample, 0, len(resp.Data.Result))
+	for _, r := range resp.Data.Result {
+		ts, _ := r.Value[0].(float64)
+		vs, _ := r.Value[1].(string)
+		v, err := strconv.ParseFloat(vs, 64)
+		if err != nil {
+			return nil, fmt.Errorf("query %q: value %q: %w", q, vs, err)
+		}
+		out = append(out, promSample{Metric: r.Metric, Time: ts, Value: v})
+	}
+	return out, nil
+}
+
+// promScalar runs q, which must return at most one sample, and returns its value (0 when
+// empty).
+func promScalar(base, q string) (float64, error) {
+	s, err := promQuery(base, q)
+	if err != nil {
+		return 0, err
+	}
+	switch len(s) {
+	case 0:
+		return 0, nil
+	case 1:
+		return s[0].Value, nil
+	}
+	return 0, fmt.Errorf("query %q: %d samples, want one", q, len(s))
+}
+
+// counts is a count per label key (labels joined by '|').
+type counts map[string]int
+
+func (c counts) String() string {
+	keys := sortedKeys(c)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, c[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// diffCounts lists the keys whose counts differ (a missing key counts 0).
+func diffCounts(got, want counts) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, c := range []counts{got, want} {
+		for _, k := range sortedKeys(c) {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if got[k] != want[k] {
+				out = append(out, fmt.Sprintf("%s: %d, want %d", k, got[k], want[k]))
+			}
+		}
+	}
+	return out
+}
+
+// promCounts runs q (a sum by the given labels) and returns its samples as counts.
+func promCounts(base, q string, labels ...string) (counts, error) {
+	s, err := promQuery(base, q)
+	if err != nil {
+		return nil, err
+	}
+	out := counts{}
+	for _, x := range s {
+		vals := make([]string, len(labels))
+		for i, l := range labels {
+			vals[i] = x.Metric[l]
+		}
+		if x.Value != float64(int(x.Value)) {
+			return nil, fmt.Errorf("query %q: non-integer count %v for %v", q, x.Value, x.Metric)
+		}
+		if x.Value != 0 {
+			out[strings.Join(vals, "|")] = int(x.Value)
+		}
+	}
+	return out, nil
+}
+
+// controllerRuntimeTotals scrapes a controller-runtime process's own /metrics and returns
+// controller_runtime_reconcile_total of controller by result (zeros left out), and
+// controller_runtime_reconcile_panics_total.
+func controllerRuntimeTotals(metricsURL, controller string) (counts, int, error) {
+	body, err := httpGet(metricsURL)
+	if err != nil {
+		return nil, 0, err
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		return nil, 0, fmt.Errorf("parse %s: %w", metricsURL, err)
+	}
+	out := counts{}
+	panics := 0
+	if f := fams["controller_runtime_reconcile_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			var ctl, res string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "controller":
+					ctl = l.GetValue()
+				case "result":
+					res = l.GetValue()
+				}
+			}
+			if ctl == controller && m.GetCounter().GetValue() != 0 {
+				out[res] = int(m.GetCounter().GetValue())
+			}
+		}
+	} else {
+		return nil, 0, fmt.Errorf("%s has no controller_runtime_reconcile_total", metricsURL)
+	}
+	if f := fams["controller_runtime_reconcile_panics_total"]; f != nil {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					panics += int(m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+	return out, panics, nil
+}
