@@ -256,12 +256,22 @@ static __always_inline int handle(struct go_regs *regs)
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(COUNTER_LOST_RINGBUF);
-		/* Keep goroutine state right even when the event is lost. */
+		/* Keep goroutine state right even when the event is lost: a span whose entry event
+		 * is lost still opens its state, so its calls are filtered as usual and its return
+		 * reports the entry time (user space makes an incomplete span of it). */
 		if (cfg->role == ROLE_SPAN && cfg->kind == SITE_RETURN && gs && gs->depth > 0) {
 			if (gs->depth > 1)
 				gs->depth--;
 			else
 				bpf_map_delete_elem(&goroutines, &gk);
+		} else if (cfg->role == ROLE_SPAN && cfg->kind == SITE_ENTRY) {
+			if (gs && gs->depth > 0) {
+				gs->depth++;
+			} else {
+				struct g_state ns = {.start = bpf_ktime_get_ns(), .saved = 0, .site = site, .depth = 1, .goid = -1};
+				if (bpf_map_update_elem(&goroutines, &gk, &ns, BPF_ANY) != 0)
+					count(COUNTER_LOST_STATE);
+			}
 		}
 		return 0;
 	}

@@ -200,6 +200,12 @@ func (a *Assembler) newOpen(e Event) *openSpan {
 
 func (a *Assembler) end(k goroutineKey, e Event) {
 	o := a.open[k]
+	if o != nil && e.SpanStartTime != 0 && e.SpanStartTime != o.span.Start {
+		// The kernel says this return's span began at another time than the open one: the
+		// open span's return and this one's entry were lost. Do not pair them.
+		a.abandon(k, o)
+		o = nil
+	}
 	if o == nil {
 		if e.SpanStartTime == 0 {
 			// Perhaps its entry is still on its way (another CPU): wait for it a little.

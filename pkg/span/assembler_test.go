@@ -85,6 +85,15 @@ func TestAssembler(t *testing.T) {
 			stats:  Stats{Spans: 1},
 		},
 		{
+			name: "a return whose entry was lost is not paired with an older open span",
+			events: []Event{
+				start(1, 10, 100, "a"), // its return is lost
+				{Kind: SpanEnd, PID: 1, Goid: 10, Time: 900, SpanStartTime: 400, Result: ResultError}, // entry at 400 lost
+			},
+			want:  []want{{"a", ResultAbandoned, 0, true, 0}, {"", ResultError, 500, true, 0}},
+			stats: Stats{Spans: 2, Abandoned: 1},
+		},
+		{
 			name:   "orphan return expires after the reorder window",
 			events: []Event{end(1, 10, 300, ResultSuccess)},
 			final:  func(a *Assembler) { a.Expire(300 + uint64(2*time.Second)) },
