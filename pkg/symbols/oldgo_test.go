@@ -49,6 +49,7 @@ func TestOlderGo(t *testing.T) {
 				strippedPath := buildOld(v+"-"+arch+"-stripped", "-ldflags=-s -w")
 				dump := goObjdump(t, plainPath)
 				names := map[bool][]string{}
+				var goid uint64
 				for _, stripped := range []bool{false, true} {
 					path := plainPath
 					if stripped {
@@ -76,13 +77,17 @@ func TestOlderGo(t *testing.T) {
 							names[stripped] = append(names[stripped], it.Type)
 						}
 					}
+					// Unstripped: from DWARF. Stripped: from the table if it has this release
+					// (then equal to DWARF), else an error naming the release.
 					off, err := b.FieldOffset("runtime.g", "goid")
 					switch {
 					case !stripped && (err != nil || off.Source != "dwarf" || off.Value == 0):
 						t.Errorf("FieldOffset(runtime.g, goid) = %+v, %v", off, err)
-					case stripped && err == nil && off.Source != "table":
-						t.Errorf("FieldOffset(runtime.g, goid) on a stripped %s = %+v", v, off)
-					case stripped && err != nil && (!errors.Is(err, ErrOffsetUnknown) || !strings.Contains(err.Error(), v)):
+					case !stripped:
+						goid = off.Value
+					case err == nil && (off.Source != "table" || off.Value != goid):
+						t.Errorf("FieldOffset(runtime.g, goid) on a stripped %s = %+v, DWARF says %d", v, off, goid)
+					case err != nil && (!errors.Is(err, ErrOffsetUnknown) || !strings.Contains(err.Error(), v)):
 						t.Errorf("FieldOffset error does not name %s: %v", v, err)
 					}
 				}

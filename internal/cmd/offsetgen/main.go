@@ -136,6 +136,7 @@ func main() {
 	cr := flag.String("controller-runtime", "auto", "controller-runtime versions, same forms as -client-go")
 	crMinors := flag.String("controller-runtime-minors", "v0.21,v0.22,v0.23,v0.24,v0.25", "controller-runtime minor series for auto/all")
 	std := flag.Bool("std", true, "record runtime and standard-library types for the Go toolchain running this command")
+	goVersions := flag.String("go", "", `more Go releases to record runtime and standard-library types for, fetched by the go command through GOTOOLCHAIN (comma-separated, e.g. "go1.24.0,go1.25.0"); their binaries are what stripped controllers built with those releases need`)
 	arches := flag.String("arch", "amd64,arm64", "architectures to build the standard-library program for (module programs are built for the first one; Go struct layout is the same on every 64-bit architecture, which the std build checks)")
 	keep := flag.Bool("keep", false, "keep the temporary build folder")
 	flag.Parse()
@@ -159,12 +160,20 @@ func main() {
 	var fresh []Entry
 
 	if *std {
-		for _, arch := range archList {
-			es, err := generate(log, work, "std-"+arch, arch, stdProgram, nil)
-			if err != nil {
-				fatal(log, "std program", err)
+		toolchains := []string{"local"}
+		if *goVersions != "" {
+			toolchains = append(toolchains, strings.Split(*goVersions, ",")...)
+		}
+		for _, tc := range toolchains {
+			for _, arch := range archList {
+				es, err := generate(log, work, "std-"+tc+"-"+arch, arch, tc, stdProgram, nil)
+				if err != nil {
+					// One toolchain that cannot be had must not lose the others.
+					log.Error("skip toolchain", "go", tc, "arch", arch, "err", err)
+					continue
+				}
+				fresh = append(fresh, es...)
 			}
-			fresh = append(fresh, es...)
 		}
 	}
 	for _, set := range []struct {
@@ -179,7 +188,7 @@ func main() {
 		}
 		for _, v := range versions {
 			name := strings.ReplaceAll(set.module, "/", "_") + "-" + v
-			es, err := generate(log, work, name, archList[0], set.program, map[string]string{set.module: v})
+			es, err := generate(log, work, name, archList[0], "local", set.program, map[string]string{set.module: v})
 			if err != nil {
 				// One unbuildable version must not lose the others: say so and go on.
 				log.Error("skip version", "module", set.module, "version", v, "err", err)
@@ -257,13 +266,18 @@ func pickVersions(work, module, value, minors string) ([]string, error) {
 }
 
 // generate builds one program and reads the offsets of every target whose type it contains.
-func generate(log *slog.Logger, work, name, arch, program string, require map[string]string) ([]Entry, error) {
+// toolchain is a GOTOOLCHAIN value: "local" or a release such as "go1.24.0".
+func generate(log *slog.Logger, work, name, arch, toolchain, program string, require map[string]string) ([]Entry, error) {
 	dir := filepath.Join(work, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	var mod strings.Builder
-	fmt.Fprintf(&mod, "module offsetgen/%s\n\ngo 1.23\n", strings.NewReplacer(".", "_", "/", "_").Replace(name))
+	goLine := "1.18" // the standard-library program builds with every supported release
+	if len(require) > 0 {
+		goLine = "1.23"
+	}
+	fmt.Fprintf(&mod, "module offsetgen/%s\n\ngo %s\n", strings.NewReplacer(".", "_", "/", "_").Replace(name), goLine)
 	for m, v := range require {
 		fmt.Fprintf(&mod, "\nrequire %s %s\n", m, v)
 	}
@@ -273,7 +287,7 @@ func generate(log *slog.Logger, work, name, arch, program string, require map[st
 	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(program), 0o644); err != nil {
 		return nil, err
 	}
-	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local", "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOTOOLCHAIN="+toolchain, "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 	run := func(args ...string) error {
 		cmd := exec.Command("go", args...)
 		cmd.Dir = dir
@@ -285,7 +299,7 @@ func generate(log *slog.Logger, work, name, arch, program string, require map[st
 		}
 		return nil
 	}
-	log.Info("build", "program", name, "arch", arch)
+	log.Info("build", "program", name, "arch", arch, "go", toolchain)
 	if len(require) > 0 {
 		if err := run("mod", "tidy"); err != nil {
 			return nil, err
