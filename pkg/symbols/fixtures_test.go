@@ -123,7 +123,7 @@ func build(t testing.TB, name string) string {
 		if fx.cgo {
 			cgo = "1"
 		}
-		cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+fx.arch, "CGO_ENABLED="+cgo, "GOFLAGS=-mod=mod", "GOTOOLCHAIN=local")
+		cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+fx.arch, "CGO_ENABLED="+cgo, "GOTOOLCHAIN=local")
 		if o, err := cmd.CombinedOutput(); err != nil {
 			r.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, o)
 			return
