@@ -524,7 +524,7 @@ func (b *Binary) FileOffset(addr uint64) (uint64, error) {
 			return p.Off + (addr - p.Vaddr), nil
 		}
 	}
-	return 0, fmt.Errorf("map address %#x of %s to a file offset: no loadable segment holds it in the file (is it a run-time address of a PIE? subtract the load bias first)", addr, b.name())
+	return 0, fmt.Errorf("map address %#x of %s to a file offset: %w: no loadable segment holds it in the file (is it a run-time address of a PIE? subtract the load bias first)", addr, b.name(), ErrNotMapped)
 }
 
 // readVA reads n bytes at virtual address addr; they must lie in one segment's file image.

@@ -8,10 +8,11 @@
 //
 // It is pure Go, needs no privileges and reads only the parts of the file each question
 // needs: sections are read lazily and DWARF is decoded only far enough to answer the
-// field-offset question asked. Supported are Go 1.17 and later (register ABI) on amd64 and
-// arm64 Linux.
+// field-offset question asked. Supported are Go binaries for Linux using the register ABI:
+// Go 1.17 and later on amd64, Go 1.18 and later on arm64 (tested with 1.18 to 1.26).
 //
-// Every error wraps one of the sentinel errors (ErrNotELF, ErrNotGo, ErrUnsupportedGo,
-// ErrTruncated, ErrSymbolNotFound, ErrOffsetUnknown) or an error of the os package, and its
-// message tells the user what to do next.
+// Errors wrap a sentinel (ErrNotELF, ErrNotGo, ErrUnsupportedGo, ErrTruncated,
+// ErrSymbolNotFound, ErrOffsetUnknown, ErrNotMapped) or an error of the os or io packages
+// (a missing file, a process that exited, a closed Binary), and their messages say what to do
+// next. Every error of Open, OpenPID and OpenReader for a file that is there wraps a sentinel.
 package symbols

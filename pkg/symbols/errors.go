@@ -22,4 +22,7 @@ var (
 	// ErrOffsetUnknown means neither the binary's DWARF nor the offsets table knows the
 	// offset of a struct field.
 	ErrOffsetUnknown = errors.New("field offset unknown")
+	// ErrNotMapped means an address is not in the binary's file image: a run-time address of a
+	// PIE whose load bias was not subtracted, or heap memory (a type made by reflect).
+	ErrNotMapped = errors.New("address not in the executable")
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 )
 
-var sentinels = []error{ErrNotELF, ErrNotGo, ErrUnsupportedGo, ErrTruncated, ErrSymbolNotFound, ErrOffsetUnknown}
+var sentinels = []error{ErrNotELF, ErrNotGo, ErrUnsupportedGo, ErrTruncated, ErrSymbolNotFound, ErrOffsetUnknown, ErrNotMapped}
 
 func isSentinel(err error) bool {
 	for _, s := range sentinels {

@@ -50,7 +50,7 @@ func (b *Binary) TypeName(typeAddr uint64) (string, error) {
 		return "", fmt.Errorf("name type at %#x: %w: start of the type data not found", typeAddr, ErrUnsupportedGo)
 	}
 	if typeAddr < md.types || (md.etypes != 0 && typeAddr >= md.etypes) {
-		return "", fmt.Errorf("name type at %#x: not in the binary's type data [%#x, %#x) (a type made at run time by reflect, or a run-time address of a PIE without the load bias subtracted)", typeAddr, md.types, md.etypes)
+		return "", fmt.Errorf("name type at %#x: %w: not in the binary's type data [%#x, %#x) (a type made at run time by reflect, or a run-time address of a PIE without the load bias subtracted)", typeAddr, ErrNotMapped, md.types, md.etypes)
 	}
 	raw, err := b.readVA(typeAddr, abiTypeSize)
 	if err != nil {
@@ -137,7 +137,7 @@ func (b *Binary) ItabTypeName(mem io.ReaderAt, bias, itab uint64) (string, error
 		return "", fmt.Errorf("read itab at %#x: it has no type", itab)
 	}
 	if typ < bias {
-		return "", fmt.Errorf("read itab at %#x: type pointer %#x is below the load bias %#x", itab, typ, bias)
+		return "", fmt.Errorf("read itab at %#x: %w: type pointer %#x is below the load bias %#x", itab, ErrNotMapped, typ, bias)
 	}
 	return b.TypeName(typ - bias)
 }
