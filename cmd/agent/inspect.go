@@ -146,10 +146,7 @@ func fill(rep *InspectReport, plan *probes.Plan) {
 	for _, s := range plan.Sites {
 		p := byFn[s.Function.Name]
 		if p == nil {
-			role := "span"
-			if s.Probe.Role == probes.RoleCall {
-				role = "call"
-			}
+			role := s.Probe.Role.String()
 			p = &InspectProbe{Probe: s.Probe.ID, Role: role, Symbol: s.Function.Name, Address: s.Function.Entry, Size: s.Function.End - s.Function.Entry, Returns: []InspectSite{}}
 			byFn[s.Function.Name] = p
 		}

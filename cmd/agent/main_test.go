@@ -138,7 +138,7 @@ func TestInspectFixture(t *testing.T) {
 			if p.Entry.Address <= p.Address || p.Entry.Insn == "" {
 				t.Errorf("%s: entry site %+v is not after the stack check of %#x", p.Symbol, p.Entry, p.Address)
 			}
-			if p.Probe != "runtime/goroutine-exit" && len(p.Returns) == 0 {
+			if (p.Role == "span" || p.Role == "call" || p.Role == "goroutine-start") && len(p.Returns) == 0 {
 				t.Errorf("%s: no return site", p.Symbol)
 			}
 			for _, r := range p.Returns {

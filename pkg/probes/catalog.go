@@ -24,6 +24,23 @@ const (
 	RoleMark  Role = 5 // ROLE_MARK
 )
 
+// String names the role as inspect prints it.
+func (r Role) String() string {
+	switch r {
+	case RoleSpan:
+		return "span"
+	case RoleCall:
+		return "call"
+	case RoleSpawn:
+		return "goroutine-start"
+	case RoleExit:
+		return "goroutine-exit"
+	case RoleMark:
+		return "queue-add"
+	}
+	return "unknown"
+}
+
 // Register slots of Go's register ABI (integer arguments and results, in order):
 // amd64 RAX RBX RCX RDI RSI R8 R9 R10 R11, arm64 R0..R8. None means unused.
 const None = -1

@@ -30,9 +30,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // controllerManagerReadyTimeout bounds the wait for kube-controller-manager's /healthz.
@@ -87,6 +89,7 @@ func Start(t testing.TB, opts Options) *Env {
 	// Checked last, after everything below has been stopped (cleanups run last-in first-out).
 	t.Cleanup(func() { reportLeftovers(t, t, false) })
 
+	logf.SetLogger(logr.Discard()) // envtest's own client logs nothing worth reading here
 	te := &envtest.Environment{
 		BinaryAssetsDirectory: dir,
 		ControlPlane: envtest.ControlPlane{
