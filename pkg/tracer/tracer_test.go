@@ -68,8 +68,8 @@ func (c *collect) Write(s *span.Span) error {
 func buildFake(t *testing.T, env []string, args ...string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "fakectl")
-	cmd := exec.Command("go", append(append([]string{"build", "-o", out}, args...), "./testdata/fakectl")...)
-	cmd.Dir = "../collector"
+	cmd := exec.Command("go", append(append([]string{"build", "-o", out}, args...), "./test/fakectl")...)
+	cmd.Dir = "../.."
 	cmd.Env = append(os.Environ(), env...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build fakectl: %v\n%s", err, b)
@@ -332,8 +332,8 @@ func TestAttachDetachBusy(t *testing.T) {
 				seen[tr.Name] = true
 			}
 			for i := range len(seen) {
-				if !seen[fmt.Sprintf("obj-%d", i)] {
-					t.Fatalf("obj-%d missing from the busy process's %d reconciles", i, len(seen))
+				if !seen[fmt.Sprintf("obj-%d-", i)] {
+					t.Fatalf("obj-%d- missing from the busy process's %d reconciles", i, len(seen))
 				}
 			}
 			t.Logf("busy process: %d reconciles, %d seen by the 50 short traces", len(seen), sawSpans)

@@ -43,7 +43,7 @@ func rss(args []string) error {
 	fs := flag.NewFlagSet("rss", flag.ExitOnError)
 	var c common
 	c.register(fs)
-	fakectl := fs.String("fakectl", "", "fakectl binary (pkg/collector/testdata/fakectl)")
+	fakectl := fs.String("fakectl", "", "fakectl binary (test/fakectl)")
 	procs := fs.Int("procs", 20, "processes to trace")
 	runs := fs.Int("runs", 5, "runs per variant")
 	duration := fs.Duration("duration", 3*time.Second, "tracing time per run")

@@ -43,7 +43,7 @@ step "build"
 go build -o "$work/bench" ./test/bench
 go build -o "$work/reconcileloop" ./test/bench/testdata/reconcileloop
 go build -tags otel -o "$work/reconcileloop-otel" ./test/bench/testdata/reconcileloop
-go build -o "$work/fakectl" ./pkg/collector/testdata/fakectl
+go build -o "$work/fakectl" ./test/fakectl
 # the same build as `make build`
 CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" \
   -o "$work/reconscope-agent" ./cmd/agent

@@ -19,23 +19,23 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 )
 
-// busyRelctl starts relctl reconciling until stopFile exists: workers goroutines, a pause of
+// busyFakectl starts fakectl reconciling until stopFile exists: workers goroutines, a pause of
 // interval after each reconcile.
-func busyRelctl(t *testing.T, bin, stopFile string, workers int, interval string) *proc {
+func busyFakectl(t *testing.T, bin, stopFile string, workers int, interval string) *proc {
 	t.Helper()
-	return start(t, "relctl", exec.Command(bin, "-n", "1000000000", "-workers", strconv.Itoa(workers), "-interval", interval, "-stop", stopFile))
+	return start(t, "fakectl", exec.Command(bin, "-n", "1000000000", "-workers", strconv.Itoa(workers), "-interval", interval, "-stop", stopFile))
 }
 
-// stopRelctl ends relctl cleanly and checks it never crashed and reconciled every object
+// stopFakectl ends fakectl cleanly and checks it never crashed and reconciled every object
 // exactly once (obj-0 .. obj-(n-1)): the probes did not disturb it.
-func stopRelctl(t *testing.T, p *proc, stopFile string) int {
+func stopFakectl(t *testing.T, p *proc, stopFile string) int {
 	t.Helper()
 	if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	<-p.done
 	if p.err != nil {
-		t.Fatalf("relctl failed while traced: %v", p.err)
+		t.Fatalf("fakectl failed while traced: %v", p.err)
 	}
 	truths := readTruths(t, p.output(t))
 	seen := map[string]bool{}
@@ -47,7 +47,7 @@ func stopRelctl(t *testing.T, p *proc, stopFile string) int {
 	}
 	for i := range len(truths) {
 		if !seen[fmt.Sprintf("obj-%d-", i)] {
-			t.Fatalf("obj-%d- missing from relctl's %d reconciles", i, len(truths))
+			t.Fatalf("obj-%d- missing from fakectl's %d reconciles", i, len(truths))
 		}
 	}
 	return len(truths)
@@ -67,7 +67,7 @@ func waitSpans(t *testing.T, a *proc, pid, n int, what string) int {
 }
 
 // waitSpansFrom waits until the agent has printed at least n spans of process pid for
-// objects numbered from first on (relctl numbers its reconciles in order).
+// objects numbered from first on (fakectl numbers its reconciles in order).
 func waitSpansFrom(t *testing.T, a *proc, pid, first, n int, what string) int {
 	t.Helper()
 	got := 0
@@ -78,7 +78,7 @@ func waitSpansFrom(t *testing.T, a *proc, pid, first, n int, what string) int {
 		got = 0
 		for _, s := range agentSpans(t, a) {
 			var i int
-			if _, err := fmt.Sscanf(s.Name, "obj-%d-", &i); err != nil || s.PID != pid || s.Controller != "rel" || s.Result == "abandoned" {
+			if _, err := fmt.Sscanf(s.Name, "obj-%d-", &i); err != nil || s.PID != pid || s.Controller != "fake" || s.Result == "abandoned" {
 				continue
 			}
 			if i >= first {
@@ -99,7 +99,7 @@ func TestAgentKilled(t *testing.T) {
 	dir := t.TempDir()
 	bin := copyRelctl(t, dir)
 	stop := filepath.Join(dir, "stop")
-	ctl := busyRelctl(t, bin, stop, 2, "2ms")
+	ctl := busyFakectl(t, bin, stop, 2, "2ms")
 
 	for round := range 3 {
 		a := startAgent(t, agent, bin, ctl.pid())
@@ -116,12 +116,12 @@ func TestAgentKilled(t *testing.T) {
 		a.kill(t)
 		waitFor(t, time.Minute, "the kernel to drop the killed agent's links", func() bool { return len(linksFor(t, bin)) == 0 })
 		if ctl.exited() {
-			t.Fatalf("relctl died (%v) after agent %d was killed", ctl.err, round+1)
+			t.Fatalf("fakectl died (%v) after agent %d was killed", ctl.err, round+1)
 		}
 		t.Logf("agent %d: %d spans, %d links (%s), SIGKILL, links left: 0", round+1, n, len(links), links[0].Kind)
 	}
-	total := stopRelctl(t, ctl, stop)
-	t.Logf("relctl: %d reconciles, each exactly once, exit 0", total)
+	total := stopFakectl(t, ctl, stop)
+	t.Logf("fakectl: %d reconciles, each exactly once, exit 0", total)
 }
 
 // TestBinaryDeletedOrReplaced: the traced binary is removed or replaced (a new file renamed
@@ -168,7 +168,7 @@ func TestBinaryDeletedOrReplaced(t *testing.T) {
 			bin := copyRelctl(t, dir)
 			probe := agentProbe(t, bin) // read the symbol while the file is still there
 			stop := filepath.Join(dir, "stop")
-			ctl := busyRelctl(t, bin, stop, 2, "2ms")
+			ctl := busyFakectl(t, bin, stop, 2, "2ms")
 			if tc.before {
 				tc.change(t, bin)
 			}
@@ -177,7 +177,7 @@ func TestBinaryDeletedOrReplaced(t *testing.T) {
 			if !tc.before {
 				tc.change(t, bin)
 			}
-			// Reconciles that began after the change: numbered past what relctl had printed.
+			// Reconciles that began after the change: numbered past what fakectl had printed.
 			after := len(ctl.lines(t)) + 8
 			m := waitSpansFrom(t, a, ctl.pid(), after, 100, "of reconciles begun after the change")
 			exe := agentSpans(t, a)[0].Exe
@@ -188,8 +188,8 @@ func TestBinaryDeletedOrReplaced(t *testing.T) {
 			if a.err != nil {
 				t.Errorf("agent exited with %v", a.err)
 			}
-			total := stopRelctl(t, ctl, stop)
-			t.Logf("%d spans before the change, %d of reconciles from obj-%d on (exe reported as %q); relctl: %d reconciles, exit 0", n, m, after, exe, total)
+			total := stopFakectl(t, ctl, stop)
+			t.Logf("%d spans before the change, %d of reconciles from obj-%d on (exe reported as %q); fakectl: %d reconciles, exit 0", n, m, after, exe, total)
 		})
 	}
 }
@@ -257,7 +257,7 @@ func TestOTLPUnreachable(t *testing.T) {
 	dir := t.TempDir()
 	bin := copyRelctl(t, dir)
 	stop := filepath.Join(dir, "stop")
-	ctl := busyRelctl(t, bin, stop, 4, "100us")
+	ctl := busyFakectl(t, bin, stop, 4, "100us")
 	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	a := startAgent(t, agent, bin, ctl.pid(),
 		"--otlp-endpoint", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--otlp-protocol", "grpc", "--metrics-addr", metrics)
@@ -284,7 +284,7 @@ func TestOTLPUnreachable(t *testing.T) {
 		lines = len(agentSpans(t, a))
 	}
 	exported, _ := scrape(t, metrics, "reconscope_spans_exported_total")
-	reconciles, _ := scrape(t, metrics, `reconscope_reconcile_total{controller="rel",result="success"}`)
+	reconciles, _ := scrape(t, metrics, `reconscope_reconcile_total{controller="fake",result="success"}`)
 	if exported != 0 {
 		t.Errorf("%v spans exported to a port nothing listens on", exported)
 	}
@@ -295,6 +295,6 @@ func TestOTLPUnreachable(t *testing.T) {
 	if a.err != nil {
 		t.Errorf("agent exited with %v", a.err)
 	}
-	stopRelctl(t, ctl, stop)
+	stopFakectl(t, ctl, stop)
 	t.Logf("printed %d spans; spans_dropped_total at each step %v; success reconciles counted %v; VmRSS (KiB) %v", lines, dropped, reconciles, rss)
 }

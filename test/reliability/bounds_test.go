@@ -16,7 +16,7 @@ import (
 // strMax is STR_MAX in bpf/include/events.h: the bytes the kernel copies of any string.
 const strMax = 128
 
-// TestLongStringsTruncated: relctl's controller name, namespaces, object names and error
+// TestLongStringsTruncated: fakectl's controller name, namespaces, object names and error
 // messages are 10 KiB long. The kernel copies 128 bytes of each: every span carries the first
 // 128 bytes of each name and is marked incomplete, an error message is cut at 128 bytes and
 // ends with "…"; everything else (result, error type, requeue, reconcile ID, pairing) is
@@ -37,17 +37,17 @@ func TestLongStringsTruncated(t *testing.T) {
 
 	const n, long = 140, 10 << 10
 	startFile := filepath.Join(dir, "start")
-	ctl := start(t, "relctl", exec.Command(bin, "-start", startFile, "-n", "140", "-workers", "2",
+	ctl := start(t, "fakectl", exec.Command(bin, "-start", startFile, "-n", "140", "-workers", "2",
 		"-name-len", "10240", "-controller-len", "10240", "-error-len", "10240"))
 	if _, err := tr.TracePID(ctl.pid()); err != nil {
-		t.Fatalf("trace relctl: %v", err)
+		t.Fatalf("trace fakectl: %v", err)
 	}
 	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	<-ctl.done
 	if ctl.err != nil {
-		t.Fatalf("relctl failed while traced: %v", ctl.err)
+		t.Fatalf("fakectl failed while traced: %v", ctl.err)
 	}
 	waitFor(t, time.Minute, "the tracer to notice the exit", func() bool { return !slices.Contains(tr.PIDs(), ctl.pid()) })
 	cancel()
@@ -57,7 +57,7 @@ func TestLongStringsTruncated(t *testing.T) {
 
 	truths := readTruths(t, ctl.output(t))
 	if len(truths) != n {
-		t.Fatalf("relctl reported %d reconciles, want %d", len(truths), n)
+		t.Fatalf("fakectl reported %d reconciles, want %d", len(truths), n)
 	}
 	spans := out.snapshot()
 	byID := map[string]int{}
@@ -67,7 +67,7 @@ func TestLongStringsTruncated(t *testing.T) {
 	longErrors := 0
 	for _, tt := range truths {
 		if len(tt.Controller) != long || len(tt.Namespace) != long || len(tt.Name) != long {
-			t.Fatalf("relctl did not make 10 KiB names: %d %d %d", len(tt.Controller), len(tt.Namespace), len(tt.Name))
+			t.Fatalf("fakectl did not make 10 KiB names: %d %d %d", len(tt.Controller), len(tt.Namespace), len(tt.Name))
 		}
 		i, ok := byID[tt.ReconcileID]
 		if !ok {

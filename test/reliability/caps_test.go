@@ -127,7 +127,7 @@ func TestLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatalf("setpriv (Debian package util-linux) is needed to run the agent with bounded capabilities: %v", err)
 	}
-	relctl, agent := programs(t)
+	fakectl, agent := programs(t)
 	caps, dsUID := daemonSetCapabilities(t)
 	for _, c := range caps {
 		if _, ok := capNumbers[c]; !ok {
@@ -167,7 +167,7 @@ func TestLeastPrivilege(t *testing.T) {
 		src, dst string
 		mode     os.FileMode
 		uid      int
-	}{{relctl, bin, 0o700, ctlUID}, {agent, filepath.Join(dir, "reconscope-agent"), 0o755, 0}} {
+	}{{fakectl, bin, 0o700, ctlUID}, {agent, filepath.Join(dir, "reconscope-agent"), 0o755, 0}} {
 		b, err := os.ReadFile(cp.src)
 		if err != nil {
 			t.Fatal(err)

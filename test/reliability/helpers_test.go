@@ -23,10 +23,10 @@ import (
 	"github.com/reconscope/reconscope/pkg/span"
 )
 
-// built holds the programs TestMain builds once for every test: relctl and the agent.
+// built holds the programs TestMain builds once for every test: fakectl and the agent.
 var built struct {
 	dir    string
-	relctl string
+	fakectl string
 	agent  string
 	err    error
 }
@@ -45,8 +45,8 @@ func TestMain(m *testing.M) {
 
 var buildOnce sync.Once
 
-// programs builds relctl and the agent (CGO_ENABLED=0 -trimpath, as `make build`), once.
-func programs(t *testing.T) (relctl, agent string) {
+// programs builds fakectl and the agent (CGO_ENABLED=0 -trimpath, as `make build`), once.
+func programs(t *testing.T) (fakectl, agent string) {
 	t.Helper()
 	buildOnce.Do(func() {
 		root, err := moduleRoot()
@@ -63,9 +63,9 @@ func programs(t *testing.T) (relctl, agent string) {
 			}
 			return nil
 		}
-		built.relctl = filepath.Join(built.dir, "relctl")
+		built.fakectl = filepath.Join(built.dir, "fakectl")
 		built.agent = filepath.Join(built.dir, "reconscope-agent")
-		if built.err = build(built.relctl, "./test/reliability/testdata/relctl"); built.err != nil {
+		if built.err = build(built.fakectl, "./test/fakectl"); built.err != nil {
 			return
 		}
 		built.err = build(built.agent, "./cmd/agent", "CGO_ENABLED=0")
@@ -73,7 +73,7 @@ func programs(t *testing.T) (relctl, agent string) {
 	if built.err != nil {
 		t.Fatal(built.err)
 	}
-	return built.relctl, built.agent
+	return built.fakectl, built.agent
 }
 
 func moduleRoot() (string, error) {
@@ -88,7 +88,7 @@ func moduleRoot() (string, error) {
 	return filepath.Dir(mod), nil
 }
 
-// copyRelctl copies relctl to a fresh path of its own (a test that deletes, replaces or counts
+// copyRelctl copies fakectl to a fresh path of its own (a test that deletes, replaces or counts
 // the links of its binary must not share it).
 func copyRelctl(t *testing.T, dir string) string {
 	t.Helper()
@@ -97,7 +97,7 @@ func copyRelctl(t *testing.T, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst := filepath.Join(dir, "relctl")
+	dst := filepath.Join(dir, "fakectl")
 	if err := os.WriteFile(dst, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	}
 }
 
-// truth is one line of relctl's ground truth.
+// truth is one line of fakectl's ground truth.
 type truth struct {
 	Controller   string `json:"controller"`
 	Namespace    string `json:"namespace"`
@@ -236,14 +236,14 @@ func readTruths(t *testing.T, b []byte) []truth {
 	return out
 }
 
-// relProbe is the controller-runtime v0.23+ reconcile probe pointed at relctl, which has the
+// relProbe is the controller-runtime v0.23+ reconcile probe pointed at fakectl, which has the
 // same function shape in package main.
 func relProbe(t *testing.T) []*probes.Probe {
 	t.Helper()
 	for _, p := range probes.Catalog {
 		if p.ID == "controller-runtime/reconcile" && p.MinVersion == "v0.23.0" {
 			q := *p
-			q.ID, q.Module, q.MinVersion = "test/relctl-reconcile", "", ""
+			q.ID, q.Module, q.MinVersion = "test/fakectl-reconcile", "", ""
 			q.Symbol = reconcileSymbol
 			q.Entry.Strings[0].Field = probes.FieldRef{Type: "main.Controller", Path: "Name"}
 			return []*probes.Probe{&q}
@@ -255,7 +255,7 @@ func relProbe(t *testing.T) []*probes.Probe {
 
 var reconcileSymbol = regexp.MustCompile(`^main\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`)
 
-// agentProbe is the agent's --probe flag that traces relctl's Reconcile as a sync handler:
+// agentProbe is the agent's --probe flag that traces fakectl's Reconcile as a sync handler:
 // the object name is the request's Name (register slots 6 and 7: receiver, dictionary, ctx,
 // Namespace before it), the error is in slots 3 and 4 after the three words of Result.
 func agentProbe(t *testing.T, bin string) string {
@@ -271,7 +271,7 @@ func agentProbe(t *testing.T, bin string) string {
 	}
 	for _, s := range syms {
 		if reconcileSymbol.MatchString(s.Name) {
-			return s.Name + "=controller:rel,key:6,err:3"
+			return s.Name + "=controller:fake,key:6,err:3"
 		}
 	}
 	t.Fatalf("%s has no symbol matching %s", bin, reconcileSymbol)

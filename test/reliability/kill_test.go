@@ -15,7 +15,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
-// TestTargetKilledMidReconcile: relctl is SIGKILLed while one of its reconciles sleeps
+// TestTargetKilledMidReconcile: fakectl is SIGKILLed while one of its reconciles sleeps
 // inside Reconcile. The tracer closes that span as abandoned, the kernel's per-goroutine map
 // keeps nothing of the dead process, and the same binary started again is traced again.
 func TestTargetKilledMidReconcile(t *testing.T) {
@@ -41,11 +41,11 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 
 	// First life: obj-20 hangs inside Reconcile; the other worker goes on reconciling.
 	startFile, hanging := filepath.Join(dir, "start"), filepath.Join(dir, "hanging")
-	first := start(t, "relctl-1", exec.Command(bin, "-start", startFile, "-hanging", hanging,
+	first := start(t, "fakectl-1", exec.Command(bin, "-start", startFile, "-hanging", hanging,
 		"-n", "100000000", "-workers", "2", "-interval", "1ms", "-hang", "20"))
 	pid := first.pid()
 	if _, err := tr.TracePID(pid); err != nil {
-		t.Fatalf("trace relctl: %v", err)
+		t.Fatalf("trace fakectl: %v", err)
 	}
 	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 		return err == nil && out.count() >= 40
 	})
 	if n := tr.KernelGoroutines(pid); n < 1 {
-		t.Fatalf("kernel holds state for %d goroutines of relctl mid-reconcile, want at least the hanging one", n)
+		t.Fatalf("kernel holds state for %d goroutines of fakectl mid-reconcile, want at least the hanging one", n)
 	}
 	before := tr.KernelGoroutines(pid)
 
@@ -65,7 +65,7 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 		t.Errorf("kernel still holds state for %d goroutines of the dead process", n)
 	}
 
-	// Every reconcile relctl finished (and printed) has its exact span; the hanging one, and
+	// Every reconcile fakectl finished (and printed) has its exact span; the hanging one, and
 	// at most one more the kill interrupted, are abandoned.
 	truths := readTruths(t, first.output(t))
 	spans := out.snapshot()
@@ -98,7 +98,7 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 	if hung < 0 || len(abandoned) > 2 {
 		t.Fatalf("abandoned spans %+v: want obj-20- (the hanging reconcile) and at most one other", abandoned)
 	}
-	if s := abandoned[hung]; !s.Incomplete || s.Controller != "rel" || s.Namespace != "ns" || s.ReconcileID != "00000014-0000-4000-8000-000000000014" {
+	if s := abandoned[hung]; !s.Incomplete || s.Controller != "fake" || s.Namespace != "ns" || s.ReconcileID != "00000014-0000-4000-8000-000000000014" {
 		t.Errorf("hanging reconcile's span %+v: want incomplete, controller rel, ns/obj-20-, its reconcile ID", s)
 	}
 	if st := tr.Stats(); st.Processes != 0 || st.Sites != 0 {
@@ -112,10 +112,10 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 
 	// Second life: the same binary, traced again from scratch.
 	stopFile, startFile2 := filepath.Join(dir, "stop"), filepath.Join(dir, "start2")
-	second := start(t, "relctl-2", exec.Command(bin, "-n", "100000000", "-workers", "2", "-interval", "1ms", "-stop", stopFile, "-start", startFile2))
+	second := start(t, "fakectl-2", exec.Command(bin, "-n", "100000000", "-workers", "2", "-interval", "1ms", "-stop", stopFile, "-start", startFile2))
 	pid2 := second.pid()
 	if _, err := tr.TracePID(pid2); err != nil {
-		t.Fatalf("trace relctl again: %v", err)
+		t.Fatalf("trace fakectl again: %v", err)
 	}
 	n0 := out.count()
 	if err := os.WriteFile(startFile2, nil, 0o644); err != nil {
@@ -127,7 +127,7 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 	}
 	<-second.done
 	if second.err != nil {
-		t.Fatalf("restarted relctl failed while traced: %v", second.err)
+		t.Fatalf("restarted fakectl failed while traced: %v", second.err)
 	}
 	waitFor(t, time.Minute, "the tracer to notice the second exit", func() bool { return !slices.Contains(tr.PIDs(), pid2) })
 	truths2 := readTruths(t, second.output(t))

@@ -48,25 +48,25 @@ func TestRingBufferOverflow(t *testing.T) {
 
 	const n = 20000
 	startFile := filepath.Join(dir, "start")
-	ctl := start(t, "relctl", exec.Command(bin, "-start", startFile, "-n", "20000", "-workers", "8"))
+	ctl := start(t, "fakectl", exec.Command(bin, "-start", startFile, "-n", "20000", "-workers", "8"))
 	if _, err := tr.TracePID(ctl.pid()); err != nil {
-		t.Fatalf("trace relctl: %v", err)
+		t.Fatalf("trace fakectl: %v", err)
 	}
 	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	<-ctl.done
 	if ctl.err != nil {
-		t.Fatalf("relctl failed while traced: %v", ctl.err)
+		t.Fatalf("fakectl failed while traced: %v", ctl.err)
 	}
 	waitFor(t, time.Minute, "the tracer to notice the exit", func() bool { return !slices.Contains(tr.PIDs(), ctl.pid()) })
 	burst := tr.Stats().Kernel
 
 	// The agent keeps going: a second, slow process is traced completely.
 	stop, start2 := filepath.Join(dir, "stop"), filepath.Join(dir, "start2")
-	slow := start(t, "relctl-slow", exec.Command(bin, "-start", start2, "-stop", stop, "-n", "1000000", "-interval", "5ms"))
+	slow := start(t, "fakectl-slow", exec.Command(bin, "-start", start2, "-stop", stop, "-n", "1000000", "-interval", "5ms"))
 	if _, err := tr.TracePID(slow.pid()); err != nil {
-		t.Fatalf("trace the second relctl: %v", err)
+		t.Fatalf("trace the second fakectl: %v", err)
 	}
 	if err := os.WriteFile(start2, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestRingBufferOverflow(t *testing.T) {
 	// Both processes' reconciles against the spans of each (reconcile IDs repeat across them).
 	truths := readTruths(t, ctl.output(t))
 	if len(truths) != n {
-		t.Fatalf("relctl reported %d reconciles, want %d", len(truths), n)
+		t.Fatalf("fakectl reported %d reconciles, want %d", len(truths), n)
 	}
 	slowTruths := readTruths(t, slow.output(t))
 	type key struct {

@@ -149,8 +149,8 @@ func TestSoak(t *testing.T) {
 	bpftest.Require(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "fakectl")
-	build := exec.Command("go", "build", "-o", bin, "./testdata/fakectl")
-	build.Dir = "../../pkg/collector"
+	build := exec.Command("go", "build", "-o", bin, "./test/fakectl")
+	build.Dir = "../.."
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build fakectl: %v\n%s", err, b)
 	}
@@ -300,7 +300,7 @@ Written by `+"`make soak`"+` (TestSoak in soak_test.go, SOAK_RESULT=1). Rerun it
 | --- | --- |
 | date (UTC) | %s |
 | command | `+"`make soak`"+` (`+"`go test -tags soak -run '^TestSoak$' -count=1 -timeout 2h -v ./test/soak/`"+` as root) |
-| traced program | pkg/collector/testdata/fakectl %s (stack growth every 7th reconcile, a GC every 500th, a recovered panic every 7th) |
+| traced program | test/fakectl %s (stack growth every 7th reconcile, a GC every 500th, a recovered panic every 7th) |
 | machine | Linux %s, %s, %d CPUs (shared) |
 | outcome | **%s** |
 | reconciles (ground truth) | %d |

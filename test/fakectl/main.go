@@ -1,8 +1,15 @@
 // Command fakectl reconciles made-up objects through a function with the exact shape of
 // controller-runtime's (*Controller[request]).Reconcile (generic receiver with a Name field,
-// ctx carrying a reconcile ID, a NamespacedName request, (Result, error) results), without
-// any Kubernetes dependency. The collector's tests trace it and compare what they saw with
-// the ground-truth lines it prints, one JSON object per reconcile.
+// ctx carrying a reconcile ID, a NamespacedName request, (Result, error) results, recovered
+// panics), without any Kubernetes dependency. It prints one JSON object per finished
+// reconcile, its ground truth, which the tracer, reliability, soak tests compare with what they
+// saw. Flags add load (-workers, -deep for stack growth, -gc-every) and ways to break things
+// on purpose: a reconcile that never returns (-hang), names, controller name and error
+// messages of any length (-name-len, -controller-len, -error-len).
+//
+// Reconcile i works on object ns/obj-i- and ends, by i modulo 7, in success, an
+// *errors.errorString, a *fmt.wrapError, a *main.customError, Requeue, RequeueAfter (i+1) ms,
+// or a recovered panic.
 package main
 
 import (
@@ -13,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 )
@@ -41,7 +49,7 @@ type Controller[request comparable] struct {
 	Do   func(ctx context.Context, req request) (Result, error)
 }
 
-// Reconcile has controller-runtime's signature.
+// Reconcile has controller-runtime's signature, and recovers panics as it does.
 //
 //go:noinline
 func (c *Controller[request]) Reconcile(ctx context.Context, req request) (_ Result, err error) {
@@ -52,10 +60,6 @@ func (c *Controller[request]) Reconcile(ctx context.Context, req request) (_ Res
 	}()
 	return c.Do(ctx, req)
 }
-
-type customError struct{ code int }
-
-func (e *customError) Error() string { return fmt.Sprintf("custom %d", e.code) }
 
 // grow recurses with a big frame so that the goroutine's stack must grow.
 //
@@ -69,7 +73,13 @@ func grow(n int) int {
 	return grow(n-1) + int(pad[n%512])
 }
 
+type customError struct{ code int }
+
+func (e *customError) Error() string { return fmt.Sprintf("custom %d", e.code) }
+
 type truth struct {
+	Controller   string `json:"controller"`
+	Namespace    string `json:"namespace"`
 	Name         string `json:"name"`
 	Outcome      string `json:"outcome"`
 	ErrorType    string `json:"error_type"`
@@ -80,14 +90,28 @@ type truth struct {
 
 var outcomes = []string{"success", "error", "wrapped", "custom", "requeue", "requeue_after", "panic"}
 
+// pad makes s exactly n bytes long (when n > len(s)) with a recognisable filler.
+func pad(s string, n int) string {
+	if n <= len(s) {
+		return s
+	}
+	return s + strings.Repeat("x", n-len(s))
+}
+
 func main() {
 	n := flag.Int("n", 70, "reconciles")
 	workers := flag.Int("workers", 1, "concurrent workers")
 	start := flag.String("start", "", "wait until this file exists before reconciling")
+	stop := flag.String("stop", "", "stop early (cleanly) once this file exists")
+	interval := flag.Duration("interval", 0, "pause between two reconciles of one worker")
+	hang := flag.Int("hang", -1, "the reconcile of obj-HANG never returns (it sleeps until the process dies)")
+	hanging := flag.String("hanging", "", "create this file once the hanging reconcile has begun")
+	nameLen := flag.Int("name-len", 0, "pad namespace and name of every object to this many bytes")
+	ctlLen := flag.Int("controller-len", 0, "pad the controller's name to this many bytes")
+	errLen := flag.Int("error-len", 0, "pad the message of plain errors to this many bytes")
+	controller := flag.String("controller", "fake", "the controller's name")
 	deep := flag.Int("deep", 0, "recursion depth inside every 7th reconcile (stack growth)")
 	gcEvery := flag.Int("gc-every", 0, "force a GC every N reconciles")
-	interval := flag.Duration("interval", 0, "pause between two reconciles of one worker")
-	stop := flag.String("stop", "", "stop early (cleanly) once this file exists")
 	flag.Parse()
 
 	if *start != "" {
@@ -101,7 +125,7 @@ func main() {
 
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
-	c := &Controller[Request]{Name: "fake"}
+	c := &Controller[Request]{Name: pad(*controller, *ctlLen)}
 	c.Do = func(ctx context.Context, req Request) (Result, error) {
 		var i int
 		fmt.Sscanf(req.Name, "obj-%d", &i)
@@ -111,9 +135,15 @@ func main() {
 		if *gcEvery > 0 && i%*gcEvery == 0 {
 			runtime.GC()
 		}
+		if i == *hang {
+			if *hanging != "" {
+				os.WriteFile(*hanging, nil, 0o644)
+			}
+			time.Sleep(24 * time.Hour)
+		}
 		switch outcomes[i%len(outcomes)] {
 		case "error":
-			return Result{}, errors.New("plain failure")
+			return Result{}, errors.New(pad("plain failure", *errLen))
 		case "wrapped":
 			return Result{}, fmt.Errorf("wrapping: %w", errors.New("inner"))
 		case "custom":
@@ -137,9 +167,9 @@ func main() {
 			for i := range next {
 				id := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
 				ctx := context.WithValue(context.Background(), reconcileIDKey{}, UID(id))
-				req := Request{NamespacedName{Namespace: "ns", Name: fmt.Sprintf("obj-%d", i)}}
+				req := Request{NamespacedName{Namespace: pad("ns", *nameLen), Name: pad(fmt.Sprintf("obj-%d-", i), *nameLen)}}
 				res, err := c.Reconcile(ctx, req)
-				t := truth{Name: req.Name, ReconcileID: id, RequeueAfter: int64(res.RequeueAfter)}
+				t := truth{Controller: c.Name, Namespace: req.Namespace, Name: req.Name, ReconcileID: id, RequeueAfter: int64(res.RequeueAfter)}
 				switch {
 				case err != nil:
 					t.Outcome, t.ErrorType, t.Error = "error", fmt.Sprintf("%T", err), err.Error()
@@ -160,7 +190,7 @@ func main() {
 		}()
 	}
 	for i := 0; i < *n; i++ {
-		if *stop != "" && i%64 == 0 {
+		if *stop != "" && i%16 == 0 {
 			if _, err := os.Stat(*stop); err == nil {
 				break
 			}
