@@ -179,7 +179,7 @@ func TestRunDaemonSetMode(t *testing.T) {
 
 	body := httpGet(t, "http://"+metrics+"/metrics")
 	for _, want := range []string{
-		`reconscope_reconcile_total{controller="scripted",result="success"}`,
+		`reconscope_reconcile_total{controller="scripted",k8s_container_name="manager",k8s_namespace_name="default",k8s_pod_name="operator-0",result="success"}`,
 		"reconscope_processes_traced 1",
 		"reconscope_events_lost_total 0",
 	} {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,27 +98,34 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			NativeHistogramMinResetDuration: time.Hour,
 		}, labels)
 	}
+	// Every per-controller metric also names the traced workload, as the OpenTelemetry
+	// Prometheus mapping spells k8s.namespace.name, k8s.pod.name and k8s.container.name (empty,
+	// hence absent, when unknown). The names do not collide with the namespace and pod target
+	// labels Prometheus adds for the agent's own pod.
+	wl := func(labels ...string) []string {
+		return append([]string{"controller", "k8s_namespace_name", "k8s_pod_name", "k8s_container_name"}, labels...)
+	}
 	m := &Metrics{
 		reg: reg,
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reconscope_reconcile_total",
 			Help: "Reconciles finished, by controller and result (success, error, requeue, requeue_after, abandoned).",
-		}, []string{"controller", "result"}),
+		}, wl("result")),
 		duration: histogram("reconscope_reconcile_duration_seconds",
-			"Duration of reconciles that returned (abandoned ones are not observed).", "controller"),
+			"Duration of reconciles that returned (abandoned ones are not observed).", wl()...),
 		phases: histogram("reconscope_reconcile_phase_seconds",
 			"Time a reconcile spent reading (cache and API reads), writing (API writes) and computing (the rest).",
-			"controller", "phase"),
+			wl("phase")...),
 		api: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reconscope_api_requests_total",
 			Help: "API server requests made by reconciles, by verb, resource[/subresource] and HTTP status code.",
-		}, []string{"controller", "verb", "resource", "code"}),
+		}, wl("verb", "resource", "code")),
 		noops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reconscope_noop_reconciles_total",
 			Help: "Reconciles that wrote nothing to the API server.",
-		}, []string{"controller"}),
+		}, wl()),
 		queueWait: histogram("reconscope_queue_wait_seconds",
-			"Time an object waited in its controller's work queue before its reconcile started (reconciles whose queue add was seen).", "controller"),
+			"Time an object waited in its controller's work queue before its reconcile started (reconciles whose queue add was seen).", wl()...),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "reconscope_reconciles_in_flight",
 			Help: "Reconciles started and not yet finished, in all traced processes.",
@@ -177,18 +185,22 @@ func (m *Metrics) Write(s *span.Span) error {
 	if result == "" {
 		result = "unknown"
 	}
-	m.reconciles.WithLabelValues(s.Controller, result).Inc()
+	podNS, pod, _ := strings.Cut(s.Pod, "/")
+	lv := func(labels ...string) []string {
+		return append([]string{s.Controller, podNS, pod, s.Container}, labels...)
+	}
+	m.reconciles.WithLabelValues(lv(result)...).Inc()
 	if s.Noop {
-		m.noops.WithLabelValues(s.Controller).Inc()
+		m.noops.WithLabelValues(lv()...).Inc()
 	}
 	if s.QueueWait > 0 {
-		m.queueWait.WithLabelValues(s.Controller).Observe(s.QueueWait.Seconds())
+		m.queueWait.WithLabelValues(lv()...).Observe(s.QueueWait.Seconds())
 	}
 	if s.Result != span.ResultAbandoned {
-		m.duration.WithLabelValues(s.Controller).Observe(s.Duration.Seconds())
-		m.phases.WithLabelValues(s.Controller, "read").Observe(s.Phases.Read.Seconds())
-		m.phases.WithLabelValues(s.Controller, "write").Observe(s.Phases.Write.Seconds())
-		m.phases.WithLabelValues(s.Controller, "compute").Observe(s.Phases.Compute.Seconds())
+		m.duration.WithLabelValues(lv()...).Observe(s.Duration.Seconds())
+		m.phases.WithLabelValues(lv("read")...).Observe(s.Phases.Read.Seconds())
+		m.phases.WithLabelValues(lv("write")...).Observe(s.Phases.Write.Seconds())
+		m.phases.WithLabelValues(lv("compute")...).Observe(s.Phases.Compute.Seconds())
 	}
 	for i := range s.Calls {
 		c := &s.Calls[i]
@@ -208,7 +220,7 @@ func (m *Metrics) Write(s *span.Span) error {
 		if c.Status != 0 {
 			code = strconv.Itoa(c.Status)
 		}
-		m.api.WithLabelValues(s.Controller, verb, resource, code).Inc()
+		m.api.WithLabelValues(lv(verb, resource, code)...).Inc()
 	}
 	m.hot.observe(s.Controller, s.Namespace, s.Name)
 	return nil

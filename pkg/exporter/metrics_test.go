@@ -66,6 +66,9 @@ func scrape(t *testing.T, url, accept string) (map[string]*dto.MetricFamily, htt
 func labelsOf(m *dto.Metric) string {
 	var parts []string
 	for _, l := range m.GetLabel() {
+		if l.GetValue() == "" {
+			continue // an empty label is no label, for Prometheus
+		}
 		parts = append(parts, l.GetName()+"="+l.GetValue())
 	}
 	sort.Strings(parts)
@@ -163,21 +166,21 @@ func TestMetricsScrape(t *testing.T) {
 		t.Errorf("Content-Type %q, want text/plain", ct)
 	}
 	wantValues(t, fams, "reconscope_reconcile_total", map[string]float64{
-		"controller=configmap,result=success":        1,
-		"controller=configmap,result=error":          1,
-		"controller=configmap,result=requeue":        1,
-		"controller=deployment,result=requeue_after": 1,
-		"controller=deployment,result=abandoned":     1,
-		"controller=job,result=success":              1,
+		"controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,result=success":        1,
+		"controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,result=error":          1,
+		"controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,result=requeue":        1,
+		"controller=deployment,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,result=requeue_after": 1,
+		"controller=deployment,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,result=abandoned":     1,
+		"controller=job,result=success": 1,
 	})
 	wantValues(t, fams, "reconscope_api_requests_total", map[string]float64{
-		"code=200,controller=configmap,resource=configmaps,verb=PUT":        1,
-		"code=409,controller=configmap,resource=configmaps/status,verb=PUT": 1,
-		"code=404,controller=configmap,resource=secrets,verb=GET":           1,
+		"code=200,controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,resource=configmaps,verb=PUT":        1,
+		"code=409,controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,resource=configmaps/status,verb=PUT": 1,
+		"code=404,controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,resource=secrets,verb=GET":           1,
 	})
 	wantValues(t, fams, "reconscope_noop_reconciles_total", map[string]float64{
-		"controller=deployment": 1,
-		"controller=job":        1,
+		"controller=deployment,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f": 1,
+		"controller=job": 1,
 	})
 	wantValues(t, fams, "reconscope_reconciles_in_flight", map[string]float64{"": 4})
 	wantValues(t, fams, "reconscope_events_lost_total", map[string]float64{"": 3})
@@ -199,7 +202,7 @@ func TestMetricsScrape(t *testing.T) {
 	if len(dur) != 3 {
 		t.Errorf("duration series %v, want configmap, deployment, job", keys(dur))
 	}
-	h := dur["controller=configmap"].GetHistogram()
+	h := dur["controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f"].GetHistogram()
 	if h.GetSampleCount() != 3 || fmt.Sprintf("%.6f", h.GetSampleSum()) != "0.012000" {
 		t.Errorf("configmap duration count %d sum %v, want 3 and 0.012", h.GetSampleCount(), h.GetSampleSum())
 	}
@@ -218,7 +221,7 @@ func TestMetricsScrape(t *testing.T) {
 			t.Errorf("bucket le=%v holds %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), want)
 		}
 	}
-	if c := dur["controller=deployment"].GetHistogram().GetSampleCount(); c != 1 {
+	if c := dur["controller=deployment,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f"].GetHistogram().GetSampleCount(); c != 1 {
 		t.Errorf("deployment duration count %d, want 1 (abandoned not observed)", c)
 	}
 
@@ -226,7 +229,7 @@ func TestMetricsScrape(t *testing.T) {
 	if len(phases) != 9 {
 		t.Errorf("phase series %v, want 3 controllers x 3 phases", keys(phases))
 	}
-	read := phases["controller=configmap,phase=read"].GetHistogram()
+	read := phases["controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,phase=read"].GetHistogram()
 	if read.GetSampleCount() != 3 || fmt.Sprintf("%.6f", read.GetSampleSum()) != "0.001050" {
 		t.Errorf("configmap read phase count %d sum %v, want 3 and 0.00105", read.GetSampleCount(), read.GetSampleSum())
 	}
@@ -276,7 +279,7 @@ func TestMetricsNativeHistogram(t *testing.T) {
 			}
 		}
 	}
-	h := series(t, fams, "reconscope_reconcile_duration_seconds")["controller=configmap"].GetHistogram()
+	h := series(t, fams, "reconscope_reconcile_duration_seconds")["controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f"].GetHistogram()
 	// Native buckets are delta-encoded: each bucket's count is the previous one's plus its delta.
 	var count, total int64
 	for _, d := range h.GetPositiveDelta() {
