@@ -343,6 +343,25 @@ static __always_inline int handle(struct go_regs *regs)
 	return 0;
 }
 
+/* Processes that just called execve: the pid (tgid) of each, so discovery can look at a new
+ * program at once instead of at its next /proc scan. A full buffer loses nothing that
+ * matters: a wakeup is pending then, and the periodic scan stays the safety net. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 14);
+} execs SEC(".maps");
+
+SEC("raw_tracepoint/sched_process_exec")
+int on_exec(void *ctx)
+{
+	__u32 *pid = bpf_ringbuf_reserve(&execs, sizeof(*pid), 0);
+	if (!pid)
+		return 0;
+	*pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_ringbuf_submit(pid, 0);
+	return 0;
+}
+
 SEC("uprobe")
 int probe_site(struct go_regs *regs)
 {

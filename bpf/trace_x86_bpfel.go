@@ -97,10 +97,12 @@ const (
 	TraceMapCounters        = "counters"
 	TraceMapErrLayouts      = "err_layouts"
 	TraceMapEvents          = "events"
+	TraceMapExecs           = "execs"
 	TraceMapGoroutines      = "goroutines"
 	TraceMapSites           = "sites"
 	TraceMapSpawning        = "spawning"
 	TraceMapTracedPids      = "traced_pids"
+	TraceProgOnExec         = "on_exec"
 	TraceProgProbeSite      = "probe_site"
 	TraceProgProbeSiteMulti = "probe_site_multi"
 	TraceVarUnusedErrKey    = "unused_err_key"
@@ -154,6 +156,7 @@ type TraceSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type TraceProgramSpecs struct {
+	OnExec         *ebpf.ProgramSpec `ebpf:"on_exec"`
 	ProbeSite      *ebpf.ProgramSpec `ebpf:"probe_site"`
 	ProbeSiteMulti *ebpf.ProgramSpec `ebpf:"probe_site_multi"`
 }
@@ -165,6 +168,7 @@ type TraceMapSpecs struct {
 	Counters   *ebpf.MapSpec `ebpf:"counters"`
 	ErrLayouts *ebpf.MapSpec `ebpf:"err_layouts"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
+	Execs      *ebpf.MapSpec `ebpf:"execs"`
 	Goroutines *ebpf.MapSpec `ebpf:"goroutines"`
 	Sites      *ebpf.MapSpec `ebpf:"sites"`
 	Spawning   *ebpf.MapSpec `ebpf:"spawning"`
@@ -207,6 +211,7 @@ type TraceMaps struct {
 	Counters   *ebpf.Map `ebpf:"counters"`
 	ErrLayouts *ebpf.Map `ebpf:"err_layouts"`
 	Events     *ebpf.Map `ebpf:"events"`
+	Execs      *ebpf.Map `ebpf:"execs"`
 	Goroutines *ebpf.Map `ebpf:"goroutines"`
 	Sites      *ebpf.Map `ebpf:"sites"`
 	Spawning   *ebpf.Map `ebpf:"spawning"`
@@ -218,6 +223,7 @@ func (m *TraceMaps) Close() error {
 		m.Counters,
 		m.ErrLayouts,
 		m.Events,
+		m.Execs,
 		m.Goroutines,
 		m.Sites,
 		m.Spawning,
@@ -242,12 +248,14 @@ type TraceVariables struct {
 //
 // It can be passed to LoadTraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TracePrograms struct {
+	OnExec         *ebpf.Program `ebpf:"on_exec"`
 	ProbeSite      *ebpf.Program `ebpf:"probe_site"`
 	ProbeSiteMulti *ebpf.Program `ebpf:"probe_site_multi"`
 }
 
 func (p *TracePrograms) Close() error {
 	return _TraceClose(
+		p.OnExec,
 		p.ProbeSite,
 		p.ProbeSiteMulti,
 	)

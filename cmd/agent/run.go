@@ -29,7 +29,8 @@ import (
 const runSummary = `Usage: reconscope-agent run [flags]
 
 The node agent (the DaemonSet's entrypoint): finds every Go controller process on this node
-by scanning /proc, traces those the probe catalog supports (one attach per executable, shared
+by scanning /proc (at once when a process execs, from the sched_process_exec raw tracepoint,
+and every --scan-interval), traces those the probe catalog supports (one attach per executable, shared
 by its processes), names their pod and container from a pod informer limited to this node
 (needs get/list/watch on pods; without API access it keeps tracing with host-only metadata
 and says so once), serves Prometheus metrics and health on --metrics-addr, and sends spans
@@ -44,7 +45,7 @@ labels, container name and executable (docs/daemonset.md).`
 func runRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", runSummary, stdout, stderr)
 	procRoot := fs.String("proc-root", discovery.DefaultProcRoot, "where the host's /proc is mounted (hostPID: /proc)")
-	interval := fs.Duration("scan-interval", discovery.DefaultScanInterval, "how often /proc is scanned for new and exited processes")
+	interval := fs.Duration("scan-interval", discovery.DefaultScanInterval, "how often /proc is scanned for new and exited processes (an exec anywhere on the node also prompts a scan)")
 	configPath := fs.String("config", "", "YAML file selecting the processes to trace (include/exclude rules; docs/daemonset.md)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for the pod informer (default: in-cluster config; none: host-only metadata)")
 	ringSize := fs.Int("ring-buffer-size", 4<<20, "kernel ring buffer size in bytes (a power of two)")
@@ -122,7 +123,11 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	go func() { _ = index.Run(ctx) }()
-	watcher := discovery.NewWatcher(discovery.WatcherOptions{ProcRoot: *procRoot, Interval: *interval, Logger: log})
+	execs, err := t.WatchExecs(ctx)
+	if err != nil {
+		log.Warn("no exec notifications: new processes are found by the /proc scan only", "interval", *interval, "err", err)
+	}
+	watcher := discovery.NewWatcher(discovery.WatcherOptions{ProcRoot: *procRoot, Interval: *interval, Execs: execs, Logger: log})
 	go func() {
 		if err := watcher.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("process scan", "err", err)
@@ -219,7 +224,7 @@ func kubeClient(kubeconfig string, log *slog.Logger) kubernetes.Interface {
 		cfg, err = rest.InClusterConfig()
 	}
 	if err != nil {
-		log.Info("no Kubernetes API access: spans carry host metadata only", "reason", err)
+		log.Debug("no Kubernetes client configuration", "reason", err) // the pod index says it once
 		return nil
 	}
 	cfg.UserAgent = "reconscope-agent/" + version

@@ -238,7 +238,7 @@ func TestRunWithoutAPI(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("agent: %v\n%s", err, logs.String())
 	}
-	if n := strings.Count(logs.String(), "no Kubernetes API access"); n != 1 {
+	if n := strings.Count(logs.String(), "kubernetes metadata unavailable"); n != 1 {
 		t.Errorf("said %d times that there is no API access, want once:\n%s", n, logs.String())
 	}
 	if !strings.Contains(out.String(), `"name":"no-api"`) || !strings.Contains(out.String(), fmt.Sprintf(`"pid":%d`, ctl.PID())) {
@@ -265,4 +265,63 @@ func httpGet(t *testing.T, url string) string {
 		t.Fatalf("GET %s: %s\n%s", url, resp.Status, b)
 	}
 	return string(b)
+}
+
+// TestRunFindsNewProcessOnExec: with an hour between /proc scans, a controller started after
+// the agent is traced all the same: its exec prompts a scan.
+func TestRunFindsNewProcessOnExec(t *testing.T) {
+	bpftest.Require(t)
+	agent, err := agentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.Start(t, testenv.Options{})
+	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "1h", "--log-format", "json")
+	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
+	var logs lockedBuffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitLog := func(what string) bool {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			if strings.Contains(logs.String(), what) {
+				return true
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		return false
+	}
+	if !waitLog(`"msg":"reconscope agent running"`) {
+		t.Fatalf("agent did not start:\n%s", logs.String())
+	}
+	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
+	if !waitLog(fmt.Sprintf(`"msg":"tracing","pid":%d`, ctl.PID())) {
+		t.Fatalf("the fixture (pid %d), started after the agent, was not traced without a /proc scan:\n%s", ctl.PID(), logs.String())
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("agent exit: %v", err)
+	}
+}
+
+// lockedBuffer is a strings.Builder safe for a process writing while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -48,17 +48,21 @@ type WatcherOptions struct {
 	Buffer int
 	// Logger receives the Watcher's warnings. Nil means slog.Default().
 	Logger *slog.Logger
+	// Execs, when set, receives the PID of each process that called execve (the agent feeds
+	// it from the sched_process_exec raw tracepoint): each one prompts a scan before the next
+	// Interval, at most one per WakeDelay, so a new controller is traced at once.
+	Execs <-chan int
+	// WakeDelay is the least time between two scans prompted by Execs. Zero means 100ms.
+	WakeDelay time.Duration
 }
 
 // Watcher is the stage that finds processes: it rescans /proc at an interval and sends a
 // [Started] for each new process and an [Exited] for each one gone, on the channel returned by
 // Events. Events of one scan come Exited first, then Started, each in PID order.
 //
-// TODO: learn of exec and exit as they happen, from raw tracepoints (sched_process_exec,
-// sched_process_exit: they need neither tracefs nor kprobes, see DESIGN.md §3), and keep the
-// periodic scan as the safety net that also finds the processes started before the agent.
-// That cuts the delay to a new controller's first traced reconcile from up to Interval to
-// about nothing, and stops missing processes that live less than Interval.
+// With WatcherOptions.Execs, an exec anywhere on the host prompts a scan at once (debounced by
+// WakeDelay), so a new controller is traced about as soon as it runs; the periodic scan stays
+// the safety net that also finds processes started before the agent and notices exits.
 type Watcher struct {
 	opts   WatcherOptions
 	log    *slog.Logger
@@ -82,6 +86,9 @@ func NewWatcher(opts WatcherOptions) *Watcher {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.WakeDelay <= 0 {
+		opts.WakeDelay = 100 * time.Millisecond
+	}
 	return &Watcher{
 		opts:   opts,
 		log:    opts.Logger,
@@ -104,6 +111,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	t := time.NewTicker(w.opts.Interval)
 	defer t.Stop()
+	execs := w.opts.Execs
+	var lastWake time.Time
 	for {
 		for _, ev := range evs {
 			select {
@@ -116,6 +125,21 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case _, ok := <-execs:
+			if !ok {
+				execs = nil // no more prompts: the ticker alone
+				evs = nil
+				continue
+			}
+			if wait := w.opts.WakeDelay - time.Since(lastWake); wait > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(wait):
+				}
+			}
+			drain(execs) // one scan serves every exec so far
+			lastWake = time.Now()
 		}
 		evs, err = w.scan()
 		if err != nil {
@@ -179,4 +203,18 @@ func (w *Watcher) scan() ([]Event, error) {
 	}
 	w.warnedScan = false
 	return append(exited, started...), nil
+}
+
+// drain empties ch without waiting.
+func drain(ch <-chan int) {
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		default:
+			return
+		}
+	}
 }

@@ -156,3 +156,40 @@ func TestWatcherRunSurvivesLostRoot(t *testing.T) {
 		t.Errorf("scan failure logged %d times, want once:\n%s", n, logs.String())
 	}
 }
+
+// TestWatcherExecPrompt: with an hour between periodic scans, only an exec prompt can make
+// the watcher see a new process.
+func TestWatcherExecPrompt(t *testing.T) {
+	f := newFakeProc(t)
+	f.add(10, "manager", 10, "manager", "")
+	execs := make(chan int, 4)
+	w := NewWatcher(WatcherOptions{ProcRoot: f.root, Interval: time.Hour, Execs: execs, WakeDelay: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	next := func() string {
+		t.Helper()
+		select {
+		case ev := <-w.Events():
+			return eventString(ev)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no event within 10s")
+			return ""
+		}
+	}
+	if got := next(); got != "start 10 manager" {
+		t.Fatalf("first event %q", got)
+	}
+	f.add(20, "operator", 20, "operator", "")
+	execs <- 20
+	if got := next(); got != "start 20 operator" {
+		t.Fatalf("after the exec prompt: %q, want start 20 operator", got)
+	}
+	close(execs) // prompts end; the watcher keeps its periodic scan
+	select {
+	case ev := <-w.Events():
+		t.Fatalf("unexpected event %q", eventString(ev))
+	case <-time.After(100 * time.Millisecond):
+	}
+}

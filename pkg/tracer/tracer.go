@@ -241,6 +241,10 @@ func (t *Tracer) releaseIfUnused(key exeKey) {
 	t.log.Info("detached", "exe", e.path)
 }
 
+// WatchExecs reports the PID of every process that calls execve on the host, until ctx ends
+// (collector.WatchExecs).
+func (t *Tracer) WatchExecs(ctx context.Context) (<-chan int, error) { return t.col.WatchExecs(ctx) }
+
 // PIDs returns the traced processes.
 func (t *Tracer) PIDs() []int {
 	t.mu.Lock()

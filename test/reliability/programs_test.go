@@ -28,8 +28,9 @@ var allowedHelpers = []asm.BuiltinFunc{
 // TestProgramsOnlyRead: the committed eBPF objects (for amd64 and arm64 alike, bpf2go
 // compiles the same source) call only the helpers above and are entry-style uprobe programs
 // (section uprobe or uprobe.multi; the collector attaches them with link.Uprobe and
-// link.UprobeMulti at entry and RET sites, never as uretprobes). The kernel then loads them:
-// the verifier accepts them as they are.
+// link.UprobeMulti at entry and RET sites, never as uretprobes), plus the exec notification on
+// the sched_process_exec raw tracepoint, which reads nothing but the PID. The kernel then
+// loads them: the verifier accepts them as they are.
 func TestProgramsOnlyRead(t *testing.T) {
 	bpftest.Require(t)
 	root, err := moduleRoot()
@@ -45,8 +46,8 @@ func TestProgramsOnlyRead(t *testing.T) {
 			t.Fatalf("%s: no program in the object", obj)
 		}
 		for name, p := range spec.Programs {
-			if p.SectionName != "uprobe" && p.SectionName != "uprobe.multi" {
-				t.Errorf("%s: program %s in section %q: want uprobe or uprobe.multi", obj, name, p.SectionName)
+			if p.SectionName != "uprobe" && p.SectionName != "uprobe.multi" && p.SectionName != "raw_tracepoint/sched_process_exec" {
+				t.Errorf("%s: program %s in section %q: want uprobe, uprobe.multi or the exec notification", obj, name, p.SectionName)
 			}
 			if strings.Contains(p.SectionName, "ret") {
 				t.Errorf("program %s is a return probe (%s)", name, p.SectionName)
