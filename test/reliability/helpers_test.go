@@ -25,10 +25,10 @@ import (
 
 // built holds the programs TestMain builds once for every test: fakectl and the agent.
 var built struct {
-	dir    string
+	dir     string
 	fakectl string
-	agent  string
-	err    error
+	agent   string
+	err     error
 }
 
 func TestMain(m *testing.M) {
