@@ -1,19 +1,15 @@
 package tracer_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,47 +18,17 @@ import (
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
-// fakeProbe is the controller-runtime reconcile probe (v0.23+ layout) pointed at fakectl,
-// which has the same function shape in package main.
+// fakeProbe is the catalog's reconcile probe pointed at fakectl.
 func fakeProbe(t *testing.T) []*probes.Probe {
 	t.Helper()
-	var cr *probes.Probe
-	for _, p := range probes.Catalog {
-		if p.ID == "controller-runtime/reconcile" && p.MinVersion == "v0.23.0" {
-			cr = p
-		}
+	p, err := fakectltest.Probe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if cr == nil {
-		t.Fatal("catalog has no controller-runtime v0.23+ reconcile probe")
-	}
-	p := *cr
-	p.ID, p.Module, p.MinVersion = "test/fake-reconcile", "", ""
-	p.Symbol = regexp.MustCompile(`^main\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`)
-	p.Entry.Strings[0].Field = probes.FieldRef{Type: "main.Controller", Path: "Name"}
-	return []*probes.Probe{&p}
-}
-
-type truth struct {
-	Name         string `json:"name"`
-	Outcome      string `json:"outcome"`
-	ErrorType    string `json:"error_type"`
-	Error        string `json:"error"`
-	RequeueAfter int64  `json:"requeue_after_ns"`
-	ReconcileID  string `json:"reconcile_id"`
-}
-
-type collect struct {
-	mu    sync.Mutex
-	spans []span.Span
-}
-
-func (c *collect) Write(s *span.Span) error {
-	c.mu.Lock()
-	c.spans = append(c.spans, *s)
-	c.mu.Unlock()
-	return nil
+	return []*probes.Probe{p}
 }
 
 func buildFake(t *testing.T, env []string, args ...string) string {
@@ -78,7 +44,7 @@ func buildFake(t *testing.T, env []string, args ...string) string {
 }
 
 // traceFake runs fakectl under the tracer and returns its ground truth and our spans.
-func traceFake(t *testing.T, bin string, args ...string) ([]truth, []span.Span, tracer.Stats) {
+func traceFake(t *testing.T, bin string, args ...string) ([]fakectltest.Truth, []span.Span, tracer.Stats) {
 	t.Helper()
 	startFile := filepath.Join(t.TempDir(), "start")
 	var stdout bytes.Buffer
@@ -90,7 +56,7 @@ func traceFake(t *testing.T, bin string, args ...string) ([]truth, []span.Span, 
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
-	sink := &collect{}
+	sink := &fakectltest.Sink{}
 	tr, err := tracer.New(tracer.Options{
 		Catalog: fakeProbe(t),
 		Writer:  sink,
@@ -129,20 +95,17 @@ func traceFake(t *testing.T, bin string, args ...string) ([]truth, []span.Span, 
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	var truths []truth
-	sc := bufio.NewScanner(&stdout)
-	for sc.Scan() {
-		var tr truth
-		if err := json.Unmarshal(sc.Bytes(), &tr); err != nil {
-			t.Fatalf("ground truth %q: %v", sc.Text(), err)
-		}
-		truths = append(truths, tr)
+	truths, err := fakectltest.ReadTruths(stdout.Bytes())
+	if err != nil {
+		t.Fatal(err)
 	}
-	return truths, sink.spans, tr.Stats()
+	return truths, sink.Snapshot(), tr.Stats()
 }
 
 // checkMatch asserts one span per ground-truth reconcile with the same fields.
-func checkMatch(t *testing.T, truths []truth, spans []span.Span, stats tracer.Stats, wantController string) {
+// wantController "" means the controller's name cannot be known (stripped build): the span
+// must then have none, rather than a wrong one.
+func checkMatch(t *testing.T, truths []fakectltest.Truth, spans []span.Span, stats tracer.Stats, wantController string) {
 	t.Helper()
 	if stats.Kernel.LostRingBuffer != 0 {
 		t.Errorf("lost %d events", stats.Kernel.LostRingBuffer)
@@ -160,31 +123,11 @@ func checkMatch(t *testing.T, truths []truth, spans []span.Span, stats tracer.St
 	bad := 0
 	for _, tr := range truths {
 		s, ok := byID[tr.ReconcileID]
-		var problems []string
-		switch {
-		case !ok:
-			problems = append(problems, "no span")
-		default:
-			if s.Controller != wantController {
-				problems = append(problems, fmt.Sprintf("controller %q", s.Controller))
-			}
-			if s.Namespace != "ns" || s.Name != tr.Name {
-				problems = append(problems, fmt.Sprintf("object %s/%s", s.Namespace, s.Name))
-			}
-			if string(s.Result) != tr.Outcome {
-				problems = append(problems, fmt.Sprintf("result %s", s.Result))
-			}
-			if s.ErrorType != tr.ErrorType {
-				problems = append(problems, fmt.Sprintf("error type %q", s.ErrorType))
-			}
-			if (tr.ErrorType == "*errors.errorString" || tr.ErrorType == "*fmt.wrapError") && s.Error != tr.Error {
-				problems = append(problems, fmt.Sprintf("error %q", s.Error))
-			}
-			if int64(s.RequeueAfter) != tr.RequeueAfter {
-				problems = append(problems, fmt.Sprintf("requeue after %v", s.RequeueAfter))
-			}
-			if s.Goid <= 0 || s.Duration <= 0 {
-				problems = append(problems, fmt.Sprintf("goid %d duration %v", s.Goid, s.Duration))
+		problems := []string{"no span"}
+		if ok {
+			problems = fakectltest.Mismatch(tr, s, wantController != "")
+			if wantController == "" && s.Controller != "" {
+				problems = append(problems, fmt.Sprintf("controller %q, want none", s.Controller))
 			}
 		}
 		if len(problems) > 0 {
@@ -272,7 +215,7 @@ func TestAttachDetachBusy(t *testing.T) {
 
 			sawSpans := 0
 			for i := 0; i < 50; i++ {
-				sink := &collect{}
+				sink := &fakectltest.Sink{}
 				tr, err := tracer.New(tracer.Options{
 					Catalog:   fakeProbe(t),
 					Writer:    sink,
@@ -305,9 +248,7 @@ func TestAttachDetachBusy(t *testing.T) {
 				if left := linksFor(t, bin); len(left) != 0 {
 					t.Fatalf("after detach %d, links left: %+v", i, left)
 				}
-				sink.mu.Lock()
-				sawSpans += len(sink.spans)
-				sink.mu.Unlock()
+				sawSpans += sink.Count()
 			}
 			if sawSpans == 0 {
 				t.Error("50 attaches saw no reconcile at all")
@@ -320,12 +261,11 @@ func TestAttachDetachBusy(t *testing.T) {
 			}
 			// Its own record: every object reconciled exactly once, obj-0 .. obj-(n-1).
 			seen := map[string]bool{}
-			sc := bufio.NewScanner(&stdout)
-			for sc.Scan() {
-				var tr truth
-				if err := json.Unmarshal(sc.Bytes(), &tr); err != nil {
-					t.Fatalf("busy process wrote %q: %v", sc.Text(), err)
-				}
+			truths, err := fakectltest.ReadTruths(stdout.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tr := range truths {
 				if seen[tr.Name] {
 					t.Fatalf("%s reconciled twice", tr.Name)
 				}

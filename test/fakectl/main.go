@@ -23,6 +23,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/reconscope/reconscope/test/fakectl/groundtruth"
 )
 
 // NamespacedName mirrors k8s.io/apimachinery/pkg/types.NamespacedName.
@@ -77,16 +79,8 @@ type customError struct{ code int }
 
 func (e *customError) Error() string { return fmt.Sprintf("custom %d", e.code) }
 
-type truth struct {
-	Controller   string `json:"controller"`
-	Namespace    string `json:"namespace"`
-	Name         string `json:"name"`
-	Outcome      string `json:"outcome"`
-	ErrorType    string `json:"error_type"`
-	Error        string `json:"error"`
-	RequeueAfter int64  `json:"requeue_after_ns"`
-	ReconcileID  string `json:"reconcile_id"`
-}
+// truth is the ground-truth line.
+type truth = groundtruth.Truth
 
 var outcomes = []string{"success", "error", "wrapped", "custom", "requeue", "requeue_after", "panic"}
 

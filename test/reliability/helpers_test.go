@@ -1,7 +1,6 @@
 package reliability
 
 import (
-	"bufio"
 	"bytes"
 	"debug/elf"
 	"encoding/json"
@@ -21,6 +20,7 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
 // built holds the programs TestMain builds once for every test: fakectl and the agent.
@@ -210,50 +210,35 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 }
 
 // truth is one line of fakectl's ground truth.
-type truth struct {
-	Controller   string `json:"controller"`
-	Namespace    string `json:"namespace"`
-	Name         string `json:"name"`
-	Outcome      string `json:"outcome"`
-	ErrorType    string `json:"error_type"`
-	Error        string `json:"error"`
-	RequeueAfter int64  `json:"requeue_after_ns"`
-	ReconcileID  string `json:"reconcile_id"`
-}
+type truth = fakectltest.Truth
 
 func readTruths(t *testing.T, b []byte) []truth {
 	t.Helper()
-	var out []truth
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var tr truth
-		if err := json.Unmarshal(sc.Bytes(), &tr); err != nil {
-			t.Fatalf("ground truth %q: %v", sc.Text(), err)
-		}
-		out = append(out, tr)
+	out, err := fakectltest.ReadTruths(b)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
 
-// relProbe is the controller-runtime v0.23+ reconcile probe pointed at fakectl, which has the
-// same function shape in package main.
+// reconcileSymbol matches fakectl's Reconcile (the probe's pattern).
+var reconcileSymbol = func() *regexp.Regexp {
+	p, err := fakectltest.Probe()
+	if err != nil {
+		panic(err)
+	}
+	return p.Symbol
+}()
+
+// relProbe is the catalog's reconcile probe pointed at fakectl.
 func relProbe(t *testing.T) []*probes.Probe {
 	t.Helper()
-	for _, p := range probes.Catalog {
-		if p.ID == "controller-runtime/reconcile" && p.MinVersion == "v0.23.0" {
-			q := *p
-			q.ID, q.Module, q.MinVersion = "test/fakectl-reconcile", "", ""
-			q.Symbol = reconcileSymbol
-			q.Entry.Strings[0].Field = probes.FieldRef{Type: "main.Controller", Path: "Name"}
-			return []*probes.Probe{&q}
-		}
+	p, err := fakectltest.Probe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("catalog has no controller-runtime v0.23+ reconcile probe")
-	return nil
+	return []*probes.Probe{p}
 }
-
-var reconcileSymbol = regexp.MustCompile(`^main\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`)
 
 // agentProbe is the agent's --probe flag that traces fakectl's Reconcile as a sync handler:
 // the object name is the request's Name (register slots 6 and 7: receiver, dictionary, ctx,
@@ -347,31 +332,4 @@ func agentSpans(t *testing.T, p *proc) []agentLine {
 }
 
 // mismatch lists how span s differs from the ground truth tr of the same reconcile.
-func mismatch(tr truth, s span.Span) []string {
-	var p []string
-	if s.Controller != tr.Controller {
-		p = append(p, fmt.Sprintf("controller %q", s.Controller))
-	}
-	if s.Namespace != tr.Namespace || s.Name != tr.Name {
-		p = append(p, fmt.Sprintf("object %s/%s", s.Namespace, s.Name))
-	}
-	if string(s.Result) != tr.Outcome {
-		p = append(p, fmt.Sprintf("result %s", s.Result))
-	}
-	if s.ErrorType != tr.ErrorType {
-		p = append(p, fmt.Sprintf("error type %q", s.ErrorType))
-	}
-	if (tr.ErrorType == "*errors.errorString" || tr.ErrorType == "*fmt.wrapError") && s.Error != tr.Error {
-		p = append(p, fmt.Sprintf("error %q", s.Error))
-	}
-	if int64(s.RequeueAfter) != tr.RequeueAfter {
-		p = append(p, fmt.Sprintf("requeue after %v", s.RequeueAfter))
-	}
-	if s.ReconcileID != tr.ReconcileID {
-		p = append(p, fmt.Sprintf("reconcile ID %q", s.ReconcileID))
-	}
-	if s.Goid <= 0 || s.Duration <= 0 {
-		p = append(p, fmt.Sprintf("goid %d duration %v", s.Goid, s.Duration))
-	}
-	return p
-}
+func mismatch(tr truth, s span.Span) []string { return fakectltest.Mismatch(tr, s, true) }

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
 // Environment knobs (the defaults are the soak of record).
@@ -59,21 +59,14 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// fakeProbe is the controller-runtime v0.23+ reconcile probe pointed at fakectl, which has
-// the same function shape in package main (as in pkg/tracer's tests).
+// fakeProbe is the catalog's reconcile probe pointed at fakectl.
 func fakeProbe(t *testing.T) []*probes.Probe {
 	t.Helper()
-	for _, p := range probes.Catalog {
-		if p.ID == "controller-runtime/reconcile" && p.MinVersion == "v0.23.0" {
-			q := *p
-			q.ID, q.Module, q.MinVersion = "test/fake-reconcile", "", ""
-			q.Symbol = regexp.MustCompile(`^main\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`)
-			q.Entry.Strings[0].Field = probes.FieldRef{Type: "main.Controller", Path: "Name"}
-			return []*probes.Probe{&q}
-		}
+	p, err := fakectltest.Probe()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("catalog has no controller-runtime v0.23+ reconcile probe")
-	return nil
+	return []*probes.Probe{p}
 }
 
 // seen is what the soak keeps of one span: enough to compare it with fakectl's ground truth
@@ -122,7 +115,7 @@ func (r *recorder) Write(s *span.Span) error {
 	}
 	e := &r.spans[i]
 	e.count++
-	e.ok = s.Controller == "fake" && s.Namespace == "ns" && s.Name == "obj-"+strconv.Itoa(int(i)) && s.Goid > 0 && s.Duration > 0
+	e.ok = s.Controller == "fake" && s.Namespace == "ns" && s.Name == "obj-"+strconv.Itoa(int(i))+"-" && s.Goid > 0 && s.Duration > 0
 	e.incomplete = s.Incomplete
 	e.result = r.word(string(s.Result))
 	e.errorType = r.word(s.ErrorType)
@@ -131,14 +124,7 @@ func (r *recorder) Write(s *span.Span) error {
 	return nil
 }
 
-type truth struct {
-	Name         string `json:"name"`
-	Outcome      string `json:"outcome"`
-	ErrorType    string `json:"error_type"`
-	Error        string `json:"error"`
-	RequeueAfter int64  `json:"requeue_after_ns"`
-	ReconcileID  string `json:"reconcile_id"`
-}
+type truth = fakectltest.Truth
 
 // TestSoak: 1 M reconciles (stack growth every 7th, a forced GC every 500th, a recovered panic
 // every 7th) on 8 workers, traced from the first to the last. The traced process must exit 0;
