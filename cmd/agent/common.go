@@ -1,12 +1,47 @@
 package main
 
 import (
+	"flag"
+	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/reconscope/reconscope/pkg/collector"
+	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/tracer"
 )
+
+// tracerFlags are the flags shared by trace and run that shape the tracer.
+type tracerFlags struct {
+	ringSize *int
+	abandon  *time.Duration
+	single   *bool
+	extra    probeFlags
+}
+
+func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
+	tf := &tracerFlags{
+		ringSize: fs.Int("ring-buffer-size", 4<<20, "kernel ring buffer size in bytes (a power of two)"),
+		abandon:  fs.Duration("abandon-after", 10*time.Minute, "close a reconcile whose return never came as abandoned after this long"),
+		single:   fs.Bool("single-uprobes", false, "attach one uprobe per site even where the kernel has uprobe_multi links"),
+	}
+	fs.Var(&tf.extra, "probe", "trace a sync handler of your own: 'SYMBOL=controller:NAME[,key:SLOT][,err:SLOT]' (repeatable)")
+	return tf
+}
+
+// newTracer loads the eBPF programs and returns a tracer writing to w.
+func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock exporter.Clock) (*tracer.Tracer, error) {
+	return tracer.New(tracer.Options{
+		Collector: collector.Options{RingBufferSize: *tf.ringSize, ForceSingleUprobes: *tf.single},
+		Assembler: span.Options{AbandonAfter: *tf.abandon},
+		Writer:    w,
+		Logger:    log,
+		Clock:     clock,
+		Catalog:   append(append([]*probes.Probe{}, probes.Catalog...), tf.extra...),
+	})
+}
 
 // probeFlags collects repeated --probe flags.
 type probeFlags []*probes.Probe
@@ -26,8 +61,4 @@ func (p *probeFlags) Set(v string) error {
 	}
 	*p = append(*p, pr)
 	return nil
-}
-
-func spanOptions(abandon time.Duration) span.Options {
-	return span.Options{AbandonAfter: abandon}
 }

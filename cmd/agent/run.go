@@ -18,7 +18,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/probes"
@@ -48,13 +47,10 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	interval := fs.Duration("scan-interval", discovery.DefaultScanInterval, "how often /proc is scanned for new and exited processes (an exec anywhere on the node also prompts a scan)")
 	configPath := fs.String("config", "", "YAML file selecting the processes to trace (include/exclude rules; docs/daemonset.md)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for the pod informer (default: in-cluster config; none: host-only metadata)")
-	ringSize := fs.Int("ring-buffer-size", 4<<20, "kernel ring buffer size in bytes (a power of two)")
-	abandon := fs.Duration("abandon-after", 10*time.Minute, "close a reconcile whose return never came as abandoned after this long")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", "auto", "log format: text, json, or auto (json when stderr is not a terminal)")
 	output := fs.String("output", "none", "also write each reconcile to stdout: none or json (JSON lines, docs/json.md)")
-	var extra probeFlags
-	fs.Var(&extra, "probe", "trace a sync handler of your own: 'SYMBOL=controller:NAME[,key:SLOT][,err:SLOT]' (repeatable)")
+	tf := addTracerFlags(fs.FlagSet)
 	ef := addExportFlags(fs.FlagSet, ":9464")
 	if err := flagsFromEnv(fs.FlagSet, os.LookupEnv); err != nil {
 		fmt.Fprintf(stderr, "reconscope-agent run: %v\n", err)
@@ -99,14 +95,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer exp.close()
-	t, err = tracer.New(tracer.Options{
-		Collector: collector.Options{RingBufferSize: *ringSize},
-		Assembler: spanOptions(*abandon),
-		Writer:    exp.writer,
-		Logger:    log,
-		Clock:     clock,
-		Catalog:   append(append([]*probes.Probe{}, probes.Catalog...), extra...),
-	})
+	t, err = tf.newTracer(exp.writer, log, clock)
 	if err != nil {
 		log.Error("load eBPF programs", "err", err)
 		return 1

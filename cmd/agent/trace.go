@@ -13,9 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/exporter"
-	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
@@ -42,13 +40,9 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	pids := fs.String("pid", "", "comma-separated process IDs to trace")
 	exe := fs.String("exe", "", "trace every process running this executable, now and later")
 	output := fs.String("output", "tree", "output format: tree or json")
-	ringSize := fs.Int("ring-buffer-size", 4<<20, "kernel ring buffer size in bytes (a power of two)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: until Ctrl-C or SIGTERM)")
-	abandon := fs.Duration("abandon-after", 10*time.Minute, "close a reconcile whose return never came as abandoned after this long")
-	single := fs.Bool("single-uprobes", false, "attach one uprobe per site even where the kernel has uprobe_multi links")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	var extra probeFlags
-	fs.Var(&extra, "probe", "trace a sync handler of your own: 'SYMBOL=controller:NAME[,key:SLOT][,err:SLOT]' (repeatable)")
+	tf := addTracerFlags(fs.FlagSet)
 	ef := addExportFlags(fs.FlagSet, "")
 	if code, exit := fs.parse(args); exit {
 		return code
@@ -84,14 +78,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer exp.close()
-	t, err = tracer.New(tracer.Options{
-		Collector: collector.Options{RingBufferSize: *ringSize, ForceSingleUprobes: *single},
-		Assembler: spanOptions(*abandon),
-		Writer:    exp.writer,
-		Logger:    log,
-		Clock:     clock,
-		Catalog:   append(append([]*probes.Probe{}, probes.Catalog...), extra...),
-	})
+	t, err = tf.newTracer(exp.writer, log, clock)
 	if err != nil {
 		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
 		return 1
