@@ -325,3 +325,153 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// apiProxy is a TCP proxy to the API server that the test can take down and bring back on the
+// same address, as an outage looks to the agent.
+type apiProxy struct {
+	target, addr string
+	mu           sync.Mutex
+	ln           net.Listener
+	conns        []net.Conn
+}
+
+func (p *apiProxy) up(t *testing.T) {
+	t.Helper()
+	ln, err := net.Listen("tcp", p.addr)
+	if err != nil {
+		t.Fatalf("proxy listen %s: %v", p.addr, err)
+	}
+	p.mu.Lock()
+	p.ln, p.addr = ln, ln.Addr().String()
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); s.Close() }()
+			go func() { _, _ = io.Copy(c, s); c.Close() }()
+		}
+	}()
+}
+
+func (p *apiProxy) down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ln.Close()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// TestRunAPIServerDown: the API server becomes unreachable for the agent and comes back. The
+// agent says so once each way and keeps tracing throughout, with the pod metadata it had.
+func TestRunAPIServerDown(t *testing.T) {
+	bpftest.Require(t)
+	agent, err := agentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.Start(t, testenv.Options{})
+	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	ctx := context.Background()
+	const node = "node-1"
+	containerID := strings.Repeat("cd34", 16)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "operator-1"},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "manager", Image: "example.com/op:1"}}},
+	}
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "manager", Image: "example.com/op:1", ImageID: "example.com/op@sha256:0",
+		ContainerID: "containerd://" + containerID, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	if err := env.Client.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
+	fakeContainer(t, ctl.PID(), string(pod.UID), containerID)
+
+	// The agent reaches the API server through the proxy; the fixture directly.
+	target := strings.TrimSuffix(strings.TrimPrefix(env.Config.Host, "https://"), "/")
+	proxy := &apiProxy{target: target, addr: "127.0.0.1:0"}
+	proxy.up(t)
+	kc, err := os.ReadFile(env.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(kc), "https://"+target) {
+		t.Fatalf("kubeconfig does not name the API server %s", target)
+	}
+	agentKubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(agentKubeconfig, []byte(strings.ReplaceAll(string(kc), "https://"+target, "https://"+proxy.addr)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(agent, "run", "--kubeconfig", agentKubeconfig, "--node-name", node, "--metrics-addr", "",
+		"--scan-interval", "200ms", "--log-format", "json", "--output", "json")
+	var out, logs lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	reconcile := func(name string) {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
+			Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("a span of "+name+" with its pod", func() bool {
+			return strings.Contains(out.String(), `"name":"`+name+`"`) &&
+				strings.Contains(out.String(), `"pod":"default/operator-1","container":"manager"`)
+		})
+	}
+	waitFor("the agent to trace the fixture", func() bool {
+		return strings.Contains(logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d`, ctl.PID())) &&
+			strings.Contains(logs.String(), `"pod":"default/operator-1"`)
+	})
+	reconcile("before")
+
+	proxy.down()
+	waitFor("the agent to notice the API server is gone", func() bool {
+		return strings.Contains(logs.String(), "kubernetes metadata unavailable")
+	})
+	reconcile("during") // tracing goes on, with the metadata it had
+
+	proxy.up(t)
+	waitFor("the agent to notice the API server is back", func() bool {
+		return strings.Contains(logs.String(), "kubernetes metadata available again")
+	})
+	reconcile("after")
+
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("agent exit: %v", err)
+	}
+	for _, msg := range []string{"kubernetes metadata unavailable", "kubernetes metadata available again"} {
+		if n := strings.Count(logs.String(), msg); n != 1 {
+			t.Errorf("%q logged %d times, want once", msg, n)
+		}
+	}
+}
