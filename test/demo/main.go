@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -260,6 +261,8 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
+var emptyLabel = regexp.MustCompile(`[a-z_]+="",?`)
+
 // printMetrics prints the lines of one metric family from the agent's /metrics.
 func printMetrics(addr, family string) {
 	resp, err := http.Get("http://" + addr + "/metrics")
@@ -271,7 +274,7 @@ func printMetrics(addr, family string) {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		if strings.HasPrefix(sc.Text(), family+"{") {
-			fmt.Println("  " + sc.Text())
+			fmt.Println("  " + emptyLabel.ReplaceAllString(sc.Text(), "")) // empty labels are no labels
 		}
 	}
 }
