@@ -44,6 +44,7 @@ go build -o "$work/bench" ./test/bench
 go build -o "$work/reconcileloop" ./test/bench/testdata/reconcileloop
 go build -tags otel -o "$work/reconcileloop-otel" ./test/bench/testdata/reconcileloop
 go build -o "$work/fakectl" ./test/fakectl
+go build -o "$work/scripted-controller" ./test/fixtures/scripted-controller
 # the same build as `make build`
 CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" \
   -o "$work/reconscope-agent" ./cmd/agent
@@ -77,7 +78,7 @@ step "3. loss by ring-buffer size"
 step "4. inspect on big binaries, agent memory"
 bins=(kube-apiserver kube-controller-manager kube-controller-manager-stripped)
 "${bench[@]}" inspect "${common[@]}" -agent "$work/reconscope-agent" -runs "$runs" \
-  "${bins[@]/#/$controlplane/}" > "$work/4-inspect.md"
+  "${bins[@]/#/$controlplane/}" "$work/scripted-controller" > "$work/4-inspect.md"
 : > "$work/symbols.txt"
 for b in "${bins[@]}"; do
   RECONSCOPE_BENCH_BINARY="$controlplane/$b" go test -run '^$' -bench '^BenchmarkOpenLarge$' -benchmem \
