@@ -32,13 +32,15 @@ Commands:
   run       the node agent (DaemonSet): find and trace every controller on this node, serve
             Prometheus metrics, send spans over OTLP
   trace     trace running controllers and print their reconciles (needs root, or CAP_BPF,
-            CAP_PERFMON, CAP_SYS_RESOURCE, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)
+            CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH; CAP_SYS_RESOURCE too on
+            kernels before 5.11)
   inspect   show what would be traced in a binary, without privileges
   version   print the version
 
 Run 'reconscope-agent <command> --help' for a command's flags.
 
 Examples:
+  kubectl apply -k deploy/        # reconscope-agent run, on every node
   sudo reconscope-agent trace --pid 4242
   sudo reconscope-agent trace --exe ./bin/manager --output json
   reconscope-agent inspect ./bin/manager
