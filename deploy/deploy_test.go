@@ -400,7 +400,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	m := exporter.NewMetrics(exporter.MetricsOptions{AgentStats: func() exporter.AgentStats { return exporter.AgentStats{} }})
 	s := &span.Span{
-		Controller: "c", Namespace: "n", Name: "o", Result: span.ResultSuccess, Duration: time.Millisecond, Noop: true,
+		Controller: "c", Namespace: "n", Name: "o", Result: span.ResultSuccess, Duration: time.Millisecond, Noop: true, QueueWait: time.Millisecond,
 		Calls: []span.Call{{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "GET", Resource: "pods", Status: 200}}},
 	}
 	if err := m.Write(s); err != nil {
