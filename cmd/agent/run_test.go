@@ -89,6 +89,29 @@ func fakeContainer(t *testing.T, pid int, podUID, containerID string) {
 	}
 }
 
+// fixtureInPod runs the fixture controller as container "manager" of pod default/podName on
+// node: the pod object with that container's ID in its status, and the process in a cgroup
+// named the way containerd names it (with the UID the API server gave the pod).
+func fixtureInPod(t *testing.T, env *testenv.Env, fixture, node, podName, containerID string) *testenv.Process {
+	t.Helper()
+	ctx := context.Background()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: podName},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "manager", Image: "example.com/op:1"}}},
+	}
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "manager", Image: "example.com/op:1", ImageID: "example.com/op@sha256:0",
+		ContainerID: "containerd://" + containerID, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	if err := env.Client.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
+	fakeContainer(t, ctl.PID(), string(pod.UID), containerID)
+	return ctl
+}
+
 // TestRunDaemonSetMode runs `reconscope-agent run` as the DaemonSet does: it finds the fixture
 // controller by scanning /proc, names its pod and container from the API server, exports
 // metrics, and detaches everything on SIGTERM.
@@ -101,24 +124,8 @@ func TestRunDaemonSetMode(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
 	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
 	ctx := context.Background()
-
-	const node, podUID = "node-1", "6f1c2d3e-4b5a-4c6d-8e7f-901a2b3c4d5e"
-	containerID := strings.Repeat("ab12", 16)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "operator-0", UID: podUID},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "manager", Image: "example.com/op:1"}}},
-	}
-	if err := env.Client.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "manager", Image: "example.com/op:1", ImageID: "example.com/op@sha256:0",
-		ContainerID: "containerd://" + containerID, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
-	if err := env.Client.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	// The API server assigns its own UID: the cgroup path must carry that one.
-	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
-	fakeContainer(t, ctl.PID(), string(pod.UID), containerID)
+	const node = "node-1"
+	ctl := fixtureInPod(t, env, fixture, node, "operator-0", strings.Repeat("ab12", 16))
 
 	metrics := freePort(t)
 	cmd := exec.Command(agent, "run", "--kubeconfig", env.Kubeconfig, "--node-name", node, "--metrics-addr", metrics,
@@ -386,21 +393,7 @@ func TestRunAPIServerDown(t *testing.T) {
 	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
 	ctx := context.Background()
 	const node = "node-1"
-	containerID := strings.Repeat("cd34", 16)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "operator-1"},
-		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "manager", Image: "example.com/op:1"}}},
-	}
-	if err := env.Client.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "manager", Image: "example.com/op:1", ImageID: "example.com/op@sha256:0",
-		ContainerID: "containerd://" + containerID, Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
-	if err := env.Client.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
-	fakeContainer(t, ctl.PID(), string(pod.UID), containerID)
+	ctl := fixtureInPod(t, env, fixture, node, "operator-1", strings.Repeat("cd34", 16))
 
 	// The agent reaches the API server through the proxy; the fixture directly.
 	target := strings.TrimSuffix(strings.TrimPrefix(env.Config.Host, "https://"), "/")
