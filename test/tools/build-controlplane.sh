@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the reconscope test bed's control plane (etcd, kube-apiserver, kube-controller-manager,
-# kubectl, and a stripped kube-controller-manager as release builds ship it) from the Go module
+# kubectl, kubelet, and a stripped kube-controller-manager as release builds ship it) from the Go module
 # proxy into a versioned cache folder outside the repository. Skips the build when the stamp
 # file says the binaries are already there. Prints the folder on its last line.
 set -euo pipefail
@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=${RECONSCOPE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reconscope}
 out="$cache/controlplane-k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
 stamp="$out/stamp"
-want="k8s=$K8S_VERSION etcd=$ETCD_VERSION"
+want="k8s=$K8S_VERSION etcd=$ETCD_VERSION kubelet"
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   echo "control plane binaries are cached ($want)" >&2
@@ -30,7 +30,7 @@ export CGO_ENABLED=0
 start=$(date +%s)
 echo "building etcd $ETCD_VERSION (cold: ~1-2 min)" >&2
 (cd "$here/etcd" && go build -trimpath -o "$out/etcd" .)
-for cmd in kube-apiserver kube-controller-manager kubectl; do
+for cmd in kube-apiserver kube-controller-manager kubectl kubelet; do
   echo "building $cmd $K8S_VERSION (cold: several minutes)" >&2
   (cd "$here/controlplane" && go build -trimpath -ldflags "$ver_flags" -o "$out/$cmd" "k8s.io/kubernetes/cmd/$cmd")
 done
