@@ -151,6 +151,39 @@ func scanRets(arch string, code []byte) []int {
 	return rets
 }
 
+// branchTargets returns the targets of the direct calls and jumps in code, which starts at
+// address pc.
+func branchTargets(arch string, code []byte, pc uint64) []uint64 {
+	var out []uint64
+	switch arch {
+	case "amd64":
+		for off := 0; off < len(code); {
+			inst, err := decodeX86(code[off:])
+			if err != nil || inst.Len <= 0 {
+				off++
+				continue
+			}
+			if inst.Op == x86asm.CALL || inst.Op == x86asm.JMP {
+				if rel, ok := inst.Args[0].(x86asm.Rel); ok {
+					out = append(out, uint64(int64(pc)+int64(off+inst.Len)+int64(rel)))
+				}
+			}
+			off += inst.Len
+		}
+	case "arm64":
+		for off := 0; off+4 <= len(code); off += 4 {
+			inst, err := arm64asm.Decode(code[off : off+4])
+			if err != nil || (inst.Op != arm64asm.B && inst.Op != arm64asm.BL) {
+				continue
+			}
+			if rel, ok := inst.Args[0].(arm64asm.PCRel); ok {
+				out = append(out, uint64(int64(pc)+int64(off)+int64(rel)))
+			}
+		}
+	}
+	return out
+}
+
 // entryOffset returns the offset of the instruction following the prologue's stack-check
 // branch, or 0 when the function has no stack check.
 func entryOffset(arch string, code []byte) int {

@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -139,6 +140,7 @@ func (b *Binary) pclnFunctions() ([]Function, error) {
 		return text.addr(uint64(off)), ok
 	}
 	funcs := make([]Function, 0, h.nfunc)
+	asm := make([]bool, 0, h.nfunc)
 	for i := uint64(0); i < h.nfunc; i++ {
 		start, ok1 := entry(i)
 		next, ok2 := entry(i + 1)
@@ -159,7 +161,14 @@ func (b *Binary) pclnFunctions() ([]Function, error) {
 		}
 		nameOff, ok4 := u32(functab, funcOff+base)
 		pcsp, ok5 := u32(functab, funcOff+base+12)
-		if !(ok1 && ok2 && ok3 && ok4 && ok5) || uint64(nameOff) >= uint64(len(funcnames)) {
+		// funcID and flag follow the nine uint32 fields after the entry (and startLine
+		// since Go 1.20).
+		flagOff := funcOff + base + 8*4
+		if h.version == 120 {
+			flagOff += 4
+		}
+		flags, ok6 := u32(functab, flagOff) // funcID, flag, pad, nfuncdata
+		if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || uint64(nameOff) >= uint64(len(funcnames)) {
 			return nil, fmt.Errorf("%w: function %d of the Go function table points outside it", ErrTruncated, i)
 		}
 		name := funcnames[nameOff:]
@@ -175,8 +184,63 @@ func (b *Binary) pclnFunctions() ([]Function, error) {
 			end = start
 		}
 		funcs = append(funcs, Function{Name: name, Entry: start, End: end})
+		asm = append(asm, byte(flags>>8)&funcFlagAsm != 0)
 	}
+	b.nameABI0(funcs, asm)
 	return funcs, nil
+}
+
+// funcFlagAsm is abi.FuncFlagAsm: the function was written in assembly (Go 1.18+).
+const funcFlagAsm = 1 << 2
+
+// nameABI0 gives the ABI0 half of every ABI pair its ".abi0" suffix, as the linker does in
+// .symtab. .gopclntab names a Go function and its ABI0 wrapper (made for callers in
+// assembly, such as runtime.goexit1's caller runtime.goexit) alike, and an assembly function
+// and its ABIInternal wrapper alike; without the suffix a probe on "runtime.goexit1" would
+// match both, and the wrapper's first instruction runs before it loads g into R14. The ABI0
+// half is the assembly function when one of the two is one; otherwise it is the wrapper:
+// the one whose code calls (or tail-jumps to) the other.
+func (b *Binary) nameABI0(funcs []Function, asm []bool) {
+	byName := make(map[string]int, len(funcs))
+	for i := range funcs {
+		j, dup := byName[funcs[i].Name]
+		if !dup {
+			byName[funcs[i].Name] = i
+			continue
+		}
+		abi0 := -1
+		switch {
+		case asm[i] && !asm[j]:
+			abi0 = i
+		case asm[j] && !asm[i]:
+			abi0 = j
+		case b.calls(funcs[i], funcs[j].Entry):
+			abi0 = i
+		case b.calls(funcs[j], funcs[i].Entry):
+			abi0 = j
+		}
+		if abi0 >= 0 {
+			funcs[abi0].Name += ".abi0"
+			if abi0 == j {
+				byName[funcs[i].Name] = i
+			}
+		}
+	}
+}
+
+// maxWrapperSize bounds the code searched for a wrapper's call to the function it wraps.
+const maxWrapperSize = 4096
+
+// calls reports whether fn's code calls or jumps directly to target.
+func (b *Binary) calls(fn Function, target uint64) bool {
+	if fn.End <= fn.Entry || fn.End-fn.Entry > maxWrapperSize {
+		return false
+	}
+	code, err := b.readVA(fn.Entry, fn.End-fn.Entry)
+	if err != nil {
+		return false
+	}
+	return slices.Contains(branchTargets(b.Arch, code, fn.Entry), target)
 }
 
 // pcTableLen returns the number of code bytes a pc-value table covers: the sum of its pc
