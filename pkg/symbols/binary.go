@@ -28,6 +28,10 @@ type Binary struct {
 	// MainModule is the path of the main module ("command-line-arguments" for a build of
 	// loose files).
 	MainModule string
+	// MainVersion is the main module's version as recorded: "(devel)" for a build in a
+	// checkout, the version for `go install module/cmd@v1.2.3` or a build stamped from a
+	// version-control tag.
+	MainVersion string
 	// Modules maps each dependency module path to its version, after replace directives
 	// (the replacement's version when it has one).
 	Modules map[string]string
@@ -55,6 +59,7 @@ type Binary struct {
 	symtab     func() (*symtab, error)
 	pclnHeader func() (*pclnHeader, error)
 	functions  func() ([]Function, error)
+	pclnArgs   func() (pclnTable, error)
 	modData    func() (*moduledata, error)
 	itabList   func() ([]Itab, error)
 	relocs     func() map[uint64]uint64
@@ -136,6 +141,7 @@ func (b *Binary) Close() error {
 	b.symtab = func() (*symtab, error) { return nil, closed() }
 	b.pclnHeader = func() (*pclnHeader, error) { return nil, closed() }
 	b.functions = func() ([]Function, error) { return nil, closed() }
+	b.pclnArgs = func() (pclnTable, error) { return pclnTable{}, closed() }
 	b.modData = func() (*moduledata, error) { return nil, closed() }
 	b.itabList = func() ([]Itab, error) { return nil, closed() }
 	b.relocs = func() map[uint64]uint64 { return nil }
@@ -203,6 +209,10 @@ func newBinary(path string, r io.ReaderAt, size int64) (*Binary, error) {
 	b.relocs = sync.OnceValue(b.readRelocs)
 	b.pclnHeader = sync.OnceValues(b.readPclnHeader)
 	b.functions = sync.OnceValues(b.readFunctions)
+	b.pclnArgs = sync.OnceValues(func() (pclnTable, error) {
+		funcs, args, err := b.readPcln()
+		return pclnTable{funcs, args}, err
+	})
 	b.modData = sync.OnceValues(b.readModuledata)
 	b.itabList = sync.OnceValues(b.readItabs)
 	b.dwarf = sync.OnceValues(b.openDWARF)
@@ -353,6 +363,7 @@ func (b *Binary) readBuildInfo() error {
 	b.GoVersion = bi.GoVersion
 	b.goMinor = goMinor(bi.GoVersion)
 	b.MainModule = bi.Main.Path
+	b.MainVersion = bi.Main.Version
 	if b.MainModule == "" {
 		b.MainModule = bi.Path
 	}
@@ -374,6 +385,23 @@ func (b *Binary) readBuildInfo() error {
 		b.Modules[d.Path] = v
 	}
 	return nil
+}
+
+// ModuleVersion returns the version of module in this binary: a dependency's (after
+// replace directives), or the main module's own when the binary was built in that module
+// (a program inside controller-runtime's module, for example): "(devel)" when the build
+// recorded none. ok is false when the binary does not contain the module.
+func (b *Binary) ModuleVersion(module string) (version string, ok bool) {
+	if v, ok := b.Modules[module]; ok {
+		return v, true
+	}
+	if module != "" && module == b.MainModule {
+		if b.MainVersion == "" {
+			return "(devel)", true
+		}
+		return b.MainVersion, true
+	}
+	return "", false
 }
 
 // stagingVersion returns "v0.37.2" when the linker flags set the Kubernetes version to

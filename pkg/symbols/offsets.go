@@ -105,8 +105,41 @@ func (b *Binary) fieldOffset(typeName, fieldPath string) (Offset, error) {
 	if len(known) > 0 {
 		hint = "the offsets table knows it for " + strings.Join(known, ", ") + " only"
 	}
-	return Offset{}, fmt.Errorf("field offset %s.%s in %s: %w: %s, and for %s %s; rebuild the program without -ldflags=-w, or add the version to the table (pkg/symbols/README.md)",
-		typeName, fieldPath, b.name(), ErrOffsetUnknown, dwarfProblem, what, hint)
+	return Offset{}, fmt.Errorf("field offset %s.%s in %s: %w: %s, and for %s %s; %s",
+		typeName, fieldPath, b.name(), ErrOffsetUnknown, dwarfProblem, what, hint, b.addHint(module, version))
+}
+
+// addHint says how to make an unknown offset known: the offsetgen command that adds the
+// version to the table, or, for a version no generator can fetch, a build with DWARF.
+func (b *Binary) addHint(module, version string) string {
+	const noDWARF = "rebuild the program without -ldflags=-w (its DWARF then answers)"
+	version, _, _ = strings.Cut(version, " ")
+	const gen = "go run ./internal/cmd/offsetgen -o pkg/symbols/offsets_table.json"
+	var cmd string
+	switch module {
+	case "std":
+		if versionSeries(version) == "" {
+			return noDWARF
+		}
+		cmd = gen + " -go " + version + " -client-go none -controller-runtime none"
+	case "k8s.io/client-go", "k8s.io/apimachinery":
+		v := version
+		if cg, ok := b.Modules["k8s.io/client-go"]; ok {
+			v = cg // the generator's client-go program pulls in the apimachinery it needs
+		}
+		if versionSeries(v) == "" {
+			return noDWARF + "; " + module + " " + version + " is not a release the offsets table can be generated for"
+		}
+		cmd = gen + " -std=false -client-go " + v + " -controller-runtime none"
+	case "sigs.k8s.io/controller-runtime":
+		if versionSeries(version) == "" {
+			return noDWARF + "; " + module + " " + version + " is not a release the offsets table can be generated for"
+		}
+		cmd = gen + " -std=false -client-go none -controller-runtime " + version
+	default:
+		return noDWARF
+	}
+	return "add " + version + " to the table (in reconscope's source tree: " + cmd + "), or " + noDWARF
 }
 
 // moduleOf returns the module that defines typeName's package and its version in this
@@ -129,7 +162,8 @@ func (b *Binary) moduleOf(typeName string) (module, version string) {
 		}
 	}
 	if m := b.MainModule; m != "" && (pkg == m || strings.HasPrefix(pkg, m+"/")) && len(m) > len(best) {
-		return m, "(devel)"
+		v, _ := b.ModuleVersion(m)
+		return m, v
 	}
 	if best == "" {
 		return "", ""

@@ -93,14 +93,52 @@ func (b *Binary) readPclnHeader() (*pclnHeader, error) {
 // table (which covers exactly the function's code, without the alignment padding up to
 // the next function), so the bounds equal the symbol sizes of an unstripped build.
 func (b *Binary) pclnFunctions() ([]Function, error) {
+	funcs, _, err := b.readPcln()
+	return funcs, err
+}
+
+// ArgsSize returns the size in bytes of fn's arguments and results as laid out in memory
+// (the stack layout of ABI0, which .gopclntab records for every function whatever its ABI):
+// it tells two layouts of one function apart when a module's version does not, for
+// example a result struct that gained a field.
+func (b *Binary) ArgsSize(fn Function) (int, error) {
+	t, err := b.pclnArgs()
+	if err != nil {
+		return 0, err
+	}
+	funcs, args := t.funcs, t.args
+	i, found := slices.BinarySearchFunc(funcs, fn.Entry, func(f Function, e uint64) int {
+		switch {
+		case f.Entry < e:
+			return -1
+		case f.Entry > e:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		return 0, fmt.Errorf("argument size of %s in %s: %w: no function of the Go function table starts at %#x", fn.Name, b.name(), ErrSymbolNotFound, fn.Entry)
+	}
+	return int(args[i]), nil
+}
+
+// pclnTable is .gopclntab's function table with each function's argument size.
+type pclnTable struct {
+	funcs []Function
+	args  []int32
+}
+
+// readPcln reads every function of .gopclntab and its argument size, in table order
+// (ascending entry).
+func (b *Binary) readPcln() ([]Function, []int32, error) {
 	h, err := b.pclnHeader()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// One string for the whole table: names are substrings of it.
 	data, err := b.readStringAt(h.off, h.size)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	funcnames := data[h.funcnameOff:]
 	pctab := data[h.pctabOff:]
@@ -110,7 +148,7 @@ func (b *Binary) pclnFunctions() ([]Function, error) {
 		entrySize = 16
 	}
 	if h.nfunc == 0 || h.nfunc > uint64(len(functab))/entrySize-1 || uint64(len(functab)) < (h.nfunc+1)*entrySize {
-		return nil, fmt.Errorf("%w: the Go function table claims %d functions", ErrTruncated, h.nfunc)
+		return nil, nil, fmt.Errorf("%w: the Go function table claims %d functions", ErrTruncated, h.nfunc)
 	}
 	u32 := func(s string, off uint64) (uint32, bool) {
 		if off > uint64(len(s)) || uint64(len(s))-off < 4 {
@@ -128,7 +166,7 @@ func (b *Binary) pclnFunctions() ([]Function, error) {
 	if h.version != 116 {
 		md, err := b.modData()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		text = md.textMapper()
 	}
@@ -141,6 +179,7 @@ func (b *Binary) pclnFunctions() ([]Function, error) {
 	}
 	funcs := make([]Function, 0, h.nfunc)
 	asm := make([]bool, 0, h.nfunc)
+	args := make([]int32, 0, h.nfunc)
 	for i := uint64(0); i < h.nfunc; i++ {
 		start, ok1 := entry(i)
 		next, ok2 := entry(i + 1)
@@ -160,6 +199,7 @@ func (b *Binary) pclnFunctions() ([]Function, error) {
 			base = 8
 		}
 		nameOff, ok4 := u32(functab, funcOff+base)
+		argSize, _ := u32(functab, funcOff+base+4)
 		pcsp, ok5 := u32(functab, funcOff+base+12)
 		// funcID and flag follow the nine uint32 fields after the entry (and startLine
 		// since Go 1.20).
@@ -167,9 +207,9 @@ func (b *Binary) pclnFunctions() ([]Function, error) {
 		if h.version == 120 {
 			flagOff += 4
 		}
-		flags, ok6 := u32(functab, flagOff) // funcID, flag, pad, nfuncdata
-		if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || uint64(nameOff) >= uint64(len(funcnames)) {
-			return nil, fmt.Errorf("%w: function %d of the Go function table points outside it", ErrTruncated, i)
+		flags, _ := u32(functab, flagOff) // funcID, flag, pad, nfuncdata; 0 if cut off
+		if !(ok1 && ok2 && ok3 && ok4 && ok5) || uint64(nameOff) >= uint64(len(funcnames)) {
+			return nil, nil, fmt.Errorf("%w: function %d of the Go function table points outside it", ErrTruncated, i)
 		}
 		name := funcnames[nameOff:]
 		if j := strings.IndexByte(name, 0); j >= 0 {
@@ -185,9 +225,10 @@ func (b *Binary) pclnFunctions() ([]Function, error) {
 		}
 		funcs = append(funcs, Function{Name: name, Entry: start, End: end})
 		asm = append(asm, byte(flags>>8)&funcFlagAsm != 0)
+		args = append(args, int32(argSize))
 	}
 	b.nameABI0(funcs, asm)
-	return funcs, nil
+	return funcs, args, nil
 }
 
 // funcFlagAsm is abi.FuncFlagAsm: the function was written in assembly (Go 1.18+).

@@ -81,9 +81,15 @@ func (b *Binary) Summary() Info {
 		if v, ok := b.Modules[path]; ok {
 			info.Modules = append(info.Modules, Module{Path: path, Version: v})
 		} else if path == b.MainModule {
-			// Built from its own tree: the release version is in the linker flags
-			// (Kubernetes), else the VCS revision, else "(devel)".
-			v := kubernetesVersion(b.Settings["-ldflags"])
+			// Built from its own tree: the version the build recorded, else the release
+			// version in the linker flags (Kubernetes), else the VCS revision, else "(devel)".
+			v := b.MainVersion
+			if v == "(devel)" {
+				v = ""
+			}
+			if v == "" {
+				v = kubernetesVersion(b.Settings["-ldflags"])
+			}
 			if v == "" {
 				v = b.Settings["vcs.revision"]
 			}
