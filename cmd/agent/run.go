@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/probes"
@@ -96,6 +97,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}
 	defer exp.close()
 	t, err = tf.newTracer(exp.writer, log, clock)
+	if errors.Is(err, collector.ErrBelowFloor) {
+		return waitBelowFloor(ctx, err, *ef.metricsAddr, log)
+	}
 	if err != nil {
 		log.Error("load eBPF programs", "err", err)
 		return 1

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
@@ -79,6 +78,10 @@ func New(opts Options) (*Collector, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", permission(err, memlockNeed()))
 	}
+	feats := ProbeFeatures()
+	if err := feats.Floor(); err != nil {
+		return nil, err
+	}
 	spec, err := rbpf.LoadTrace()
 	if err != nil {
 		return nil, fmt.Errorf("load eBPF spec: %w", err)
@@ -87,7 +90,8 @@ func New(opts Options) (*Collector, error) {
 	if err := spec.Variables["wakeup_bytes"].Set(uint64(opts.WakeupBytes)); err != nil {
 		return nil, fmt.Errorf("set wakeup threshold: %w", err)
 	}
-	multi := !opts.ForceSingleUprobes && features.HaveBPFLinkUprobeMulti() == nil
+	multi := !opts.ForceSingleUprobes && feats.Get("uprobe_multi").Err == nil
+	fallbacks(feats, spec, opts)
 	progName := rbpf.TraceProgProbeSite
 	if multi {
 		progName = rbpf.TraceProgProbeSiteMulti
@@ -99,7 +103,7 @@ func New(opts Options) (*Collector, error) {
 	if err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load eBPF programs: verifier: %+v", ve)
+			return nil, verifierError(opts.Logger, ve)
 		}
 		return nil, fmt.Errorf("load eBPF programs: %w", permission(err, capBPF, capPerfmon))
 	}

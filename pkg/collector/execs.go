@@ -20,7 +20,7 @@ import (
 func (c *Collector) WatchExecs(ctx context.Context) (<-chan int, error) {
 	prog := c.coll.Programs[rbpf.TraceProgOnExec]
 	if prog == nil {
-		return nil, errors.New("exec notifications: program not loaded")
+		return nil, errors.New("exec notifications: not loaded (this kernel has no raw tracepoints for eBPF, Linux 4.17+)")
 	}
 	l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_exec", Program: prog})
 	if err != nil {

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// waitBelowFloor is run's answer on a node whose kernel lacks what reconscope needs: one error
+// line, then the pod stays up and not Ready (/healthz 200, so the kubelet does not restart it
+// in a loop; /readyz 503 with the reason) until SIGTERM. It returns run's exit code.
+func waitBelowFloor(ctx context.Context, reason error, addr string, log *slog.Logger) int {
+	log.Error("not tracing on this node", "reason", reason.Error())
+	if addr == "" {
+		<-ctx.Done()
+		return 0
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Error("serve health", "addr", addr, "err", err)
+		return 1
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("not tracing: " + reason.Error() + "\n"))
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serve health", "err", err)
+		}
+	}()
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return 0
+}
