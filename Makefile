@@ -9,11 +9,14 @@ BIN      := bin/reconscope-agent
 LDFLAGS  := -X main.version=$(VERSION)
 SUDO     := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then echo "sudo -E env PATH=$$PATH"; fi)
 PKGS     := ./...
+# kernels `make kernels` boots (SERIES-ARCH, comma-separated), and the file whose table it rewrites.
+KERNELS  ?= 6.1-amd64,6.12-amd64,6.1-arm64,6.12-arm64
+KERNELS_DOC ?= docs/compatibility.md
 # go test flags for `make test`; RUN=TestName runs one test.
 TESTFLAGS ?= -count=1 -timeout 40m
 RUN      ?=
 
-.PHONY: help build generate check-generate test e2e bench soak lint demo controlplane fuzz clean
+.PHONY: help build generate check-generate test e2e bench soak lint demo controlplane fuzz clean kernels
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -42,6 +45,10 @@ bench: controlplane ## run the benchmarks and rewrite BENCHMARKS.md
 
 soak: ## 1 M traced reconciles (stack growth, GC, panics, 8 workers); rewrites test/soak/RESULT.md (root, ~minutes)
 	$(SUDO) env SOAK_RESULT=1 RECONSCOPE_REQUIRE_BPF=1 $(GO) test -tags soak -run '^TestSoak$$' -count=1 -timeout 2h -v ./test/soak/
+
+kernels: ## boot Debian's kernels under qemu, run the guest tests in each, rewrite docs/compatibility.md's table (KERNELS=6.1-amd64 for one; root: apt-get)
+	@[ -z "$(SUDO)" ] || echo "make kernels: not root: running through sudo (apt-get download, eBPF in the guest)"
+	$(SUDO) $(GO) run ./test/kernels -kernels '$(KERNELS)' $(if $(KERNELS_DOC),-doc $(KERNELS_DOC))
 
 fuzz: ## run each fuzz target briefly (FUZZTIME=10s)
 	@for t in $$(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include=*_test.go pkg | sed 's/func //'); do \

@@ -1,0 +1,532 @@
+// Command kernels (`make kernels`) boots Debian's kernels under qemu and runs reconscope's
+// guest tests (test/kernels/guest) inside each, one kernel after the other:
+//
+//  1. fetches the kernel package (Debian's cloud flavour, the newest build of the series) and
+//     busybox-static for the kernel's architecture with apt-get download, unpacks them with
+//     dpkg-deb (nothing is installed) and caches them by version under
+//     ${RECONSCOPE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reconscope}/kernels;
+//  2. cross-builds the guest test binary (go test -c) and the programs it traces (fakectl plain
+//     and stripped, hitloop) for that architecture;
+//  3. packs them with busybox into an initramfs whose /init mounts proc, sysfs, devtmpfs and
+//     a tmpfs, runs the tests and powers off;
+//  4. boots it with qemu-system-x86_64 or qemu-system-aarch64 (-M virt -cpu max; TCG when
+//     there is no /dev/kvm), the serial console written to a file;
+//  5. reads the tests' result line from the console and, with -doc, rewrites the kernels
+//     table of docs/compatibility.md (between <!-- kernels:begin --> and <!-- kernels:end -->),
+//     keeping the rows of kernels not run this time.
+//
+// It needs root for apt-get (arm64 also needs `dpkg --add-architecture arm64`, which it does)
+// and qemu-system-x86 / qemu-system-arm installed.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/reconscope/reconscope/test/kernels/guest"
+)
+
+// A kernel is one cell of the matrix: a Debian kernel series on an architecture.
+type kernel struct {
+	Series string // "6.1", "6.12"
+	Arch   string // Debian and Go architecture: "amd64", "arm64"
+}
+
+func (k kernel) String() string { return k.Series + "-" + k.Arch }
+
+// pkgPattern matches the kernel packages of the series; the first group orders builds.
+func (k kernel) pkgPattern() *regexp.Regexp {
+	return regexp.MustCompile(`^linux-image-` + regexp.QuoteMeta(k.Series) + `[.]([0-9]+)[-+][a-z0-9.+-]*?-?cloud-` + k.Arch + `-unsigned$`)
+}
+
+var allKernels = "6.1-amd64,6.12-amd64,6.1-arm64,6.12-arm64"
+
+func main() {
+	list := flag.String("kernels", allKernels, "comma-separated kernels to boot: SERIES-ARCH (6.1-amd64, 6.12-amd64, 6.1-arm64, 6.12-arm64)")
+	doc := flag.String("doc", "", "rewrite the kernels table of this Markdown file (docs/compatibility.md)")
+	timeout := flag.Duration("timeout", 12*time.Minute, "stop a guest that runs longer than this")
+	flag.Parse()
+	start := time.Now()
+	cache := filepath.Join(cacheRoot(), "kernels")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		fail(err)
+	}
+	work, err := os.MkdirTemp("", "reconscope-kernels-")
+	if err != nil {
+		fail(err)
+	}
+	var results []result
+	bad := 0
+	for _, s := range strings.Split(*list, ",") {
+		k, err := parseKernel(strings.TrimSpace(s))
+		if err != nil {
+			fail(err)
+		}
+		r := runKernel(k, cache, work, *timeout)
+		results = append(results, r)
+		if r.Err != "" || r.Report.Tests != "PASS" {
+			bad++
+		}
+	}
+	total := time.Since(start).Round(time.Second)
+	fmt.Printf("\n== %d kernels in %s (%d failed)\n", len(results), total, bad)
+	for _, r := range results {
+		fmt.Println(r.summary())
+	}
+	if *doc != "" {
+		if err := updateDoc(*doc, results); err != nil {
+			fail(err)
+		}
+		fmt.Printf("wrote the kernels table of %s\n", *doc)
+	}
+	if bad == 0 {
+		os.RemoveAll(work)
+	} else {
+		fmt.Printf("guest consoles kept in %s\n", work)
+		os.Exit(1)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "kernels: %v\n", err)
+	os.Exit(1)
+}
+
+func parseKernel(s string) (kernel, error) {
+	series, arch, ok := strings.Cut(s, "-")
+	if !ok || (arch != "amd64" && arch != "arm64") || !regexp.MustCompile(`^[0-9]+\.[0-9]+$`).MatchString(series) {
+		return kernel{}, fmt.Errorf("kernel %q: want SERIES-ARCH, e.g. 6.1-amd64 or 6.12-arm64", s)
+	}
+	return kernel{series, arch}, nil
+}
+
+func cacheRoot() string {
+	if d := os.Getenv("RECONSCOPE_CACHE"); d != "" {
+		return d
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "reconscope")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "reconscope")
+}
+
+// result is one kernel's run.
+type result struct {
+	Kernel   kernel
+	Package  string // Debian package and version
+	Report   guest.Report
+	Boot     time.Duration // kernel start to /init, from the guest's uptime
+	Guest    time.Duration // qemu's wall time
+	Prepare  time.Duration // download, build, pack
+	Err      string
+	Console  string // path of the serial console log
+	Accel    string
+	Timeout  bool
+	ExitCode int
+}
+
+func (r result) summary() string {
+	if r.Err != "" {
+		return fmt.Sprintf("%-11s FAIL %s (console: %s)", r.Kernel, r.Err, r.Console)
+	}
+	return fmt.Sprintf("%-11s %s  kernel %s, %s, tests %s, boot %s, guest %s, prepare %s",
+		r.Kernel, r.Package, r.Report.Kernel, r.Report.Mode, r.Report.Tests, r.Boot.Round(100*time.Millisecond), r.Guest.Round(time.Second), r.Prepare.Round(time.Second))
+}
+
+func runKernel(k kernel, cache, work string, timeout time.Duration) (r result) {
+	r.Kernel = k
+	t0 := time.Now()
+	fmt.Printf("\n== %s\n", k)
+	step := func(err error, what string) bool {
+		if err != nil {
+			r.Err = fmt.Sprintf("%s: %v", what, err)
+			return false
+		}
+		return true
+	}
+	if !step(ensureArch(k.Arch), "dpkg architecture") {
+		return r
+	}
+	pkg, ver, err := newestPackage(k)
+	if !step(err, "find the kernel package") {
+		return r
+	}
+	r.Package = pkg + " " + ver
+	vmlinuz, err := fetchKernel(cache, pkg, ver, k.Arch)
+	if !step(err, "fetch the kernel") {
+		return r
+	}
+	busybox, err := fetchBusybox(cache, k.Arch)
+	if !step(err, "fetch busybox-static") {
+		return r
+	}
+	bins, err := buildGuest(work, k.Arch)
+	if !step(err, "build the guest programs") {
+		return r
+	}
+	initrd := filepath.Join(work, k.String()+".cpio")
+	if !step(packInitramfs(initrd, busybox, bins), "pack the initramfs") {
+		return r
+	}
+	r.Prepare = time.Since(t0)
+	r.Console = filepath.Join(work, k.String()+".console")
+	t1 := time.Now()
+	r.Accel, err = boot(k, vmlinuz, initrd, r.Console, timeout)
+	r.Guest = time.Since(t1)
+	if errors.Is(err, context.DeadlineExceeded) {
+		r.Timeout = true
+		err = fmt.Errorf("no power-off within %s", timeout)
+	}
+	if !step(err, "qemu") {
+		return r
+	}
+	if !step(parseConsole(r.Console, &r), "read the console") {
+		return r
+	}
+	fmt.Println(r.summary())
+	return r
+}
+
+func run(name string, args ...string) ([]byte, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// ensureArch adds a foreign dpkg architecture (and updates the package lists) when needed.
+func ensureArch(arch string) error {
+	native, err := run("dpkg", "--print-architecture")
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(string(native)) == arch {
+		return nil
+	}
+	foreign, err := run("dpkg", "--print-foreign-architectures")
+	if err != nil {
+		return err
+	}
+	for _, a := range strings.Fields(string(foreign)) {
+		if a == arch {
+			return nil
+		}
+	}
+	fmt.Printf("adding dpkg architecture %s and updating the package lists\n", arch)
+	if _, err := run("dpkg", "--add-architecture", arch); err != nil {
+		return err
+	}
+	_, err = run("apt-get", "update", "-qq")
+	return err
+}
+
+// newestPackage names the newest cloud kernel package of k's series, and its version.
+func newestPackage(k kernel) (string, string, error) {
+	re := k.pkgPattern()
+	find := func() []string {
+		out, _ := run("apt-cache", "pkgnames", "linux-image-"+k.Series)
+		var m []string
+		for _, n := range strings.Fields(string(out)) {
+			if re.MatchString(n) {
+				m = append(m, n)
+			}
+		}
+		return m
+	}
+	names := find()
+	if len(names) == 0 {
+		if _, err := run("apt-get", "update", "-qq"); err != nil {
+			return "", "", err
+		}
+		if names = find(); len(names) == 0 {
+			return "", "", fmt.Errorf("no package matches %s (apt-cache pkgnames)", re)
+		}
+	}
+	sort.Slice(names, func(i, j int) bool {
+		a, _ := strconv.Atoi(re.FindStringSubmatch(names[i])[1])
+		b, _ := strconv.Atoi(re.FindStringSubmatch(names[j])[1])
+		return a < b
+	})
+	name := names[len(names)-1]
+	ver, err := pkgVersion(name + ":" + k.Arch)
+	return name, ver, err
+}
+
+func pkgVersion(pkg string) (string, error) {
+	out, err := run("apt-cache", "show", "--no-all-versions", pkg)
+	if err != nil {
+		return "", err
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(l, "Version: "); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", fmt.Errorf("apt-cache show %s: no version", pkg)
+}
+
+// fetchDeb downloads pkg:arch at version ver and unpacks it into a fresh folder of dir.
+func fetchDeb(dir, pkg, ver, arch string) (string, error) {
+	tmp, err := os.MkdirTemp(dir, "download-")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("apt-get", "download", "-qq", pkg+":"+arch+"="+ver)
+	cmd.Dir = tmp
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("apt-get download %s: %v: %s", pkg, err, out)
+	}
+	debs, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
+	if len(debs) != 1 {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("apt-get download %s: %d packages", pkg, len(debs))
+	}
+	if _, err := run("dpkg-deb", "-x", debs[0], filepath.Join(tmp, "root")); err != nil {
+		os.RemoveAll(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+// fetchKernel returns the cached vmlinuz of pkg at version ver, fetching it the first time.
+func fetchKernel(cache, pkg, ver, arch string) (string, error) {
+	dir := filepath.Join(cache, pkg+"_"+ver)
+	vmlinuz := filepath.Join(dir, "vmlinuz")
+	if _, err := os.Stat(vmlinuz); err == nil {
+		fmt.Printf("kernel %s %s (cached)\n", pkg, ver)
+		return vmlinuz, nil
+	}
+	t := time.Now()
+	tmp, err := fetchDeb(cache, pkg, ver, arch)
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	got, _ := filepath.Glob(filepath.Join(tmp, "root/boot/vmlinuz-*"))
+	cfg, _ := filepath.Glob(filepath.Join(tmp, "root/boot/config-*"))
+	if len(got) != 1 || len(cfg) != 1 {
+		return "", fmt.Errorf("%s: no single boot/vmlinuz-* and config-*", pkg)
+	}
+	part := dir + ".part"
+	os.RemoveAll(part)
+	if err := os.MkdirAll(part, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Rename(got[0], filepath.Join(part, "vmlinuz")); err != nil {
+		return "", err
+	}
+	if err := os.Rename(cfg[0], filepath.Join(part, "config")); err != nil {
+		return "", err
+	}
+	if err := os.Rename(part, dir); err != nil {
+		return "", err
+	}
+	fmt.Printf("kernel %s %s fetched in %s\n", pkg, ver, time.Since(t).Round(100*time.Millisecond))
+	return vmlinuz, nil
+}
+
+// fetchBusybox returns the cached static busybox for arch.
+func fetchBusybox(cache, arch string) (string, error) {
+	ver, err := pkgVersion("busybox-static:" + arch)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "busybox-static_"+strings.ReplaceAll(ver, ":", "_")+"_"+arch)
+	bin := filepath.Join(dir, "busybox")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	tmp, err := fetchDeb(cache, "busybox-static", ver, arch)
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Rename(filepath.Join(tmp, "root/bin/busybox"), bin); err != nil {
+		return "", err
+	}
+	return bin, nil
+}
+
+// buildGuest cross-builds the guest test binary and the programs it traces for arch (once
+// per arch per run) and returns their paths by name.
+func buildGuest(work, arch string) (map[string]string, error) {
+	dir := filepath.Join(work, "bin-"+arch)
+	out := map[string]string{}
+	for _, name := range []string{"guest.test", "fakectl", "fakectl-stripped", "hitloop"} {
+		out[name] = filepath.Join(dir, name)
+	}
+	if _, err := os.Stat(out["hitloop"]); err == nil {
+		return out, nil
+	}
+	t := time.Now()
+	builds := [][]string{
+		{"test", "-c", "-o", out["guest.test"], "./test/kernels/guest"},
+		{"build", "-o", out["fakectl"], "./test/fakectl"},
+		{"build", "-ldflags=-s -w", "-o", out["fakectl-stripped"], "./test/fakectl"},
+		{"build", "-o", out["hitloop"], "./test/kernels/hitloop"},
+	}
+	for _, args := range builds {
+		cmd := exec.Command("go", args...)
+		cmd.Env = append(os.Environ(), "GOOS=linux", "GOARCH="+arch, "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+	}
+	fmt.Printf("guest programs for %s built in %s\n", arch, time.Since(t).Round(100*time.Millisecond))
+	return out, nil
+}
+
+// initScript is the guest's /init: mount what the tests need, run them, power off.
+const initScript = `#!/bin/busybox sh
+/bin/busybox --install -s /bin
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+echo "RECONSCOPE-BOOTED $(cut -d' ' -f1 /proc/uptime)"
+cd /reconscope
+RECONSCOPE_GUEST_BIN=/reconscope RECONSCOPE_REQUIRE_BPF=1 TMPDIR=/tmp HOME=/tmp ./guest.test -test.v -test.timeout 10m
+echo "RECONSCOPE-EXIT $?"
+poweroff -f
+`
+
+func packInitramfs(path, busybox string, bins map[string]string) error {
+	files := map[string]cpioEntry{
+		"bin":          {mode: sIFDIR | 0o755},
+		"bin/busybox":  {mode: sIFREG | 0o755, from: busybox},
+		"dev":          {mode: sIFDIR | 0o755},
+		"dev/console":  {mode: sIFCHR | 0o600, major: 5, minor: 1},
+		"proc":         {mode: sIFDIR | 0o755},
+		"sys":          {mode: sIFDIR | 0o755},
+		"tmp":          {mode: sIFDIR | 0o1777},
+		"init":         {mode: sIFREG | 0o755, data: []byte(initScript)},
+		"reconscope":   {mode: sIFDIR | 0o755},
+		"etc":          {mode: sIFDIR | 0o755},
+		"etc/hostname": {mode: sIFREG | 0o644, data: []byte("guest\n")},
+	}
+	for name, p := range bins {
+		files["reconscope/"+name] = cpioEntry{mode: sIFREG | 0o755, from: p}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	if err := writeCPIO(w, files); err != nil {
+		f.Close()
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// boot runs the guest until it powers off; it returns the accelerator used.
+func boot(k kernel, vmlinuz, initrd, console string, timeout time.Duration) (string, error) {
+	accel := "tcg"
+	if _, err := os.Stat("/dev/kvm"); err == nil && k.Arch == runtime.GOARCH {
+		accel = "kvm"
+	}
+	args := []string{"-accel", accel, "-smp", "2", "-m", "1536", "-nodefaults", "-no-reboot",
+		"-display", "none", "-monitor", "none", "-serial", "file:" + console,
+		"-kernel", vmlinuz, "-initrd", initrd}
+	var bin, con string
+	switch k.Arch {
+	case "amd64":
+		bin, con = "qemu-system-x86_64", "ttyS0"
+		args = append(args, "-M", "q35", "-cpu", "max")
+	case "arm64":
+		bin, con = "qemu-system-aarch64", "ttyAMA0"
+		cpu := "max"
+		if accel == "tcg" {
+			cpu = "max,pauth-impdef=on" // pointer authentication with a cheap algorithm: TCG runs faster
+		}
+		args = append(args, "-M", "virt", "-cpu", cpu)
+	}
+	args = append(args, "-append", "console="+con+" panic=-1 oops=panic loglevel=4")
+	if _, err := exec.LookPath(bin); err != nil {
+		pkg := map[string]string{"amd64": "qemu-system-x86", "arm64": "qemu-system-arm"}[k.Arch]
+		fmt.Printf("installing %s\n", pkg)
+		if _, err := run("apt-get", "install", "-y", "-qq", "--no-install-recommends", pkg); err != nil {
+			return accel, fmt.Errorf("%s is missing and could not be installed (apt-get install %s): %v", bin, pkg, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	fmt.Printf("booting %s (%s)\n", bin, accel)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		return accel, ctx.Err()
+	}
+	if err != nil {
+		return accel, fmt.Errorf("%s: %v: %s", bin, err, out)
+	}
+	return accel, nil
+}
+
+// parseConsole reads the guest's boot time, exit code and Report from its console log.
+func parseConsole(path string, r *result) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	gotReport, gotExit := false, false
+	for _, l := range strings.Split(string(b), "\n") {
+		l = strings.TrimRight(l, "\r")
+		switch {
+		case strings.HasPrefix(l, "RECONSCOPE-BOOTED "):
+			if s, err := strconv.ParseFloat(strings.TrimPrefix(l, "RECONSCOPE-BOOTED "), 64); err == nil {
+				r.Boot = time.Duration(s * float64(time.Second))
+			}
+		case strings.HasPrefix(l, guest.ResultPrefix):
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(l, guest.ResultPrefix)), &r.Report); err != nil {
+				return fmt.Errorf("result line: %v", err)
+			}
+			gotReport = true
+		case strings.HasPrefix(l, "RECONSCOPE-EXIT "):
+			r.ExitCode, _ = strconv.Atoi(strings.TrimPrefix(l, "RECONSCOPE-EXIT "))
+			gotExit = true
+		case strings.HasPrefix(l, "--- FAIL") || strings.HasPrefix(l, "    ") && strings.Contains(l, "_test.go:"):
+			fmt.Println("  guest:", l)
+		}
+	}
+	if !gotReport || !gotExit {
+		tail := string(b)
+		if len(tail) > 3000 {
+			tail = tail[len(tail)-3000:]
+		}
+		return fmt.Errorf("the guest printed no result (report %v, exit %v); console tail:\n%s", gotReport, gotExit, tail)
+	}
+	if r.ExitCode != 0 && r.Report.Tests == "PASS" {
+		r.Report.Tests = "FAIL"
+	}
+	return nil
+}
