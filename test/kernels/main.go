@@ -48,9 +48,11 @@ type kernel struct {
 
 func (k kernel) String() string { return k.Series + "-" + k.Arch }
 
-// pkgPattern matches the kernel packages of the series; the first group orders builds.
+// pkgPattern matches the kernel packages of the series (Debian's cloud flavour, unsigned:
+// vmlinuz as built), e.g. linux-image-6.1.0-57-cloud-amd64-unsigned or
+// linux-image-6.12.117+deb12-cloud-arm64-unsigned.
 func (k kernel) pkgPattern() *regexp.Regexp {
-	return regexp.MustCompile(`^linux-image-` + regexp.QuoteMeta(k.Series) + `[.]([0-9]+)[-+][a-z0-9.+-]*?-?cloud-` + k.Arch + `-unsigned$`)
+	return regexp.MustCompile(`^linux-image-` + regexp.QuoteMeta(k.Series) + `[.][0-9]+[-+][a-z0-9.+-]*?-?cloud-` + k.Arch + `-unsigned$`)
 }
 
 var allKernels = "6.1-amd64,6.12-amd64,6.1-arm64,6.12-arm64"
@@ -262,15 +264,26 @@ func newestPackage(k kernel) (string, string, error) {
 			return "", "", fmt.Errorf("no package matches %s (apt-cache pkgnames)", re)
 		}
 	}
-	sort.Slice(names, func(i, j int) bool {
-		a, _ := strconv.Atoi(re.FindStringSubmatch(names[i])[1])
-		b, _ := strconv.Atoi(re.FindStringSubmatch(names[j])[1])
-		return a < b
-	})
+	sort.Slice(names, func(i, j int) bool { return versionLess(names[i], names[j]) })
 	name := names[len(names)-1]
 	ver, err := pkgVersion(name + ":" + k.Arch)
 	return name, ver, err
 }
+
+// versionLess orders package names by the numbers in them (6.1.0-47 before 6.1.0-57).
+func versionLess(a, b string) bool {
+	na, nb := digits.FindAllString(a, -1), digits.FindAllString(b, -1)
+	for i := 0; i < len(na) && i < len(nb); i++ {
+		x, _ := strconv.Atoi(na[i])
+		y, _ := strconv.Atoi(nb[i])
+		if x != y {
+			return x < y
+		}
+	}
+	return len(na) < len(nb)
+}
+
+var digits = regexp.MustCompile(`[0-9]+`)
 
 func pkgVersion(pkg string) (string, error) {
 	out, err := run("apt-cache", "show", "--no-all-versions", pkg)
