@@ -1,37 +1,27 @@
 # syntax=docker/dockerfile:1
 #
-# Image of the reconscope agent (deploy/daemonset.yaml runs it as "reconscope-agent run").
+# Image of the reconscope agent (deploy/daemonset.yaml runs it as "/reconscope-agent run"), for
+# people who build and push with Docker/buildx. It is the image `make image` builds without a
+# container engine (internal/ociimage.Agent is its spec; a test checks that this file and the
+# spec name the same files, modes, entrypoint, command and user):
 #
-#   docker buildx build --platform linux/amd64,linux/arm64 \
-#     --build-arg VERSION=$(git describe --tags --always) -t REGISTRY/reconscope-agent:TAG .
+#   make image IMAGE_ARCHS="amd64 arm64"     # stages bin/image/ (the binaries and CA bundle)
+#   docker buildx build --platform linux/amd64,linux/arm64 -t REGISTRY/reconscope-agent:TAG --push .
 #
-# The build needs no clang: the eBPF objects and their Go bindings are committed (bpf/), and
-# the binary is pure Go (cilium/ebpf, no cgo), so it cross-compiles for every platform from the
-# builder's own.
-#
-# Not built in the environment this file was written in (it has no Docker engine); it is kept
-# to the same build command as "make build".
-
-# The builder runs on the build machine's platform and cross-compiles for the target's.
-FROM --platform=$BUILDPLATFORM golang:1.26 AS build
-WORKDIR /src
-# Dependencies first, in their own layer, so source edits do not download them again.
-COPY go.mod go.sum ./
-RUN --mount=type=cache,target=/go/pkg/mod go mod download
-COPY . .
-ARG TARGETOS=linux
+# No base image, so nothing to pin: the agent is a static Go binary (cilium/ebpf, no cgo,
+# committed eBPF objects: no clang), cross-compiled by `make image` for each architecture, and
+# the only other file is the CA bundle from the build machine's Debian ca-certificates (for
+# OTLP over TLS; Go reads this path first). No shell, no package manager, nothing writable
+# (the DaemonSet also sets readOnlyRootFilesystem).
+FROM scratch
 ARG TARGETARCH
-ARG VERSION=dev
-RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags "-X main.version=$VERSION" -o /reconscope-agent ./cmd/agent
-
-# distroless/static, not :nonroot: the agent must run as UID 0 for Kubernetes to give it the
-# capabilities the DaemonSet adds (BPF, PERFMON, SYS_PTRACE, DAC_READ_SEARCH, SYS_RESOURCE);
-# a non-root process would hold them in its bounding set only. Everything else is dropped and
-# the root filesystem is read-only: see the comments in deploy/daemonset.yaml. No shell, no
-# package manager; CA certificates and tzdata are included (OTLP over TLS).
-FROM gcr.io/distroless/static:latest
-COPY --from=build /reconscope-agent /reconscope-agent
+COPY --chmod=0555 bin/image/linux_${TARGETARCH}/reconscope-agent /reconscope-agent
+COPY --chmod=0444 bin/image/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
+# UID 0, not a non-root user: the agent needs the capabilities the DaemonSet adds (BPF,
+# PERFMON, SYS_PTRACE, DAC_READ_SEARCH, SYS_RESOURCE), and Kubernetes puts added capabilities in
+# the effective set of a UID 0 process only; a non-root process would hold them in its bounding
+# set and could not use them. Every other capability is dropped and the root filesystem is
+# read-only: see the comments in deploy/daemonset.yaml.
+USER 0
 ENTRYPOINT ["/reconscope-agent"]
 CMD ["run"]

@@ -16,13 +16,31 @@ KERNELS_DOC ?= docs/compatibility.md
 TESTFLAGS ?= -count=1 -timeout 40m
 RUN      ?=
 
-.PHONY: help build generate check-generate test e2e bench soak lint demo controlplane fuzz clean kernels
+.PHONY: help build image generate check-generate test e2e bench soak lint demo controlplane fuzz clean kernels
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## build bin/reconscope-agent (static, no cgo)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agent
+
+# make image: the agent's OCI image for every IMAGE_ARCHS, one index in an OCI layout tarball
+# (internal/ociimage.Agent is its spec; the Dockerfile describes the same image). Load it with
+# `ctr -n k8s.io images import bin/reconscope-agent-image.tar`, or push it with any OCI tool.
+IMAGE       ?= ghcr.io/reconscope/reconscope-agent:$(VERSION)
+IMAGE_ARCHS ?= amd64 arm64
+IMAGE_TAR   := bin/reconscope-agent-image.tar
+# Debian's ca-certificates bundle (apt-get install ca-certificates).
+CA_BUNDLE   ?= /etc/ssl/certs/ca-certificates.crt
+
+image: ## build the agent's image (amd64+arm64, static, CA certificates, no shell) into bin/reconscope-agent-image.tar
+	@[ -s "$(CA_BUNDLE)" ] || { echo "make image: no CA bundle at $(CA_BUNDLE): apt-get install ca-certificates, or set CA_BUNDLE"; exit 1; }
+	mkdir -p bin/image
+	cp $(CA_BUNDLE) bin/image/ca-certificates.crt
+	for arch in $(IMAGE_ARCHS); do \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/image/linux_$$arch/reconscope-agent ./cmd/agent || exit 1; \
+	done
+	$(GO) run ./internal/cmd/mkimage --spec agent --ref $(IMAGE) $(foreach a,$(IMAGE_ARCHS),--platform linux/$(a)) --out $(IMAGE_TAR)
 
 generate: ## regenerate the eBPF objects and their Go bindings with bpf2go (needs clang)
 	$(GO) generate ./bpf/... ./test/bench/...
