@@ -1,5 +1,5 @@
 // Package deploy holds no code: it is the folder of reconscope's Kubernetes manifests
-// (daemonset.yaml, otel-collector/, kustomization.yaml) and Grafana dashboard
+// (daemonset.yaml and kustomization.yaml; otel-collector/, a kustomization of its own) and Grafana dashboard
 // (grafana/reconscope-dashboard.json). Its tests check that the manifests parse, keep the
 // security properties of DESIGN.md §7 (RBAC get/list/watch on pods only; ALL capabilities
 // dropped and five added back, each with a comment saying why; hostPID; read-only root
