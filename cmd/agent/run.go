@@ -35,7 +35,9 @@ by its processes), names their pod and container from a pod informer limited to 
 (needs get/list/watch on pods; without API access it keeps tracing with host-only metadata
 and says so once), serves Prometheus metrics and health on --metrics-addr, and sends spans
 over OTLP when an endpoint is configured (--otlp-endpoint or the OTEL_EXPORTER_OTLP_*
-variables). SIGTERM detaches every probe, flushes spans and exits 0.
+variables). SIGTERM detaches every probe, flushes spans and exits 0. On a kernel below
+reconscope's floor (Linux 5.15) it traces nothing, says which feature is missing once, and
+stays up with /readyz answering 503 and the reason.
 
 Every flag can also be set in the environment as RECONSCOPE_<FLAG>, upper case with '_' for
 '-' (RECONSCOPE_METRICS_ADDR=:9464); a flag on the command line wins. Which processes are
