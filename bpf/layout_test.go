@@ -21,6 +21,8 @@ func TestLayout(t *testing.T) {
 		"err_layout":  reflect.TypeFor[TraceErrLayout](),
 		"g_key":       reflect.TypeFor[TraceG_key](),
 		"g_state":     reflect.TypeFor[TraceG_state](),
+		"exe_id":      reflect.TypeFor[TraceExeId](),
+		"exec_event":  reflect.TypeFor[TraceExecEvent](),
 	}
 	for _, obj := range []string{"trace_x86_bpfel.o", "trace_arm64_bpfel.o"} {
 		spec, err := ebpf.LoadCollectionSpec(obj)

@@ -10,6 +10,7 @@
 
 #include "include/types.h"
 #include "include/bpf_helpers.h"
+#include "include/bpf_core_read.h"
 #include "include/go_abi.h"
 #include "include/events.h"
 
@@ -37,6 +38,14 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } traced_pids SEC(".maps");
+
+/* The attached executables whose new processes on_exec admits to traced_pids. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct exe_id);
+	__type(value, __u32);
+} traced_exes SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -75,6 +84,8 @@ const struct err_key *unused_err_key __attribute__((unused));
 const struct err_layout *unused_err_layout __attribute__((unused));
 const struct g_key *unused_g_key __attribute__((unused));
 const struct g_state *unused_g_state __attribute__((unused));
+const struct exe_id *unused_exe_id __attribute__((unused));
+const struct exec_event *unused_exec_event __attribute__((unused));
 
 static __always_inline void count(__u32 idx)
 {
@@ -167,15 +178,19 @@ static __always_inline void find_reconcile_id(struct event *e, __u64 ctx)
 	}
 }
 
-static __always_inline void read_error_message(struct event *e, __u32 pid, const struct site_config *cfg)
+/* read_error_message reads the message of the returned error when its concrete type's layout is
+ * known. Layouts are keyed by executable and the itab's address in the ELF file: the load bias
+ * (0 unless PIE) is where the probe hit minus where the site is in the file. */
+static __always_inline void read_error_message(struct event *e, const struct go_regs *regs, const struct site_config *cfg)
 {
 	__u32 slot = (__u32)cfg->err_slot;
 	if (slot + 1 >= GO_ARG_SLOTS)
 		return;
-	struct err_key k = {.pid = pid, .itab = e->args[slot & 15]};
+	__u64 itab = e->args[slot & 15];
 	__u64 data = e->args[(slot + 1) & 15];
-	if (k.itab == 0 || data == 0)
+	if (itab == 0 || data == 0)
 		return;
+	struct err_key k = {.exe = cfg->exe, .itab = itab - (GO_PC(regs) - cfg->vaddr)};
 	struct err_layout *l = bpf_map_lookup_elem(&err_layouts, &k);
 	if (!l)
 		return;
@@ -328,7 +343,7 @@ static __always_inline int handle(struct go_regs *regs)
 		}
 	} else {
 		if (cfg->err_slot >= 0)
-			read_error_message(e, pid, cfg);
+			read_error_message(e, regs, cfg);
 		if (cfg->role == ROLE_SPAN) {
 			if (!gs || gs->depth == 0)
 				e->flags |= EVENT_F_NO_ENTRY;
@@ -343,22 +358,123 @@ static __always_inline int handle(struct go_regs *regs)
 	return 0;
 }
 
-/* Processes that just called execve: the pid (tgid) of each, so discovery can look at a new
- * program at once instead of at its next /proc scan. A full buffer loses nothing that
- * matters: a wakeup is pending then, and the periodic scan stays the safety net. */
+/* Processes that just called execve, so discovery can look at a new program at once instead of
+ * at its next /proc scan. A full buffer loses a notification (counted): the periodic scan stays
+ * the safety net, and nothing is admitted without its notification. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 14);
+	__uint(max_entries, 1 << 16);
 } execs SEC(".maps");
 
-SEC("raw_tracepoint/sched_process_exec")
-int on_exec(void *ctx)
+/* The few kernel types on_exec reads, by name and field: CO-RE relocates each access against the
+ * running kernel's BTF, so the layouts below need not match any kernel's. */
+struct super_block {
+	__u32 s_dev;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	unsigned long i_ino;
+	struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct linux_binprm {
+	struct file *file;
+} __attribute__((preserve_access_index));
+
+struct mm_struct {
+	unsigned long start_code;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	struct mm_struct *mm;
+} __attribute__((preserve_access_index));
+
+struct vm_area_struct {
+	struct file *vm_file;
+} __attribute__((preserve_access_index));
+
+struct bpf_raw_tracepoint_args {
+	__u64 args[0];
+};
+
+/* mapped_file reads the identity of the file a mapping maps (bpf_find_vma's callback). */
+static long mapped_file(struct task_struct *task, struct vm_area_struct *vma, void *ctx)
 {
-	__u32 *pid = bpf_ringbuf_reserve(&execs, sizeof(*pid), 0);
-	if (!pid)
+	struct exe_id *id = ctx;
+	struct inode *ino = BPF_CORE_READ(vma, vm_file, f_inode);
+	if (!ino)
 		return 0;
-	*pid = bpf_get_current_pid_tgid() >> 32;
-	bpf_ringbuf_submit(pid, 0);
+	id->ino = BPF_CORE_READ(ino, i_ino);
+	id->dev = BPF_CORE_READ(ino, i_sb, s_dev);
+	return 0;
+}
+
+/* on_exec runs at sched_process_exec (TP_PROTO(struct task_struct *p, pid_t old_pid,
+ * struct linux_binprm *bprm)), after the new image is mapped and before its first instruction.
+ * When the exec'd file is an attached executable, the process joins the PID filter here, so its
+ * probes act from its first instruction; user space learns of it from the notification.
+ *
+ * The file is identified as uprobes identify it: by the inode its code is mapped from. On
+ * overlayfs (every container) that is the real file in its layer, while the exec'd file is the
+ * overlay's inode, whose device differs in every container of one image: so the identity comes
+ * from the mapping of the first code address, and from the exec'd file only when the mapping
+ * cannot be looked up (bpf_find_vma, Linux 5.17, may find its lock contended). */
+SEC("raw_tracepoint/sched_process_exec")
+int on_exec(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct exec_event *ev = bpf_ringbuf_reserve(&execs, sizeof(*ev), 0);
+	if (!ev) {
+		count(COUNTER_LOST_EXEC);
+		return 0;
+	}
+	struct exe_id id = {};
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 code = BPF_CORE_READ(task, mm, start_code);
+	if (bpf_find_vma(task, code, mapped_file, &id, 0) != 0 || id.ino == 0) {
+		struct linux_binprm *bprm = (struct linux_binprm *)ctx->args[2];
+		struct inode *ino = BPF_CORE_READ(bprm, file, f_inode);
+		id.ino = BPF_CORE_READ(ino, i_ino);
+		id.dev = BPF_CORE_READ(ino, i_sb, s_dev);
+	}
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	ev->pid = pid;
+	ev->flags = 0;
+	ev->dev = id.dev;
+	ev->ino = id.ino;
+	if (bpf_map_lookup_elem(&traced_exes, &id)) {
+		__u32 one = 1;
+		if (bpf_map_update_elem(&traced_pids, &pid, &one, BPF_ANY) == 0) {
+			ev->flags |= EXEC_F_ADMITTED;
+			count(COUNTER_ADMITTED);
+		}
+	}
+	bpf_ringbuf_submit(ev, 0);
+	return 0;
+}
+
+/* The identity identify found, for user space to read. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct exe_id);
+} file_ids SEC(".maps");
+
+/* identify is run by user space (BPF_PROG_TEST_RUN, in its own context) with args[0] an address
+ * where it mapped a file: it stores that file's identity as on_exec sees an exec'd one (the real
+ * file on overlayfs, which stat cannot tell), so both sides compare the same thing. */
+SEC("raw_tracepoint/identify")
+int identify(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct exe_id id = {};
+	if (bpf_find_vma(bpf_get_current_task_btf(), ctx->args[0], mapped_file, &id, 0) != 0 || id.ino == 0)
+		return 1;
+	__u32 zero = 0;
+	bpf_map_update_elem(&file_ids, &zero, &id, BPF_ANY);
 	return 0;
 }
 

@@ -15,7 +15,7 @@ import (
 
 type TraceErrKey struct {
 	_    structs.HostLayout
-	Pid  uint32
+	Exe  uint32
 	Pad0 uint32
 	Itab uint64
 }
@@ -45,6 +45,20 @@ type TraceEvent struct {
 	_         [4]byte
 }
 
+type TraceExeId struct {
+	_   structs.HostLayout
+	Dev uint64
+	Ino uint64
+}
+
+type TraceExecEvent struct {
+	_     structs.HostLayout
+	Pid   uint32
+	Flags uint32
+	Dev   uint64
+	Ino   uint64
+}
+
 type TraceG_key struct {
 	_    structs.HostLayout
 	Pid  uint32
@@ -72,6 +86,10 @@ type TraceSiteConfig struct {
 	Pad0     [3]uint8
 	Str      [5]TraceStrSpec
 	Val      [2]TraceValSpec
+	Exe      uint32
+	Pad1     uint32
+	_        [4]byte
+	Vaddr    uint64
 }
 
 type TraceStrSpec struct {
@@ -98,16 +116,21 @@ const (
 	TraceMapErrLayouts      = "err_layouts"
 	TraceMapEvents          = "events"
 	TraceMapExecs           = "execs"
+	TraceMapFileIds         = "file_ids"
 	TraceMapGoroutines      = "goroutines"
 	TraceMapSites           = "sites"
 	TraceMapSpawning        = "spawning"
+	TraceMapTracedExes      = "traced_exes"
 	TraceMapTracedPids      = "traced_pids"
+	TraceProgIdentify       = "identify"
 	TraceProgOnExec         = "on_exec"
 	TraceProgProbeSite      = "probe_site"
 	TraceProgProbeSiteMulti = "probe_site_multi"
 	TraceVarUnusedErrKey    = "unused_err_key"
 	TraceVarUnusedErrLayout = "unused_err_layout"
 	TraceVarUnusedEvent     = "unused_event"
+	TraceVarUnusedExeId     = "unused_exe_id"
+	TraceVarUnusedExecEvent = "unused_exec_event"
 	TraceVarUnusedG_key     = "unused_g_key"
 	TraceVarUnusedG_state   = "unused_g_state"
 	TraceVarUnusedSite      = "unused_site"
@@ -156,6 +179,7 @@ type TraceSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type TraceProgramSpecs struct {
+	Identify       *ebpf.ProgramSpec `ebpf:"identify"`
 	OnExec         *ebpf.ProgramSpec `ebpf:"on_exec"`
 	ProbeSite      *ebpf.ProgramSpec `ebpf:"probe_site"`
 	ProbeSiteMulti *ebpf.ProgramSpec `ebpf:"probe_site_multi"`
@@ -169,9 +193,11 @@ type TraceMapSpecs struct {
 	ErrLayouts *ebpf.MapSpec `ebpf:"err_layouts"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
 	Execs      *ebpf.MapSpec `ebpf:"execs"`
+	FileIds    *ebpf.MapSpec `ebpf:"file_ids"`
 	Goroutines *ebpf.MapSpec `ebpf:"goroutines"`
 	Sites      *ebpf.MapSpec `ebpf:"sites"`
 	Spawning   *ebpf.MapSpec `ebpf:"spawning"`
+	TracedExes *ebpf.MapSpec `ebpf:"traced_exes"`
 	TracedPids *ebpf.MapSpec `ebpf:"traced_pids"`
 }
 
@@ -182,6 +208,8 @@ type TraceVariableSpecs struct {
 	UnusedErrKey    *ebpf.VariableSpec `ebpf:"unused_err_key"`
 	UnusedErrLayout *ebpf.VariableSpec `ebpf:"unused_err_layout"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedExeId     *ebpf.VariableSpec `ebpf:"unused_exe_id"`
+	UnusedExecEvent *ebpf.VariableSpec `ebpf:"unused_exec_event"`
 	UnusedG_key     *ebpf.VariableSpec `ebpf:"unused_g_key"`
 	UnusedG_state   *ebpf.VariableSpec `ebpf:"unused_g_state"`
 	UnusedSite      *ebpf.VariableSpec `ebpf:"unused_site"`
@@ -212,9 +240,11 @@ type TraceMaps struct {
 	ErrLayouts *ebpf.Map `ebpf:"err_layouts"`
 	Events     *ebpf.Map `ebpf:"events"`
 	Execs      *ebpf.Map `ebpf:"execs"`
+	FileIds    *ebpf.Map `ebpf:"file_ids"`
 	Goroutines *ebpf.Map `ebpf:"goroutines"`
 	Sites      *ebpf.Map `ebpf:"sites"`
 	Spawning   *ebpf.Map `ebpf:"spawning"`
+	TracedExes *ebpf.Map `ebpf:"traced_exes"`
 	TracedPids *ebpf.Map `ebpf:"traced_pids"`
 }
 
@@ -224,9 +254,11 @@ func (m *TraceMaps) Close() error {
 		m.ErrLayouts,
 		m.Events,
 		m.Execs,
+		m.FileIds,
 		m.Goroutines,
 		m.Sites,
 		m.Spawning,
+		m.TracedExes,
 		m.TracedPids,
 	)
 }
@@ -238,6 +270,8 @@ type TraceVariables struct {
 	UnusedErrKey    *ebpf.Variable `ebpf:"unused_err_key"`
 	UnusedErrLayout *ebpf.Variable `ebpf:"unused_err_layout"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
+	UnusedExeId     *ebpf.Variable `ebpf:"unused_exe_id"`
+	UnusedExecEvent *ebpf.Variable `ebpf:"unused_exec_event"`
 	UnusedG_key     *ebpf.Variable `ebpf:"unused_g_key"`
 	UnusedG_state   *ebpf.Variable `ebpf:"unused_g_state"`
 	UnusedSite      *ebpf.Variable `ebpf:"unused_site"`
@@ -248,6 +282,7 @@ type TraceVariables struct {
 //
 // It can be passed to LoadTraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TracePrograms struct {
+	Identify       *ebpf.Program `ebpf:"identify"`
 	OnExec         *ebpf.Program `ebpf:"on_exec"`
 	ProbeSite      *ebpf.Program `ebpf:"probe_site"`
 	ProbeSiteMulti *ebpf.Program `ebpf:"probe_site_multi"`
@@ -255,6 +290,7 @@ type TracePrograms struct {
 
 func (p *TracePrograms) Close() error {
 	return _TraceClose(
+		p.Identify,
 		p.OnExec,
 		p.ProbeSite,
 		p.ProbeSiteMulti,

@@ -31,16 +31,21 @@ func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
 	return tf
 }
 
-// newTracer loads the eBPF programs and returns a tracer writing to w.
-func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock exporter.Clock) (*tracer.Tracer, error) {
-	return tracer.New(tracer.Options{
+// newTracer loads the eBPF programs and returns a tracer writing to w. configure, when not
+// nil, sets what the command decides besides the flags (proc root, admission at exec).
+func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock exporter.Clock, configure func(*tracer.Options)) (*tracer.Tracer, error) {
+	opts := tracer.Options{
 		Collector: collector.Options{RingBufferSize: *tf.ringSize, ForceSingleUprobes: *tf.single},
 		Assembler: span.Options{AbandonAfter: *tf.abandon},
 		Writer:    w,
 		Logger:    log,
 		Clock:     clock,
 		Catalog:   append(append([]*probes.Probe{}, probes.Catalog...), tf.extra...),
-	})
+	}
+	if configure != nil {
+		configure(&opts)
+	}
+	return tracer.New(opts)
 }
 
 // probeFlags collects repeated --probe flags.

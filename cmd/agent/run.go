@@ -91,6 +91,11 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		log.Error("--output: want none or json", "output", *output)
 		return 2
 	}
+	index, err := discovery.NewPodIndex(discovery.PodIndexOptions{Client: kubeClient(*kubeconfig, log), NodeName: *ef.nodeName, Logger: log})
+	if err != nil {
+		log.Error("pod metadata", "err", err)
+		return 2
+	}
 	var t *tracer.Tracer
 	exp, err := ef.build(ctx, log, clock, &t, local...)
 	if err != nil {
@@ -98,7 +103,20 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer exp.close()
-	t, err = tf.newTracer(exp.writer, log, clock)
+	t, err = tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) {
+		o.ProcRoot = *procRoot
+		// A new process of an executable already attached is traced from its exec, in the
+		// kernel; here it gets its pod metadata, or is let go when the filter excludes it.
+		o.AdmitExecs = true
+		o.Admit = func(pid int) (tracer.ProcessMeta, bool) {
+			p, err := discovery.ReadProcess(*procRoot, pid)
+			if err != nil {
+				return tracer.ProcessMeta{}, filter == nil // gone already: kept unless rules must decide
+			}
+			target := targetOf(p, index)
+			return metaOf(target), filter.Match(target)
+		}
+	})
 	if errors.Is(err, collector.ErrBelowFloor) {
 		return waitBelowFloor(ctx, err, *ef.metricsAddr, log)
 	}
@@ -112,11 +130,6 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 
-	index, err := discovery.NewPodIndex(discovery.PodIndexOptions{Client: kubeClient(*kubeconfig, log), NodeName: *ef.nodeName, Logger: log})
-	if err != nil {
-		log.Error("pod metadata", "err", err)
-		return 2
-	}
 	go func() { _ = index.Run(ctx) }()
 	execs, err := t.WatchExecs(ctx)
 	if err != nil {
@@ -140,14 +153,43 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// targetOf is what the filter decides on for process p: the process and its pod, when known.
+func targetOf(p discovery.Process, index *discovery.PodIndex) discovery.Target {
+	target := discovery.Target{Process: p}
+	if pod, ok := index.Lookup(p.Container.ID); ok {
+		target.Pod = &pod
+	} else if pod, ok := index.LookupPod(p.Container.PodUID); ok {
+		target.Pod = &pod
+	}
+	return target
+}
+
+func metaOf(target discovery.Target) tracer.ProcessMeta {
+	if target.Pod == nil {
+		return tracer.ProcessMeta{}
+	}
+	return tracer.ProcessMeta{Pod: target.Pod.Namespace + "/" + target.Pod.Name, Container: target.Pod.Container}
+}
+
+// attached is the outcome of tracing one process the watcher found.
+type attached struct {
+	p    discovery.Process
+	meta tracer.ProcessMeta
+	plan *probes.Plan
+	err  error
+}
+
 // attachLoop traces the processes the watcher finds, when their binary has code the catalog
-// knows and the filter selects them.
+// knows and the filter selects them. Each process is traced on its own goroutine: one waits
+// only for the inspection of its own executable (the tracer bounds how many run at once), never
+// for another's.
 func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, index *discovery.PodIndex, filter *discovery.Filter, log *slog.Logger) {
 	self := os.Getpid()
 	untraceable := map[discovery.FileID]bool{} // executables with nothing to trace: skip quickly
 	// Traced processes whose container the pod index did not know yet (the kubelet writes a
 	// container's ID into the pod status after the container starts): looked up again.
 	unnamed := map[int]discovery.Container{}
+	results := make(chan attached)
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
@@ -163,6 +205,23 @@ func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, ind
 				}
 			}
 			continue
+		case r := <-results:
+			p := r.p
+			if r.err != nil {
+				if errors.Is(r.err, symbols.ErrNotGo) || errors.Is(r.err, symbols.ErrNotELF) || errors.Is(r.err, probes.ErrNothingToTrace) || errors.Is(r.err, symbols.ErrUnsupportedGo) {
+					untraceable[p.ExeID] = true
+					log.Debug("not traced", "pid", p.PID, "exe", p.Exe, "reason", r.err)
+					continue
+				}
+				log.Warn("cannot trace", "pid", p.PID, "exe", p.Exe, "err", r.err)
+				continue
+			}
+			if p.Container.ID != "" && r.meta.Container == "" {
+				unnamed[p.PID] = p.Container
+			}
+			t.SetProcessMeta(p.PID, r.meta)
+			log.Info("tracing", "pid", p.PID, "exe", p.Exe, "pod", r.meta.Pod, "container", r.meta.Container, "probes", r.plan.Probes())
+			continue
 		case ev = <-w.Events():
 		}
 		if exited, ok := ev.(discovery.Exited); ok {
@@ -177,34 +236,17 @@ func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, ind
 		if p.PID == self || untraceable[p.ExeID] {
 			continue
 		}
-		target := discovery.Target{Process: p}
-		if pod, ok := index.Lookup(p.Container.ID); ok {
-			target.Pod = &pod
-		} else if pod, ok := index.LookupPod(p.Container.PodUID); ok {
-			target.Pod = &pod
-		}
+		target := targetOf(p, index)
 		if !filter.Match(target) {
 			continue
 		}
-		plan, err := t.TracePID(p.PID)
-		if err != nil {
-			if errors.Is(err, symbols.ErrNotGo) || errors.Is(err, symbols.ErrNotELF) || errors.Is(err, probes.ErrNothingToTrace) || errors.Is(err, symbols.ErrUnsupportedGo) {
-				untraceable[p.ExeID] = true
-				log.Debug("not traced", "pid", p.PID, "exe", p.Exe, "reason", err)
-				continue
+		go func() {
+			plan, err := t.TracePID(p.PID)
+			select {
+			case results <- attached{p: p, meta: metaOf(target), plan: plan, err: err}:
+			case <-ctx.Done():
 			}
-			log.Warn("cannot trace", "pid", p.PID, "exe", p.Exe, "err", err)
-			continue
-		}
-		meta := tracer.ProcessMeta{}
-		if target.Pod != nil {
-			meta = tracer.ProcessMeta{Pod: target.Pod.Namespace + "/" + target.Pod.Name, Container: target.Pod.Container}
-		}
-		if p.Container.ID != "" && meta.Container == "" {
-			unnamed[p.PID] = p.Container
-		}
-		t.SetProcessMeta(p.PID, meta)
-		log.Info("tracing", "pid", p.PID, "exe", p.Exe, "pod", meta.Pod, "container", meta.Container, "probes", plan.Probes())
+		}()
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -114,14 +116,16 @@ func fixtureInPod(t *testing.T, env *testenv.Env, fixture, node, podName, contai
 
 // TestRunDaemonSetMode runs `reconscope-agent run` as the DaemonSet does: it finds the fixture
 // controller by scanning /proc, names its pod and container from the API server, exports
-// metrics, and detaches everything on SIGTERM.
+// metrics, and detaches everything on SIGTERM. Another, bigger controller runs on the node
+// too (kube-controller-manager, started first, so found first): the fixture is traced without
+// waiting for that one's inspection, and its reconciles from then on are all spans.
 func TestRunDaemonSetMode(t *testing.T) {
 	bpftest.Require(t)
 	agent, err := agentBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := testenv.Start(t, testenv.Options{})
+	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}})
 	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
 	ctx := context.Background()
 	const node = "node-1"
@@ -153,14 +157,17 @@ func TestRunDaemonSetMode(t *testing.T) {
 		close(spans)
 	}()
 
-	// Wait until the agent traces the fixture, then make it reconcile.
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(func() string { logsMu.Lock(); defer logsMu.Unlock(); return logs.String() }(), `"msg":"tracing"`) {
+	// Wait until the agent says it traces the fixture, then make it reconcile.
+	logText := func() string { logsMu.Lock(); defer logsMu.Unlock(); return logs.String() }
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(logText(), fmt.Sprintf(`"msg":"tracing","pid":%d`, ctl.PID())) {
 		if time.Now().After(deadline) {
-			t.Fatalf("agent did not start tracing the fixture:\n%s", logs.String())
+			t.Fatalf("agent did not start tracing the fixture:\n%s", logText())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	kcmTraced := fmt.Sprintf(`"msg":"tracing","pid":%d`, env.ControllerManagerPID)
+	t.Logf("fixture traced; kube-controller-manager traced already: %v", strings.Contains(logText(), kcmTraced))
 	for _, name := range []string{"a", "b", "c"} {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
 			Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
@@ -184,10 +191,17 @@ func TestRunDaemonSetMode(t *testing.T) {
 		}
 	}
 
+	deadline = time.Now().Add(60 * time.Second)
+	for !strings.Contains(logText(), kcmTraced) {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent did not trace kube-controller-manager:\n%s", logText())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	body := httpGet(t, "http://"+metrics+"/metrics")
 	for _, want := range []string{
 		`reconscope_reconcile_total{controller="scripted",k8s_container_name="manager",k8s_namespace_name="default",k8s_pod_name="operator-0",result="success"}`,
-		"reconscope_processes_traced 1",
+		"reconscope_processes_traced 2",
 		"reconscope_events_lost_total 0",
 	} {
 		if !strings.Contains(body, want) {
@@ -467,4 +481,175 @@ func TestRunAPIServerDown(t *testing.T) {
 			t.Errorf("%q logged %d times, want once", msg, n)
 		}
 	}
+}
+
+// TestRunTracesNewProcessFromItsFirstReconcile: the agent traces a controller; a second process
+// of the same executable starts (as a restarted pod does) and serves its initial sync at once.
+// Every reconcile of the second process, from its very first, is a span: the kernel admits it
+// at exec. Its ground truth is compared with the spans, reconcile ID by reconcile ID, and with
+// its own controller_runtime_reconcile_total.
+func TestRunTracesNewProcessFromItsFirstReconcile(t *testing.T) {
+	bpftest.Require(t)
+	agent, err := agentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.Start(t, testenv.Options{})
+	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	ctx := context.Background()
+	const objects = 30
+	for i := range objects {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("cm-%02d", i),
+			Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := testenv.StartProcess(t, "scripted-1", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
+
+	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "--output", "json")
+	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
+	var out, logs lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("the agent to trace the first process", func() bool {
+		return strings.Contains(logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d`, first.PID()))
+	})
+
+	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
+	second := testenv.StartProcess(t, "scripted-2", exec.Command(fixture, "--kubeconfig", env.Kubeconfig,
+		"--ground-truth", truthFile, "--metrics-bind-address", "127.0.0.1:0"))
+	var truths []groundtruth.Record
+	waitFor("the second process's initial sync", func() bool {
+		truths, _ = groundtruth.ReadFile(truthFile)
+		return len(truths) >= objects
+	})
+	byID := map[string]exporter.JSONSpan{}
+	waitFor("a span for each of the second process's reconciles", func() bool {
+		for _, line := range strings.Split(out.String(), "\n") {
+			var s exporter.JSONSpan
+			if json.Unmarshal([]byte(line), &s) == nil && s.PID == uint32(second.PID()) {
+				byID[s.ReconcileID] = s
+			}
+		}
+		for _, r := range truths {
+			if _, ok := byID[r.ReconcileID]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	for _, r := range truths {
+		s := byID[r.ReconcileID]
+		if s.Name != r.Name || s.Namespace != r.Namespace || string(s.Result) != r.MetricResult() {
+			t.Errorf("reconcile %s of %s/%s (%s): span %s/%s %s", r.ReconcileID, r.Namespace, r.Name, r.Outcome, s.Namespace, s.Name, s.Result)
+		}
+	}
+	// The process's own count, from its start, agrees.
+	addr := waitForStderr(t, second, regexp.MustCompile(`metrics listening on (\S+)`))
+	body := httpGet(t, "http://"+addr+"/metrics")
+	want := fmt.Sprintf(`controller_runtime_reconcile_total{controller="scripted",result="success"} %d`, len(truths))
+	if !strings.Contains(body, want) {
+		t.Errorf("the second process's metrics lack %q (it reconciled %d times by its ground truth)", want, len(truths))
+	}
+	t.Logf("second process: %d reconciles in its initial sync, %d spans", len(truths), len(byID))
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("agent exit: %v", err)
+	}
+}
+
+// waitForStderr returns the first submatch of re in p's stderr, waiting for it.
+func waitForStderr(t *testing.T, p *testenv.Process, re *regexp.Regexp) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(p.StderrPath())
+		if m := re.FindSubmatch(b); m != nil {
+			return string(m[1])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never printed %s", p.StderrPath(), re)
+	return ""
+}
+
+// TestRunProcRoot runs the agent as a DaemonSet pod without hostPID sees the node: its own /proc
+// shows only its own PID namespace, the host's processes are under --proc-root. Everything the
+// agent reads of a traced process (executable, memory maps, liveness) must come from there, or
+// the fixture is never traced.
+func TestRunProcRoot(t *testing.T) {
+	bpftest.Require(t)
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skipf("needs util-linux's unshare for a PID namespace: %v", err)
+	}
+	agent, err := agentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.Start(t, testenv.Options{})
+	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
+
+	hostProc := filepath.Join(t.TempDir(), "host-proc")
+	if err := os.Mkdir(hostProc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("proc", hostProc, "proc", 0, ""); err != nil {
+		t.Skipf("cannot mount proc elsewhere: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(hostProc, syscall.MNT_DETACH) })
+
+	cmd := exec.Command(unshare, "--pid", "--mount-proc", "--kill-child=SIGTERM", agent, "run", "--proc-root", hostProc,
+		"--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "--output", "json")
+	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
+	var out, logs lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitFor("the agent to trace the fixture through --proc-root", func() bool {
+		return strings.Contains(logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d`, ctl.PID()))
+	})
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "proc-root",
+		Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
+	if err := env.Client.Create(context.Background(), cm); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("a span of the fixture", func() bool {
+		return strings.Contains(out.String(), `"name":"proc-root"`) && strings.Contains(out.String(), fmt.Sprintf(`"pid":%d`, ctl.PID()))
+	})
+	// Still traced a while later: liveness is read from --proc-root too, not from the agent's
+	// own PID namespace (where the fixture does not exist).
+	time.Sleep(2 * time.Second)
+	if strings.Contains(logs.String(), `"msg":"process exited"`) {
+		t.Errorf("the agent took the fixture for exited:\n%s", logs.String())
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
 }

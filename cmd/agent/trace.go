@@ -78,7 +78,8 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer exp.close()
-	t, err = tf.newTracer(exp.writer, log, clock)
+	// With --exe, a process that starts later is traced from its exec, in the kernel.
+	t, err = tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) { o.AdmitExecs = *exe != "" })
 	if err != nil {
 		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
 		return 1
@@ -121,6 +122,21 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		if _, err := os.Stat(path); err != nil {
 			fmt.Fprintf(stderr, "reconscope-agent trace: --exe: %v\n", err)
 			return 1
+		}
+		// Attached now, before any process runs it: each process that execs it is traced
+		// from its first instruction; those running it already are found by watchExe.
+		if _, err := t.AttachExe(path); err != nil {
+			fmt.Fprintf(stderr, "reconscope-agent trace: --exe: %v\n", err)
+			return 1
+		}
+		execs, err := t.WatchExecs(ctx)
+		if err != nil {
+			log.Warn("no exec notifications: processes that start later are traced once found, within half a second", "err", err)
+		} else {
+			go func() {
+				for range execs {
+				}
+			}()
 		}
 		go watchExe(ctx, t, path, log)
 	}

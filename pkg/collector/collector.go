@@ -34,6 +34,8 @@ type Options struct {
 	ForceSingleUprobes bool
 	// Logger receives attach and detach messages. Nil means slog.Default().
 	Logger *slog.Logger
+	// ProcRoot is where the host's proc file system is mounted. Empty means /proc.
+	ProcRoot string
 }
 
 // ErrPermission means the kernel refused to load or attach eBPF programs. Its message names
@@ -42,21 +44,26 @@ var ErrPermission = errors.New("permission denied: reconscope needs root, or CAP
 
 // Collector owns the loaded eBPF objects and the ring-buffer reader.
 type Collector struct {
-	log    *slog.Logger
-	coll   *ebpf.Collection
-	prog   *ebpf.Program
-	multi  bool
-	sites  *ebpf.Map
-	pids   *ebpf.Map
-	errs   *ebpf.Map
-	gors   *ebpf.Map
-	counts *ebpf.Map
-	reader *ringbuf.Reader
+	log       *slog.Logger
+	procRoot  string
+	coll      *ebpf.Collection
+	execSpec  *ebpf.CollectionSpec // on_exec and identify, loaded on first use
+	execProgs execPrograms
+	prog      *ebpf.Program
+	multi     bool
+	sites     *ebpf.Map
+	pids      *ebpf.Map
+	exes      *ebpf.Map
+	errs      *ebpf.Map
+	gors      *ebpf.Map
+	counts    *ebpf.Map
+	reader    *ringbuf.Reader
 
-	events, malformed atomic.Uint64
+	events, malformed, adoptFailed atomic.Uint64
 
 	mu       sync.RWMutex
 	table    []*probes.Site // index = attach cookie
+	owner    []*Attachment  // index = attach cookie
 	attached map[*Attachment]struct{}
 	procs    map[uint32]*process
 }
@@ -68,6 +75,9 @@ func New(opts Options) (*Collector, error) {
 	}
 	if opts.RingBufferSize == 0 {
 		opts.RingBufferSize = 4 << 20
+	}
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
 	}
 	if opts.RingBufferSize < os.Getpagesize() || opts.RingBufferSize&(opts.RingBufferSize-1) != 0 {
 		return nil, fmt.Errorf("ring buffer size %d: must be a power of two of at least %d bytes", opts.RingBufferSize, os.Getpagesize())
@@ -92,6 +102,10 @@ func New(opts Options) (*Collector, error) {
 	}
 	multi := !opts.ForceSingleUprobes && feats.Get("uprobe_multi").Err == nil
 	fallbacks(feats, spec, opts)
+	// on_exec and identify need the kernel's BTF: they are loaded apart (execPrograms).
+	execSpec := spec.Copy()
+	delete(spec.Programs, rbpf.TraceProgOnExec)
+	delete(spec.Programs, rbpf.TraceProgIdentify)
 	progName := rbpf.TraceProgProbeSite
 	if multi {
 		progName = rbpf.TraceProgProbeSiteMulti
@@ -109,11 +123,14 @@ func New(opts Options) (*Collector, error) {
 	}
 	c := &Collector{
 		log:      opts.Logger,
+		procRoot: opts.ProcRoot,
 		coll:     coll,
+		execSpec: execSpec,
 		prog:     coll.Programs[progName],
 		multi:    multi,
 		sites:    coll.Maps[rbpf.TraceMapSites],
 		pids:     coll.Maps[rbpf.TraceMapTracedPids],
+		exes:     coll.Maps[rbpf.TraceMapTracedExes],
 		errs:     coll.Maps[rbpf.TraceMapErrLayouts],
 		gors:     coll.Maps[rbpf.TraceMapGoroutines],
 		counts:   coll.Maps[rbpf.TraceMapCounters],
@@ -129,9 +146,6 @@ func New(opts Options) (*Collector, error) {
 	return c, nil
 }
 
-// UprobeMulti reports whether sites are attached through uprobe_multi links.
-func (c *Collector) UprobeMulti() bool { return c.multi }
-
 // Counters are the kernel side's per-CPU counters, summed.
 type Counters struct {
 	LostRingBuffer uint64 // events dropped because the ring buffer was full
@@ -139,12 +153,14 @@ type Counters struct {
 	CallsOutside   uint64 // call probe hits outside any span (filtered, not lost)
 	Hits           uint64 // probe hits in traced processes
 	Inherited      uint64 // goroutines started inside a span, whose calls join that span
+	Admitted       uint64 // processes added to the PID filter at exec (an attached executable)
+	LostExec       uint64 // exec notifications dropped (exec ring buffer full)
 }
 
 // Counters reads the kernel's counters.
 func (c *Collector) Counters() (Counters, error) {
 	var out Counters
-	fields := []*uint64{&out.LostRingBuffer, &out.LostState, &out.CallsOutside, &out.Hits, &out.Inherited}
+	fields := []*uint64{&out.LostRingBuffer, &out.LostState, &out.CallsOutside, &out.Hits, &out.Inherited, &out.Admitted, &out.LostExec}
 	for i, f := range fields {
 		var per []uint64
 		if err := c.counts.Lookup(uint32(i), &per); err != nil {
@@ -157,31 +173,29 @@ func (c *Collector) Counters() (Counters, error) {
 	return out, nil
 }
 
-// OpenGoroutines returns how many goroutines the kernel holds span state for.
-func (c *Collector) OpenGoroutines() int {
-	var k rbpf.TraceG_key
-	var v rbpf.TraceG_state
-	n := 0
-	it := c.gors.Iterate()
-	for it.Next(&k, &v) {
-		n++
-	}
-	return n
-}
-
 // GoroutinesOf returns how many goroutines of process pid the kernel holds span state for:
 // reconciles open on them, or inherited from the reconcile that started them.
-func (c *Collector) GoroutinesOf(pid int) int {
+func (c *Collector) GoroutinesOf(pid int) (int, error) {
+	keys, err := c.goroutineKeys(pid)
+	return len(keys), err
+}
+
+// goroutineKeys lists the kernel's goroutine-state keys of process pid. An aborted walk (the
+// map changing under it too much) is an error, not a short list.
+func (c *Collector) goroutineKeys(pid int) ([]rbpf.TraceG_key, error) {
 	var k rbpf.TraceG_key
 	var v rbpf.TraceG_state
-	n := 0
+	var keys []rbpf.TraceG_key
 	it := c.gors.Iterate()
 	for it.Next(&k, &v) {
 		if k.Pid == uint32(pid) {
-			n++
+			keys = append(keys, k)
 		}
 	}
-	return n
+	if err := it.Err(); err != nil {
+		return keys, fmt.Errorf("walk goroutine state: %w", err)
+	}
+	return keys, nil
 }
 
 // Close detaches everything and frees the eBPF objects.
@@ -197,6 +211,9 @@ func (c *Collector) Close() error {
 		errs = append(errs, a.Close())
 	}
 	errs = append(errs, c.reader.Close())
+	if c.execProgs.coll != nil {
+		c.execProgs.coll.Close()
+	}
 	c.coll.Close()
 	return errors.Join(errs...)
 }
@@ -224,6 +241,7 @@ func (c *Collector) allocSites(n int) (int, error) {
 		return 0, fmt.Errorf("site table full (%d of %d used): detach some executables", len(c.table), max)
 	}
 	c.table = append(c.table, make([]*probes.Site, n)...)
+	c.owner = append(c.owner, make([]*Attachment, n)...)
 	return start, nil
 }
 
@@ -232,9 +250,17 @@ type Attachment struct {
 	c     *Collector
 	Path  string
 	Plan  *probes.Plan
-	first int
+	first int // first attach cookie; also the executable's key in the kernel's error layouts
 	links []link.Link
 	once  sync.Once
+
+	dev, ino uint64 // the file as the kernel identifies it (Collector.FileID)
+	base     uint64 // page-aligned address of the first PT_LOAD segment, for PIE load biases
+
+	mu      sync.Mutex
+	errKeys []rbpf.TraceErrKey
+	ids     []rbpf.TraceExeId // in the kernel's traced_exes: new processes are admitted at exec
+	names   map[uint64]string // static itab address (as in the file) -> short concrete type name
 }
 
 // Attach attaches plan's sites to the executable at path (for a process, /proc/PID/exe works
@@ -248,24 +274,40 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open executable: %w", err)
 	}
+	dev, ino, err := c.FileID(path)
+	if err != nil {
+		return nil, err
+	}
+	base, err := firstSegment(path)
+	if err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	first, err := c.allocSites(len(plan.Sites))
 	if err != nil {
 		c.mu.Unlock()
 		return nil, err
 	}
-	a := &Attachment{c: c, Path: path, Plan: plan, first: first}
+	a := &Attachment{c: c, Path: path, Plan: plan, first: first, dev: dev, ino: ino, base: base}
 	for i := range plan.Sites {
 		c.table[first+i] = &plan.Sites[i]
+		c.owner[first+i] = a
 	}
 	c.attached[a] = struct{}{}
 	c.mu.Unlock()
 
 	for i := range plan.Sites {
-		if err := c.sites.Put(uint32(first+i), &plan.Sites[i].Config); err != nil {
+		cfg := plan.Sites[i].Config
+		cfg.Exe = uint32(first)
+		cfg.Vaddr = plan.Sites[i].Addr
+		if err := c.sites.Put(uint32(first+i), &cfg); err != nil {
 			a.Close()
 			return nil, fmt.Errorf("write site config: %w", err)
 		}
+	}
+	if err := a.writeErrorLayouts(); err != nil {
+		a.Close()
+		return nil, err
 	}
 	if c.multi {
 		addrs := make([]uint64, len(plan.Sites))
@@ -294,28 +336,88 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 	return a, nil
 }
 
-// Links returns how many kernel links the attachment holds.
-func (a *Attachment) Links() int { return len(a.links) }
+// writeErrorLayouts tells the kernel where the message of each known error type is, for every
+// static itab of that type in the executable. The keys are per executable: a process is covered
+// from its first instruction, whatever its load address.
+func (a *Attachment) writeErrorLayouts() error {
+	bin := a.Plan.Binary
+	itabs, err := bin.Itabs()
+	if err != nil {
+		a.c.log.Warn("error types will be resolved from process memory only", "exe", a.Path, "err", err)
+	}
+	a.names = make(map[uint64]string, len(itabs))
+	for addr, name := range itabs {
+		a.names[addr] = ShortTypeName(name)
+	}
+	for _, f := range errorMessageFields {
+		off, err := bin.FieldOffset(f.structTyp, f.field)
+		if err != nil {
+			continue // the message of that type stays unread; its type is still named
+		}
+		for addr, name := range a.names {
+			if name != f.typeName {
+				continue
+			}
+			k := rbpf.TraceErrKey{Exe: uint32(a.first), Itab: addr}
+			if err := a.c.errs.Put(&k, &rbpf.TraceErrLayout{MsgOff: uint32(off.Value)}); err != nil {
+				return fmt.Errorf("write error layout: %w", err)
+			}
+			a.mu.Lock()
+			a.errKeys = append(a.errKeys, k)
+			a.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// ID returns the executable's identity as the kernel sees it (Collector.FileID): every process
+// whose code is mapped from this file, in any container, runs this attachment's probes.
+func (a *Attachment) ID() (dev, ino uint64) { return a.dev, a.ino }
+
+// AdmitExecs makes the kernel trace every process that execs this executable from its first
+// instruction, while WatchExecs runs; its notifications report each process admitted.
+func (a *Attachment) AdmitExecs() error {
+	id := rbpf.TraceExeId{Dev: a.dev, Ino: a.ino}
+	if err := a.c.exes.Put(&id, uint32(a.first)); err != nil {
+		return fmt.Errorf("admit new processes of %s: %w", a.Path, err)
+	}
+	a.mu.Lock()
+	a.ids = append(a.ids, id)
+	a.mu.Unlock()
+	return nil
+}
 
 // Close detaches the executable's probes and frees its site slots.
 func (a *Attachment) Close() error {
 	var errs []error
 	a.once.Do(func() {
+		c := a.c
+		a.mu.Lock()
+		for _, id := range a.ids {
+			_ = c.exes.Delete(&id)
+		}
+		a.ids = nil
+		a.mu.Unlock()
 		for _, l := range a.links {
 			errs = append(errs, l.Close())
 		}
-		c := a.c
 		c.mu.Lock()
 		for i := range a.Plan.Sites {
 			if a.first+i < len(c.table) {
 				c.table[a.first+i] = nil
+				c.owner[a.first+i] = nil
 			}
 		}
 		delete(c.attached, a)
 		c.mu.Unlock()
-		for i := range a.Plan.Sites {
-			_ = c.sites.Delete(uint32(a.first + i)) // arrays cannot delete; stale configs are harmless without links
+		a.mu.Lock()
+		for _, k := range a.errKeys {
+			_ = c.errs.Delete(&k)
 		}
+		a.errKeys = nil
+		a.mu.Unlock()
+		// The site table is an array: its slots cannot be deleted, and a stale config is
+		// harmless once no link uses its cookie.
 	})
 	return errors.Join(errs...)
 }

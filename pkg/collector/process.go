@@ -1,17 +1,13 @@
 package collector
 
 import (
-	"bufio"
 	"debug/elf"
-	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-
-	rbpf "github.com/reconscope/reconscope/bpf"
-	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
 // process is one traced process: its binary's load bias and what it takes to name the
@@ -24,7 +20,6 @@ type process struct {
 
 	mu    sync.Mutex
 	names map[uint64]string // run-time itab address -> concrete type name
-	keys  []rbpf.TraceErrKey
 }
 
 // errorMessageFields are the concrete error types whose message the kernel reads, and where.
@@ -39,43 +34,31 @@ var errorMessageFields = []struct {
 	{"*errors.StatusError", "k8s.io/apimachinery/pkg/api/errors.StatusError", "ErrStatus.Message"},
 }
 
-// Trace starts tracing process pid, an instance of the attachment's executable.
+// Trace starts tracing process pid, an instance of the attachment's executable. Tracing a
+// process already traced through the same attachment changes nothing.
 func (c *Collector) Trace(pid int, a *Attachment) error {
-	bias, err := loadBias(pid, a.Plan.Binary)
+	c.mu.RLock()
+	old := c.procs[uint32(pid)]
+	c.mu.RUnlock()
+	if old != nil && old.att == a {
+		return nil
+	}
+	p, err := c.newProcess(pid, a)
 	if err != nil {
-		return fmt.Errorf("find load address of process %d: %w", pid, err)
-	}
-	p := &process{pid: uint32(pid), att: a, bias: bias, names: map[uint64]string{}}
-	if f, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid)); err == nil {
-		p.mem = f
-	}
-	bin := a.Plan.Binary
-	itabs, err := bin.Itabs()
-	if err != nil {
-		c.log.Warn("error types will be resolved from process memory only", "pid", pid, "err", err)
-	}
-	for addr, name := range itabs {
-		p.names[addr+bias] = ShortTypeName(name)
-	}
-	for _, f := range errorMessageFields {
-		off, err := bin.FieldOffset(f.structTyp, f.field)
-		if err != nil {
-			continue // the message of that type stays unread; its type is still named
-		}
-		for addr, name := range p.names {
-			if name != f.typeName {
-				continue
-			}
-			k := rbpf.TraceErrKey{Pid: uint32(pid), Itab: addr}
-			if err := c.errs.Put(&k, &rbpf.TraceErrLayout{MsgOff: uint32(off.Value)}); err != nil {
-				return fmt.Errorf("write error layout: %w", err)
-			}
-			p.keys = append(p.keys, k)
-		}
+		return err
 	}
 	c.mu.Lock()
+	old = c.procs[uint32(pid)]
+	if old != nil && old.att == a { // traced meanwhile
+		c.mu.Unlock()
+		p.close()
+		return nil
+	}
 	c.procs[uint32(pid)] = p
 	c.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
 	if err := c.pids.Put(uint32(pid), uint32(1)); err != nil {
 		c.Untrace(pid)
 		return fmt.Errorf("add process %d to the kernel's filter: %w", pid, err)
@@ -83,47 +66,65 @@ func (c *Collector) Trace(pid int, a *Attachment) error {
 	return nil
 }
 
-// Untrace stops tracing process pid and removes its kernel state.
-func (c *Collector) Untrace(pid int) error {
+// newProcess reads what decoding process pid's events takes.
+func (c *Collector) newProcess(pid int, a *Attachment) (*process, error) {
+	bias, err := loadBias(c.procRoot, pid, a)
+	if err != nil {
+		return nil, fmt.Errorf("find load address of process %d: %w", pid, err)
+	}
+	p := &process{pid: uint32(pid), att: a, bias: bias, names: make(map[uint64]string, len(a.names))}
+	for addr, name := range a.names {
+		p.names[addr+bias] = name
+	}
+	if f, err := os.Open(filepath.Join(c.procRoot, strconv.Itoa(pid), "mem")); err == nil {
+		p.mem = f
+	}
+	return p, nil
+}
+
+func (p *process) close() {
+	if p.mem != nil {
+		p.mem.Close()
+	}
+}
+
+// Untrace stops tracing process pid and removes its kernel state: its place in the PID filter
+// and the span state of its goroutines. It also removes a process the kernel admitted at exec
+// that was never traced here.
+func (c *Collector) Untrace(pid int) {
 	_ = c.pids.Delete(uint32(pid))
 	c.mu.Lock()
 	p := c.procs[uint32(pid)]
 	delete(c.procs, uint32(pid))
 	c.mu.Unlock()
-	if p == nil {
-		return nil
-	}
-	for _, k := range p.keys {
-		_ = c.errs.Delete(&k)
-	}
-	// Goroutine state of the process.
-	var k rbpf.TraceG_key
-	var v rbpf.TraceG_state
-	var stale []rbpf.TraceG_key
-	it := c.gors.Iterate()
-	for it.Next(&k, &v) {
-		if k.Pid == uint32(pid) {
-			stale = append(stale, k)
-		}
+	stale, err := c.goroutineKeys(pid)
+	if err != nil {
+		// A walk aborted by concurrent changes: the keys found so far go now, the rest age
+		// out of the LRU map.
+		c.log.Warn("remove goroutine state of an untraced process", "pid", pid, "err", err)
 	}
 	for _, k := range stale {
 		_ = c.gors.Delete(&k)
 	}
-	if p.mem != nil {
-		p.mem.Close()
+	if p != nil {
+		p.close()
 	}
-	return nil
 }
 
-// Traced returns the PIDs traced now.
-func (c *Collector) Traced() []int {
+// adopt traces a process the kernel admitted at exec (it is in the PID filter) whose events
+// arrive before anyone called Trace for it, so its error types are named from its first event.
+func (c *Collector) adopt(pid uint32, a *Attachment) *process {
+	var in uint32
+	if err := c.pids.Lookup(pid, &in); err != nil {
+		return nil // untraced meanwhile
+	}
+	if err := c.Trace(int(pid), a); err != nil {
+		c.adoptFailed.Add(1)
+		return nil
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	out := make([]int, 0, len(c.procs))
-	for pid := range c.procs {
-		out = append(out, int(pid))
-	}
-	return out
+	return c.procs[pid]
 }
 
 // errorType names the concrete type behind a run-time itab address.
@@ -165,52 +166,52 @@ func ShortTypeName(name string) string {
 	return b.String()
 }
 
-// loadBias is where the process mapped its executable minus where the ELF file asks to be:
-// 0 for position-dependent executables, the randomized base for PIE ones.
-func loadBias(pid int, bin *symbols.Binary) (uint64, error) {
-	if !bin.PIE {
-		return 0, nil
-	}
-	f, err := elf.Open(bin.Path)
+// firstSegment returns the page-aligned address of the executable's first PT_LOAD segment (the
+// one at file offset 0): a PIE's load bias is where that segment is mapped minus it.
+func firstSegment(path string) (uint64, error) {
+	f, err := elf.Open(path)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("read program headers of %s: %w", path, err)
 	}
 	defer f.Close()
-	var first *elf.Prog
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD && p.Off == 0 {
-			first = p
-			break
+			return p.Vaddr &^ (p.Align - 1), nil
 		}
 	}
-	if first == nil {
-		return 0, errors.New("no PT_LOAD segment at file offset 0")
+	return 0, fmt.Errorf("read program headers of %s: no PT_LOAD segment at file offset 0", path)
+}
+
+// loadBias is where the process mapped its executable minus where the ELF file asks to be:
+// 0 for position-dependent executables, the randomized base for PIE ones.
+func loadBias(procRoot string, pid int, a *Attachment) (uint64, error) {
+	if !a.Plan.Binary.PIE {
+		return 0, nil
 	}
-	exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
+	name := filepath.Join(procRoot, strconv.Itoa(pid), "maps")
+	maps, err := os.ReadFile(name)
 	if err != nil {
 		return 0, err
 	}
-	maps, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer maps.Close()
-	ino := inode(exe)
-	sc := bufio.NewScanner(maps)
-	for sc.Scan() {
-		// start-end perms offset dev inode path
-		fs := strings.Fields(sc.Text())
+	for _, line := range strings.Split(string(maps), "\n") {
+		// start-end perms offset major:minor inode path: the mapping at offset 0 of the
+		// executable's file, identified as the kernel does (the real file on overlayfs).
+		fs := strings.Fields(line)
 		if len(fs) < 6 || fs[2] != "00000000" {
 			continue
 		}
-		if n, _ := strconv.ParseUint(fs[4], 10, 64); n != ino {
+		start, _, _ := strings.Cut(fs[0], "-")
+		addr, err := strconv.ParseUint(start, 16, 64)
+		if err != nil {
 			continue
 		}
-		start, err := strconv.ParseUint(strings.SplitN(fs[0], "-", 2)[0], 16, 64)
-		if err != nil {
-			return 0, err
+
+		// maps shows the file as the process's user sees it: on overlayfs the overlay's
+		// device, with the real file's inode number; the inode number is what both share.
+		if ino, err := strconv.ParseUint(fs[4], 10, 64); err != nil || ino != a.ino {
+			continue
 		}
-		return start - (first.Vaddr &^ (first.Align - 1)), nil
+		return addr - a.base, nil
 	}
-	return 0, fmt.Errorf("executable not found in /proc/%d/maps", pid)
+	return 0, fmt.Errorf("executable not found in %s", name)
 }

@@ -77,8 +77,9 @@ func (c *Collector) ReadStats() ReadStats {
 	return ReadStats{Events: c.events.Load(), Malformed: c.malformed.Load()}
 }
 
-// Decode turns one ring-buffer record into raw, resolving the error type through the traced
-// process. It returns the record's site, or false for a malformed record.
+// decode turns one ring-buffer record into raw, resolving the error type through the traced
+// process (tracing first a process the kernel admitted at exec that is not known here yet). It
+// returns the record's site, or false for a malformed record.
 func (c *Collector) decode(b []byte, raw *probes.Raw) (*probes.Site, bool) {
 	if len(b) < int(unsafe.Sizeof(rbpf.TraceEvent{})) {
 		return nil, false
@@ -86,13 +87,20 @@ func (c *Collector) decode(b []byte, raw *probes.Raw) (*probes.Site, bool) {
 	e := (*rbpf.TraceEvent)(unsafe.Pointer(&b[0]))
 	c.mu.RLock()
 	var site *probes.Site
+	var owner *Attachment
 	if int(e.Site) < len(c.table) {
 		site = c.table[e.Site]
+	}
+	if int(e.Site) < len(c.owner) {
+		owner = c.owner[e.Site]
 	}
 	p := c.procs[e.Pid]
 	c.mu.RUnlock()
 	if site == nil {
 		return nil, false
+	}
+	if p == nil && owner != nil {
+		p = c.adopt(e.Pid, owner) // admitted at exec, its notification not handled yet
 	}
 	DecodeEvent(e, raw)
 	if site.Kind == probes.SiteReturn && site.Config.ErrSlot >= 0 {

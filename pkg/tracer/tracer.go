@@ -1,7 +1,9 @@
 // Package tracer joins the pipeline's stages for one agent: it attaches the probe plan of
-// each target executable once (keyed by device and inode, so every process of one binary
-// shares it), traces the target processes, assembles spans from the collector's events, and
-// hands them to the exporters. It notices when a traced process exits and closes its spans.
+// each target executable once (keyed by the device and inode its code is mapped from, so every
+// process of one binary shares it, in any container), traces the target processes (a new
+// process of an attached executable from its exec, with Options.AdmitExecs), assembles spans
+// from the collector's events, and hands them to the exporters. It notices when a traced
+// process exits and closes its spans.
 package tracer
 
 import (
@@ -10,9 +12,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/reconscope/reconscope/pkg/collector"
@@ -34,6 +39,19 @@ type Options struct {
 	// Housekeeping is how often exited processes and expired spans are looked for.
 	// Zero means 500ms.
 	Housekeeping time.Duration
+	// ProcRoot is where the host's proc file system is mounted. Empty means /proc.
+	ProcRoot string
+	// AdmitExecs makes the kernel trace a new process of an attached executable from its
+	// first instruction, while WatchExecs runs (instead of waiting for someone to call
+	// TracePID): its first reconciles are not lost.
+	AdmitExecs bool
+	// Admit, when set, decides on each process admitted at exec: whether to keep tracing it,
+	// and with what metadata. Its spans are held until Admit returns, and dropped if it says
+	// no. Nil keeps every admitted process, with no metadata.
+	Admit func(pid int) (ProcessMeta, bool)
+	// Inspections bounds how many executables are inspected and attached at once. Zero means
+	// GOMAXPROCS, at least 2.
+	Inspections int
 }
 
 // Stats is what a Tracer counted.
@@ -44,28 +62,57 @@ type Stats struct {
 	Processes int // traced now
 	Sites     int // probe sites attached now
 	Open      int // reconciles in flight (open spans), as of the last housekeeping
+	// HeldDropped counts spans of processes admitted at exec that were dropped because too
+	// many waited for Options.Admit's verdict (those of processes Admit rejects are not counted:
+	// they are not wanted).
+	HeldDropped uint64
 }
 
+// exeKey identifies an executable file as the kernel does (collector.Collector.FileID): every
+// process running it, in any container, shares one attachment.
 type exeKey struct{ dev, ino uint64 }
 
+// exe is one executable: inspected and attached once (ready closed), or failed (err).
 type exe struct {
-	att  *collector.Attachment
-	pids map[int]bool
-	path string // the executable's path as the process sees it
+	key    exeKey
+	ready  chan struct{}
+	err    error
+	plan   *probes.Plan
+	att    *collector.Attachment
+	path   string // the executable's path as the process sees it
+	pids   map[int]bool
+	users  int  // callers between finding this exe and adding their process
+	pinned bool // attached by AttachExe: stays attached without processes
 }
 
-// Tracer traces processes. Add targets with TracePID, then Run.
-type Tracer struct {
-	opts  Options
-	log   *slog.Logger
-	col   *collector.Collector
-	clock exporter.Clock
+// proc is one traced process.
+type proc struct {
+	exe   *exe
+	ready chan struct{} // closed once the collector traces it (or failed: err)
+	err   error
+	held  bool // admitted at exec: its spans wait for Options.Admit's verdict
+}
 
-	mu    sync.Mutex
-	exes  map[exeKey]*exe
-	procs map[int]exeKey
-	dying map[int]bool // exited processes, closed at the next idle poll (their last events are read by then)
-	meta  map[int]ProcessMeta
+// maxHeld bounds the spans held per process while Options.Admit decides on it.
+const maxHeld = 4096
+
+// Tracer traces processes. Add targets with TracePID (or AttachExe), then Run.
+type Tracer struct {
+	opts     Options
+	log      *slog.Logger
+	col      *collector.Collector
+	clock    exporter.Clock
+	procRoot string
+	inspect  chan struct{} // semaphore: inspections at once
+
+	mu          sync.Mutex
+	exes        map[exeKey]*exe
+	procs       map[int]*proc
+	meta        map[int]ProcessMeta
+	held        map[int][]span.Span // spans of admitted processes awaiting Admit's verdict
+	release     []int               // processes whose held spans may go now
+	heldDropped uint64
+	dying       map[int]bool // Run's goroutine only: exited processes, closed at the next idle poll
 
 	asm     *span.Assembler
 	open    atomic.Int64
@@ -87,20 +134,30 @@ func New(opts Options) (*Tracer, error) {
 	if opts.Housekeeping == 0 {
 		opts.Housekeeping = 500 * time.Millisecond
 	}
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
+	}
+	if opts.Inspections <= 0 {
+		opts.Inspections = max(2, runtime.GOMAXPROCS(0))
+	}
 	opts.Collector.Logger = opts.Logger
+	opts.Collector.ProcRoot = opts.ProcRoot
 	col, err := collector.New(opts.Collector)
 	if err != nil {
 		return nil, err
 	}
 	t := &Tracer{
-		opts:  opts,
-		log:   opts.Logger,
-		col:   col,
-		clock: opts.Clock,
-		exes:  map[exeKey]*exe{},
-		procs: map[int]exeKey{},
-		dying: map[int]bool{},
-		meta:  map[int]ProcessMeta{},
+		opts:     opts,
+		log:      opts.Logger,
+		col:      col,
+		clock:    opts.Clock,
+		procRoot: opts.ProcRoot,
+		inspect:  make(chan struct{}, opts.Inspections),
+		exes:     map[exeKey]*exe{},
+		procs:    map[int]*proc{},
+		dying:    map[int]bool{},
+		meta:     map[int]ProcessMeta{},
+		held:     map[int][]span.Span{},
 	}
 	t.asm = span.NewAssembler(opts.Assembler, t.emit)
 	return t, nil
@@ -111,87 +168,240 @@ func (t *Tracer) Clock() exporter.Clock { return t.clock }
 
 func (t *Tracer) emit(s span.Span) {
 	t.mu.Lock()
-	if k, ok := t.procs[int(s.PID)]; ok && s.Exe == "" {
-		if e := t.exes[k]; e != nil {
-			s.Exe = e.path
+	if len(t.release) > 0 {
+		t.mu.Unlock()
+		t.flushHeld()
+		t.mu.Lock()
+	}
+	p := t.procs[int(s.PID)]
+	if p != nil && p.held {
+		if len(t.held[int(s.PID)]) < maxHeld {
+			t.held[int(s.PID)] = append(t.held[int(s.PID)], s)
+		} else {
+			t.heldDropped++
 		}
+		t.mu.Unlock()
+		return
+	}
+	t.decorate(&s, p)
+	t.mu.Unlock()
+	t.write(&s)
+}
+
+// decorate fills in what the tracer knows of the span's process. Callers hold t.mu.
+func (t *Tracer) decorate(s *span.Span, p *proc) {
+	if p != nil && s.Exe == "" {
+		s.Exe = p.exe.path
 	}
 	if m, ok := t.meta[int(s.PID)]; ok {
 		s.Pod, s.Container = m.Pod, m.Container
 	}
-	t.mu.Unlock()
+}
+
+func (t *Tracer) write(s *span.Span) {
 	if t.opts.Writer != nil {
-		if err := t.opts.Writer.Write(&s); err != nil {
+		if err := t.opts.Writer.Write(s); err != nil {
 			t.log.Warn("export span", "err", err)
 		}
 	}
 }
 
+// flushHeld writes the held spans of the processes Admit accepted. Run's goroutine only (the
+// writer is not shared between goroutines).
+func (t *Tracer) flushHeld() {
+	t.mu.Lock()
+	var out []span.Span
+	for _, pid := range t.release {
+		spans := t.held[pid]
+		delete(t.held, pid)
+		for i := range spans {
+			t.decorate(&spans[i], t.procs[pid])
+		}
+		out = append(out, spans...)
+	}
+	t.release = t.release[:0]
+	t.mu.Unlock()
+	for i := range out {
+		t.write(&out[i])
+	}
+}
+
+// AttachExe inspects the executable at path and attaches its plan before any process runs it;
+// it stays attached until Close. With Options.AdmitExecs, every process that execs it later is
+// traced from its first instruction; processes running it already are traced by TracePID.
+func (t *Tracer) AttachExe(path string) (*probes.Plan, error) {
+	dev, ino, err := t.col.FileID(path)
+	if err != nil {
+		return nil, err
+	}
+	e, err := t.acquire(exeKey{dev, ino}, path, func() (*symbols.Binary, error) { return symbols.Open(path) }, path)
+	if err != nil {
+		if e != nil {
+			return e.plan, err
+		}
+		return nil, err
+	}
+	t.mu.Lock()
+	e.pinned = true
+	t.mu.Unlock()
+	t.unref(e)
+	return e.plan, nil
+}
+
 // TracePID starts tracing process pid. It inspects the process's executable, attaches its
 // plan unless another process of the same executable already did, and adds pid to the
-// kernel's filter. It returns the plan.
+// kernel's filter. It returns the plan. It is safe to call from many goroutines: an
+// executable is inspected and attached once, however many of its processes are traced at
+// once, and a caller never waits for the inspection of another executable.
 func (t *Tracer) TracePID(pid int) (*probes.Plan, error) {
-	exePath := fmt.Sprintf("/proc/%d/exe", pid)
-	fi, err := os.Stat(exePath)
+	if pid <= 0 {
+		return nil, fmt.Errorf("process %d: not a process ID", pid)
+	}
+	link := filepath.Join(t.procRoot, strconv.Itoa(pid), "exe")
+	dev, ino, err := t.col.FileID(link)
 	if errors.Is(err, os.ErrPermission) {
 		return nil, fmt.Errorf("process %d: %w (another user's process: run as root, or with CAP_SYS_PTRACE)", pid, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("process %d: %w", pid, err)
 	}
-	st, _ := fi.Sys().(*syscall.Stat_t)
-	if st == nil {
-		return nil, fmt.Errorf("process %d: no device and inode for its executable", pid)
+	path := link
+	if real, err := os.Readlink(link); err == nil {
+		path = strings.TrimSuffix(real, " (deleted)")
 	}
-	key := exeKey{dev: uint64(st.Dev), ino: st.Ino}
+	e, err := t.acquire(exeKey{dev, ino}, path, func() (*symbols.Binary, error) { return symbols.Open(link) }, link)
+	if err != nil {
+		if e != nil {
+			return e.plan, fmt.Errorf("process %d: %w", pid, err)
+		}
+		return nil, fmt.Errorf("process %d: %w", pid, err)
+	}
+	defer t.unref(e)
+	if err := t.addProcess(pid, e, false); err != nil {
+		return e.plan, err
+	}
+	return e.plan, nil
+}
 
+// permanent says whether an inspection failure is a property of the file (remembered, so the
+// file is not inspected again) rather than of the moment.
+func permanent(err error) bool {
+	return errors.Is(err, symbols.ErrNotGo) || errors.Is(err, symbols.ErrNotELF) ||
+		errors.Is(err, probes.ErrNothingToTrace) || errors.Is(err, symbols.ErrUnsupportedGo)
+}
+
+// acquire returns the attached executable key, inspecting and attaching it first unless done
+// or under way; the caller then holds a reference (release it with unref). On failure the
+// returned exe, when not nil, carries the plan that says what is missing.
+func (t *Tracer) acquire(key exeKey, path string, open func() (*symbols.Binary, error), attachPath string) (*exe, error) {
 	t.mu.Lock()
-	if _, ok := t.procs[pid]; ok {
-		e := t.exes[t.procs[pid]]
-		t.mu.Unlock()
-		return e.att.Plan, nil
-	}
 	e := t.exes[key]
-	t.mu.Unlock()
-
-	if e == nil {
-		bin, err := symbols.OpenPID(pid)
-		if err != nil {
-			return nil, fmt.Errorf("inspect process %d: %w", pid, err)
-		}
-		plan, err := probes.NewPlan(bin, t.opts.Catalog)
-		if err != nil {
-			bin.Close()
-			return plan, fmt.Errorf("process %d (%s): %w", pid, bin.Path, err)
-		}
-		for _, o := range plan.Offsets {
-			if o.Err != nil {
-				t.log.Warn("field offset unknown: spans come without the fields that need it", "exe", bin.Path, "type", o.Type, "field", o.Path, "err", o.Err)
-			}
-		}
-		att, err := t.col.Attach(exePath, plan)
-		if err != nil {
-			bin.Close()
-			return plan, fmt.Errorf("process %d: %w", pid, err)
-		}
-		e = &exe{att: att, pids: map[int]bool{}, path: exePath}
-		if real, err := os.Readlink(exePath); err == nil {
-			e.path = real
-		}
-		t.mu.Lock()
+	if e != nil {
+		e.users++
+		t.mu.Unlock()
+		<-e.ready
+	} else {
+		e = &exe{key: key, ready: make(chan struct{}), path: path, pids: map[int]bool{}, users: 1}
 		t.exes[key] = e
 		t.mu.Unlock()
-		t.log.Info("attached", "exe", e.path, "pid", pid, "go", bin.GoVersion, "sites", len(plan.Sites), "probes", plan.Probes())
+		t.attach(e, open, attachPath)
 	}
-	if err := t.col.Trace(pid, e.att); err != nil {
-		t.releaseIfUnused(key)
-		return e.att.Plan, err
+	if e.err != nil {
+		t.mu.Lock()
+		e.users--
+		t.mu.Unlock()
+		return e, e.err
 	}
+	return e, nil
+}
+
+// attach inspects and attaches e, at most Options.Inspections at once, then closes e.ready.
+func (t *Tracer) attach(e *exe, open func() (*symbols.Binary, error), attachPath string) {
+	t.inspect <- struct{}{}
+	plan, att, err := t.inspectAndAttach(open, attachPath)
+	<-t.inspect
 	t.mu.Lock()
-	e.pids[pid] = true
-	t.procs[pid] = key
+	e.plan, e.att, e.err = plan, att, err
+	if err != nil && !permanent(err) && t.exes[e.key] == e {
+		delete(t.exes, e.key) // tried again next time
+	}
+	close(e.ready)
 	t.mu.Unlock()
-	return e.att.Plan, nil
+	if err == nil {
+		t.log.Info("attached", "exe", e.path, "go", plan.Binary.GoVersion, "sites", len(plan.Sites), "probes", plan.Probes())
+	}
+}
+
+func (t *Tracer) inspectAndAttach(open func() (*symbols.Binary, error), attachPath string) (*probes.Plan, *collector.Attachment, error) {
+	bin, err := open()
+	if err != nil {
+		return nil, nil, fmt.Errorf("inspect: %w", err)
+	}
+	plan, err := probes.NewPlan(bin, t.opts.Catalog)
+	if err != nil {
+		bin.Close()
+		return plan, nil, fmt.Errorf("%s: %w", bin.Path, err)
+	}
+	for _, o := range plan.Offsets {
+		if o.Err != nil {
+			t.log.Warn("field offset unknown: spans come without the fields that need it", "exe", bin.Path, "type", o.Type, "field", o.Path, "err", o.Err)
+		}
+	}
+	att, err := t.col.Attach(attachPath, plan)
+	if err != nil {
+		bin.Close()
+		return plan, nil, err
+	}
+	if t.opts.AdmitExecs {
+		if err := att.AdmitExecs(); err != nil {
+			t.log.Warn("new processes of this executable are traced once found, not from their exec", "exe", bin.Path, "err", err)
+		}
+	}
+	return plan, att, nil
+}
+
+// unref drops a reference taken by acquire, detaching the executable if nothing uses it.
+func (t *Tracer) unref(e *exe) {
+	t.mu.Lock()
+	e.users--
+	t.mu.Unlock()
+	t.releaseIfUnused(e)
+}
+
+// addProcess traces pid, a process of the attached executable e (the caller holds a reference).
+// held: admitted at exec, its spans wait for Options.Admit.
+func (t *Tracer) addProcess(pid int, e *exe, held bool) error {
+	t.mu.Lock()
+	if p := t.procs[pid]; p != nil {
+		t.mu.Unlock()
+		<-p.ready
+		if p.err != nil {
+			return p.err
+		}
+		if p.exe == e {
+			return nil
+		}
+		// The PID now runs another executable: the process exec'd.
+		t.UntracePID(pid)
+		return t.addProcess(pid, e, held)
+	}
+	p := &proc{exe: e, ready: make(chan struct{}), held: held}
+	t.procs[pid] = p
+	e.pids[pid] = true
+	t.mu.Unlock()
+	err := t.col.Trace(pid, e.att)
+	t.mu.Lock()
+	if err != nil {
+		p.err = err
+		if t.procs[pid] == p {
+			delete(t.procs, pid)
+			delete(e.pids, pid)
+			delete(t.held, pid)
+		}
+	}
+	close(p.ready)
+	t.mu.Unlock()
+	return err
 }
 
 // ProcessMeta is what the agent knows of a traced process beyond its PID: it goes into every
@@ -208,42 +418,119 @@ func (t *Tracer) SetProcessMeta(pid int, m ProcessMeta) {
 	t.mu.Unlock()
 }
 
-// UntracePID stops tracing pid; the executable's probes are detached with its last process.
+// UntracePID stops tracing pid; the executable's probes are detached with its last process. It
+// also removes a process the kernel admitted at exec that was not traced here yet.
 func (t *Tracer) UntracePID(pid int) {
 	t.mu.Lock()
-	key, ok := t.procs[pid]
-	if ok {
+	p := t.procs[pid]
+	if p != nil {
 		delete(t.procs, pid)
-		delete(t.exes[key].pids, pid)
+		delete(p.exe.pids, pid)
 	}
 	delete(t.meta, pid)
+	delete(t.held, pid)
 	t.mu.Unlock()
-	if !ok {
-		return
+	if p != nil {
+		<-p.ready
 	}
-	_ = t.col.Untrace(pid)
-	t.releaseIfUnused(key)
+	t.col.Untrace(pid)
+	if p != nil {
+		t.releaseIfUnused(p.exe)
+	}
 }
 
-func (t *Tracer) releaseIfUnused(key exeKey) {
+func (t *Tracer) releaseIfUnused(e *exe) {
 	t.mu.Lock()
-	e := t.exes[key]
-	if e == nil || len(e.pids) > 0 {
+	if len(e.pids) > 0 || e.users > 0 || e.pinned || e.att == nil || t.exes[e.key] != e {
 		t.mu.Unlock()
 		return
 	}
-	delete(t.exes, key)
+	delete(t.exes, e.key)
 	t.mu.Unlock()
 	if err := e.att.Close(); err != nil {
 		t.log.Warn("detach", "exe", e.path, "err", err)
 	}
-	e.att.Plan.Binary.Close()
+	e.plan.Binary.Close()
 	t.log.Info("detached", "exe", e.path)
 }
 
 // WatchExecs reports the PID of every process that calls execve on the host, until ctx ends
-// (collector.WatchExecs).
-func (t *Tracer) WatchExecs(ctx context.Context) (<-chan int, error) { return t.col.WatchExecs(ctx) }
+// (collector.WatchExecs), for discovery to look at. With Options.AdmitExecs, it also takes in
+// each new process of an attached executable, which the kernel traces from its exec: the
+// tracer traces it here too (its load address, its spans' executable) and asks Options.Admit.
+func (t *Tracer) WatchExecs(ctx context.Context) (<-chan int, error) {
+	execs, err := t.col.WatchExecs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan int, 256)
+	go func() {
+		defer close(out)
+		for ex := range execs {
+			if ex.Admitted {
+				t.admit(ex)
+			} else {
+				t.mu.Lock()
+				_, traced := t.procs[ex.PID]
+				t.mu.Unlock()
+				if traced { // a traced process exec'd a program that is not attached
+					t.UntracePID(ex.PID)
+				}
+			}
+			select {
+			case out <- ex.PID:
+			default:
+			}
+		}
+	}()
+	return out, nil
+}
+
+// admit takes in a process the kernel admitted at exec.
+func (t *Tracer) admit(ex collector.Exec) {
+	key := exeKey{ex.Dev, ex.Ino}
+	t.mu.Lock()
+	e := t.exes[key]
+	if e != nil {
+		e.users++
+	}
+	t.mu.Unlock()
+	if e == nil {
+		t.col.Untrace(ex.PID) // detached meanwhile
+		return
+	}
+	<-e.ready
+	if e.err != nil {
+		t.unref(e)
+		t.col.Untrace(ex.PID)
+		return
+	}
+	err := t.addProcess(ex.PID, e, t.opts.Admit != nil)
+	t.unref(e)
+	if err != nil {
+		t.log.Debug("process admitted at exec is gone", "pid", ex.PID, "err", err)
+		t.UntracePID(ex.PID)
+		return
+	}
+	t.log.Debug("traced from exec", "pid", ex.PID, "exe", e.path)
+	if t.opts.Admit == nil {
+		return
+	}
+	go func() {
+		meta, ok := t.opts.Admit(ex.PID)
+		if !ok {
+			t.UntracePID(ex.PID) // its held spans go with it: the filter excludes the process
+			return
+		}
+		t.mu.Lock()
+		if p := t.procs[ex.PID]; p != nil && p.held {
+			p.held = false
+			t.meta[ex.PID] = meta
+			t.release = append(t.release, ex.PID)
+		}
+		t.mu.Unlock()
+	}()
+}
 
 // PIDs returns the traced processes.
 func (t *Tracer) PIDs() []int {
@@ -274,8 +561,12 @@ func (t *Tracer) Run(ctx context.Context) error {
 		if n++; n&1023 == 0 {
 			house(false)
 		}
-	}, func() { house(true) })
+	}, func() {
+		t.flushHeld()
+		house(true)
+	})
 	t.asm.Flush()
+	t.flushHeld()
 	t.statsMu.Lock()
 	t.astats = t.asm.Stats()
 	t.statsMu.Unlock()
@@ -298,7 +589,7 @@ func (t *Tracer) housekeep(idle bool) {
 		if t.dying[pid] {
 			continue
 		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) || isZombie(pid) {
+		if t.exited(pid) {
 			t.dying[pid] = true
 		}
 	}
@@ -309,8 +600,10 @@ func (t *Tracer) housekeep(idle bool) {
 	t.statsMu.Unlock()
 }
 
-func isZombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// exited says whether process pid is gone or a zombie, from the proc root (the agent may run in
+// another PID namespace, where signals cannot reach the host's processes).
+func (t *Tracer) exited(pid int) bool {
+	b, err := os.ReadFile(filepath.Join(t.procRoot, strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return true
 	}
@@ -334,23 +627,38 @@ func (t *Tracer) Stats() Stats {
 	procs := len(t.procs)
 	sites := 0
 	for _, e := range t.exes {
-		sites += len(e.att.Plan.Sites)
+		if e.att != nil {
+			sites += len(e.plan.Sites)
+		}
 	}
+	dropped := t.heldDropped
 	t.mu.Unlock()
 	t.statsMu.Lock()
 	as := t.astats
 	t.statsMu.Unlock()
-	return Stats{Kernel: k, Reader: t.col.ReadStats(), Assembler: as, Processes: procs, Sites: sites, Open: int(t.open.Load())}
+	return Stats{Kernel: k, Reader: t.col.ReadStats(), Assembler: as, Processes: procs, Sites: sites, Open: int(t.open.Load()), HeldDropped: dropped}
 }
 
 // KernelGoroutines returns how many goroutines of process pid the kernel holds span state for
 // (open reconciles, and goroutines they started); none once pid is no longer traced.
-func (t *Tracer) KernelGoroutines(pid int) int { return t.col.GoroutinesOf(pid) }
+func (t *Tracer) KernelGoroutines(pid int) (int, error) { return t.col.GoroutinesOf(pid) }
 
 // Close detaches every executable and frees the eBPF objects.
 func (t *Tracer) Close() error {
 	for _, pid := range t.PIDs() {
 		t.UntracePID(pid)
+	}
+	t.mu.Lock()
+	var pinned []*exe
+	for _, e := range t.exes {
+		if e.pinned {
+			e.pinned = false
+			pinned = append(pinned, e)
+		}
+	}
+	t.mu.Unlock()
+	for _, e := range pinned {
+		t.releaseIfUnused(e)
 	}
 	return t.col.Close()
 }

@@ -54,14 +54,14 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 		_, err := os.Stat(hanging)
 		return err == nil && out.count() >= 40
 	})
-	if n := tr.KernelGoroutines(pid); n < 1 {
-		t.Fatalf("kernel holds state for %d goroutines of fakectl mid-reconcile, want at least the hanging one", n)
+	before := kernelGoroutines(t, tr, pid)
+	if before < 1 {
+		t.Fatalf("kernel holds state for %d goroutines of fakectl mid-reconcile, want at least the hanging one", before)
 	}
-	before := tr.KernelGoroutines(pid)
 
 	first.kill(t)
 	waitFor(t, time.Minute, "the tracer to notice the exit", func() bool { return !slices.Contains(tr.PIDs(), pid) })
-	if n := tr.KernelGoroutines(pid); n != 0 {
+	if n := kernelGoroutines(t, tr, pid); n != 0 {
 		t.Errorf("kernel still holds state for %d goroutines of the dead process", n)
 	}
 
@@ -150,8 +150,18 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 	if len(got) != len(truths2) {
 		t.Errorf("restart: %d spans for %d reconciles", len(got), len(truths2))
 	}
-	if n := tr.KernelGoroutines(pid2); n != 0 {
+	if n := kernelGoroutines(t, tr, pid2); n != 0 {
 		t.Errorf("kernel holds state for %d goroutines of the second process after it exited", n)
 	}
 	t.Logf("second life: %d reconciles, %d spans, all matching", len(truths2), len(got))
+}
+
+// kernelGoroutines is how many goroutines of pid the kernel holds span state for.
+func kernelGoroutines(t *testing.T, tr *tracer.Tracer, pid int) int {
+	t.Helper()
+	n, err := tr.KernelGoroutines(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -1,0 +1,262 @@
+package tracer_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/discovery"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
+)
+
+// overlayCopies puts bin in one lower layer and returns its path in two overlay mounts of
+// that layer, as two containers of one image see it: each mount has its own device, the file
+// is one inode in the layer.
+func overlayCopies(t *testing.T, bin string) (string, string) {
+	t.Helper()
+	root := t.TempDir()
+	lower := filepath.Join(root, "lower")
+	if err := os.MkdirAll(lower, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(lower, "fakectl"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, c := range []string{"a", "b"} {
+		up, work, merged := filepath.Join(root, c+"-upper"), filepath.Join(root, c+"-work"), filepath.Join(root, c+"-merged")
+		for _, d := range []string{up, work, merged} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := unix.Mount("overlay", merged, "overlay", 0, "lowerdir="+lower+",upperdir="+up+",workdir="+work); err != nil {
+			t.Skipf("cannot mount overlayfs here (%v): skipping the container case", err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
+		paths = append(paths, filepath.Join(merged, "fakectl"))
+	}
+	var a, b unix.Stat_t
+	if err := unix.Stat(paths[0], &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(paths[1], &b); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("overlay copies: st_dev %#x and %#x, st_ino %d and %d", a.Dev, b.Dev, a.Ino, b.Ino)
+	return paths[0], paths[1]
+}
+
+// TestNewProcessTracedFromExec: the tracer traces one fakectl process, as the agent does; then a
+// second process of the same executable starts and reconciles at once. Every one of its
+// reconciles, from the very first, must be a span matching its ground truth: the kernel admits
+// it at exec. Discovery runs as in the agent (a /proc scan prompted by the exec, then TracePID),
+// which alone is too late for the first reconciles. With overlayfs, the two processes run the
+// binary from two overlay mounts of one layer, as two containers of one image (or a restarted
+// pod) do.
+func TestNewProcessTracedFromExec(t *testing.T) {
+	bpftest.Require(t)
+	cases := []struct {
+		name    string
+		args    []string
+		overlay bool
+		single  bool
+	}{
+		{"plain", nil, false, false},
+		{"single_uprobes", nil, false, true},
+		{"pie_overlay", []string{"-buildmode=pie"}, true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			bin := buildFake(t, nil, c.args...)
+			first, second := bin, bin
+			if c.overlay {
+				first, second = overlayCopies(t, bin)
+			}
+
+			// The first process waits for a start file that never comes: it is just traced.
+			one := exec.Command(first, "-start", filepath.Join(t.TempDir(), "never"))
+			if err := one.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = one.Process.Kill(); _ = one.Wait() })
+
+			sink := &fakectltest.Sink{}
+			const pod = "default/second-0"
+			tr, err := tracer.New(tracer.Options{
+				Catalog:    fakeProbe(t),
+				Writer:     sink,
+				Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Collector:  collectorOpts(c.single),
+				AdmitExecs: true,
+				Admit:      func(pid int) (tracer.ProcessMeta, bool) { return tracer.ProcessMeta{Pod: pod}, true },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			if _, err := tr.TracePID(one.Process.Pid); err != nil {
+				t.Fatalf("trace the first process: %v", err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			execs, err := tr.WatchExecs(ctx)
+			if err != nil {
+				t.Fatalf("watch execs: %v", err)
+			}
+			// Discovery as in the agent: an exec prompts a /proc scan; processes of the
+			// traced executable found by it are traced with TracePID.
+			w := discovery.NewWatcher(discovery.WatcherOptions{Interval: time.Hour, Execs: execs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			var wg sync.WaitGroup
+			wg.Add(2)
+			go func() { defer wg.Done(); _ = w.Run(ctx) }()
+			go func() {
+				defer wg.Done()
+				for ev := range w.Events() {
+					if s, ok := ev.(discovery.Started); ok && filepath.Base(s.Process.Exe) == "fakectl" {
+						_, _ = tr.TracePID(s.Process.PID)
+					}
+				}
+			}()
+			done := make(chan error, 1)
+			go func() { done <- tr.Run(ctx) }()
+			time.Sleep(300 * time.Millisecond) // the first scan is over
+
+			var stdout bytes.Buffer
+			two := exec.Command(second, "-n", "70")
+			two.Stdout = &stdout
+			if err := two.Run(); err != nil {
+				t.Fatalf("second process: %v", err)
+			}
+			truths, err := fakectltest.ReadTruths(stdout.Bytes())
+			if err != nil || len(truths) != 70 {
+				t.Fatalf("second process reported %d reconciles (%v), want 70", len(truths), err)
+			}
+			pid := uint32(two.Process.Pid)
+			mine := func() []span.Span {
+				var out []span.Span
+				for _, s := range sink.Snapshot() {
+					if s.PID == pid {
+						out = append(out, s)
+					}
+				}
+				return out
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for len(mine()) < len(truths) && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			spans := mine()
+			stats := tr.Stats()
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			wg.Wait()
+			checkMatch(t, truths, spans, stats, "fake")
+			for _, s := range spans {
+				if s.Pod != pod {
+					t.Errorf("span of %s: pod %q, want %q (the metadata Admit gave)", s.Name, s.Pod, pod)
+					break
+				}
+			}
+			if stats.Kernel.Admitted == 0 {
+				t.Errorf("the kernel admitted no process at exec: %+v", stats.Kernel)
+			}
+			t.Logf("second process: %d reconciles, %d spans; kernel admitted %d processes at exec", len(truths), len(spans), stats.Kernel.Admitted)
+		})
+	}
+}
+
+// TestTracePIDConcurrent: many goroutines trace the processes of one executable at once, each
+// process several times. The executable is inspected and attached once (one uprobe_multi link,
+// or one link per site), every process is traced, and Close leaves no link behind.
+func TestTracePIDConcurrent(t *testing.T) {
+	bpftest.Require(t)
+	for _, single := range []bool{false, true} {
+		name := "uprobe_multi"
+		if single {
+			name = "single_uprobes"
+		}
+		t.Run(name, func(t *testing.T) {
+			bin := buildFake(t, nil)
+			never := filepath.Join(t.TempDir(), "never")
+			var pids []int
+			for range 4 {
+				cmd := exec.Command(bin, "-start", never)
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+				pids = append(pids, cmd.Process.Pid)
+			}
+			tr, err := tracer.New(tracer.Options{
+				Catalog:   fakeProbe(t),
+				Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Collector: collectorOpts(single),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			errs := make(chan error, 3*len(pids))
+			sites := make(chan int, 3*len(pids))
+			for range 3 {
+				for _, pid := range pids {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						plan, err := tr.TracePID(pid)
+						if err != nil {
+							errs <- err
+							return
+						}
+						sites <- len(plan.Sites)
+					}()
+				}
+			}
+			wg.Wait()
+			close(errs)
+			close(sites)
+			for err := range errs {
+				t.Errorf("TracePID: %v", err)
+			}
+			n := <-sites
+			if got := len(tr.PIDs()); got != len(pids) {
+				t.Errorf("traces %d processes, want %d", got, len(pids))
+			}
+			want := 1
+			if single {
+				want = n
+			}
+			if got := linksFor(t, bin); len(got) != want {
+				t.Errorf("%d links on the executable after 12 concurrent TracePID calls, want %d (one attachment)", len(got), want)
+			}
+			if st := tr.Stats(); st.Sites != n {
+				t.Errorf("tracer counts %d sites attached, want %d", st.Sites, n)
+			}
+			if err := tr.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if left := linksFor(t, bin); len(left) != 0 {
+				t.Errorf("links left after Close: %+v", left)
+			}
+		})
+	}
+}
