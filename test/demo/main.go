@@ -35,6 +35,9 @@ import (
 
 const scriptAnnotation = "scripted.reconscope.io/script"
 
+// stopSignals end the demo and stop everything it started.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
+
 func main() {
 	agent := flag.String("agent", "bin/reconscope-agent", "the reconscope-agent binary")
 	wait := flag.Bool("wait", true, "after the story, keep tracing until Ctrl-C")
@@ -50,7 +53,9 @@ func say(format string, args ...any) {
 }
 
 func run(agent string, wait bool) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: a closed terminal window or an ended multiplexer session must stop the
+	// control plane as Ctrl-C does.
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
 	defer stop()
 	if os.Geteuid() != 0 {
 		return errors.New("tracing needs root: run `sudo make demo`")
@@ -137,7 +142,7 @@ func run(agent string, wait bool) error {
 
 	say("building and starting the scripted controller (controller-runtime v0.25, 2 workers)")
 	fixture := filepath.Join(tmp, "scripted-controller")
-	build := exec.Command("go", "build", "-o", fixture, "./test/fixtures/scripted-controller")
+	build := exec.CommandContext(ctx, "go", "build", "-o", fixture, "./test/fixtures/scripted-controller")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("build the fixture controller: %w", err)
@@ -261,7 +266,29 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-var emptyLabel = regexp.MustCompile(`[a-z_]+="",?`)
+// labelPair is one name="value" pair of an exposition line (Prometheus label names:
+// [a-zA-Z_][a-zA-Z0-9_]*, values with backslash escapes).
+var labelPair = regexp.MustCompile(`[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"`)
+
+// dropEmptyLabels removes the labels with an empty value from one exposition line: an empty
+// label is no label.
+func dropEmptyLabels(line string) string {
+	open := strings.IndexByte(line, '{')
+	end := strings.LastIndexByte(line, '}')
+	if open < 0 || end < open {
+		return line
+	}
+	var kept []string
+	for _, pair := range labelPair.FindAllString(line[open+1:end], -1) {
+		if !strings.HasSuffix(pair, `=""`) {
+			kept = append(kept, pair)
+		}
+	}
+	if len(kept) == 0 {
+		return line[:open] + line[end+1:]
+	}
+	return line[:open+1] + strings.Join(kept, ",") + line[end:]
+}
 
 // printMetrics prints the lines of one metric family from the agent's /metrics.
 func printMetrics(addr, family string) {
@@ -274,7 +301,7 @@ func printMetrics(addr, family string) {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		if strings.HasPrefix(sc.Text(), family+"{") {
-			fmt.Println("  " + emptyLabel.ReplaceAllString(sc.Text(), "")) // empty labels are no labels
+			fmt.Println("  " + dropEmptyLabels(sc.Text()))
 		}
 	}
 }
