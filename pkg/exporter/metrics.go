@@ -37,7 +37,8 @@ var DurationBuckets = []float64{
 
 // AgentStats are the agent's own counts, read at each scrape.
 type AgentStats struct {
-	// EventsLost counts probe events the kernel could not deliver (ring buffer full).
+	// EventsLost counts what the kernel side lost: events it could not deliver (ring buffer
+	// full) and span entries whose goroutine state it could not store (state map full).
 	EventsLost uint64
 	// ProbesAttached is the number of probes attached now.
 	ProbesAttached int
@@ -237,7 +238,7 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	return &agentCollector{
 		stats:      stats,
-		eventsLost: d("reconscope_events_lost_total", "Probe events lost in the kernel (ring buffer full)."),
+		eventsLost: d("reconscope_events_lost_total", "Probe events lost in the kernel: dropped because the ring buffer was full, or span entries whose goroutine state could not be stored because the state map was full."),
 		probes:     d("reconscope_probes_attached", "Probes attached now."),
 		processes:  d("reconscope_processes_traced", "Processes traced now."),
 		exported:   d("reconscope_spans_exported_total", "Spans (reconcile and call spans) the OTLP collector accepted."),
