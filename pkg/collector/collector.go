@@ -146,6 +146,9 @@ func New(opts Options) (*Collector, error) {
 	return c, nil
 }
 
+// UprobeMulti reports whether sites are attached through uprobe_multi links.
+func (c *Collector) UprobeMulti() bool { return c.multi }
+
 // Counters are the kernel side's per-CPU counters, summed.
 type Counters struct {
 	LostRingBuffer uint64 // events dropped because the ring buffer was full

@@ -87,14 +87,19 @@ type exe struct {
 
 // proc is one traced process.
 type proc struct {
-	exe   *exe
-	ready chan struct{} // closed once the collector traces it (or failed: err)
-	err   error
-	held  bool // admitted at exec: its spans wait for Options.Admit's verdict
+	exe    *exe
+	ready  chan struct{} // closed once the collector traces it (or failed: err)
+	err    error
+	held   bool // admitted at exec: its spans wait for Options.Admit's verdict
+	judged bool // Options.Admit gave its verdict
 }
 
 // maxHeld bounds the spans held per process while Options.Admit decides on it.
 const maxHeld = 4096
+
+// orphanWait is how long spans of a process unknown to the tracer are held for its exec
+// notification before they are written without metadata.
+const orphanWait = 2 * time.Second
 
 // Tracer traces processes. Add targets with TracePID (or AttachExe), then Run.
 type Tracer struct {
@@ -110,6 +115,7 @@ type Tracer struct {
 	procs       map[int]*proc
 	meta        map[int]ProcessMeta
 	held        map[int][]span.Span // spans of admitted processes awaiting Admit's verdict
+	orphans     map[int]time.Time   // held spans of processes not known yet, since when
 	release     []int               // processes whose held spans may go now
 	heldDropped uint64
 	dying       map[int]bool // Run's goroutine only: exited processes, closed at the next idle poll
@@ -158,6 +164,7 @@ func New(opts Options) (*Tracer, error) {
 		dying:    map[int]bool{},
 		meta:     map[int]ProcessMeta{},
 		held:     map[int][]span.Span{},
+		orphans:  map[int]time.Time{},
 	}
 	t.asm = span.NewAssembler(opts.Assembler, t.emit)
 	return t, nil
@@ -174,8 +181,13 @@ func (t *Tracer) emit(s span.Span) {
 		t.mu.Lock()
 	}
 	p := t.procs[int(s.PID)]
-	if p != nil && p.held {
+	// Held: a process admitted at exec awaiting Admit's verdict, or one not known here yet
+	// while admissions are judged (its events were read before its exec notification).
+	if (p != nil && p.held) || (p == nil && t.opts.AdmitExecs && t.opts.Admit != nil) {
 		if len(t.held[int(s.PID)]) < maxHeld {
+			if len(t.held[int(s.PID)]) == 0 && p == nil {
+				t.orphans[int(s.PID)] = time.Now()
+			}
 			t.held[int(s.PID)] = append(t.held[int(s.PID)], s)
 		} else {
 			t.heldDropped++
@@ -211,6 +223,16 @@ func (t *Tracer) write(s *span.Span) {
 func (t *Tracer) flushHeld() {
 	t.mu.Lock()
 	var out []span.Span
+	// Spans of processes never admitted here (untraced before their events were read) go
+	// out as they are after a while.
+	for pid, since := range t.orphans {
+		if p := t.procs[pid]; p != nil || time.Since(since) > orphanWait {
+			delete(t.orphans, pid)
+			if p == nil || !p.held {
+				t.release = append(t.release, pid)
+			}
+		}
+	}
 	for _, pid := range t.release {
 		spans := t.held[pid]
 		delete(t.held, pid)
@@ -379,6 +401,13 @@ func (t *Tracer) addProcess(pid int, e *exe, held bool) error {
 			return p.err
 		}
 		if p.exe == e {
+			if held {
+				t.mu.Lock()
+				if !p.judged {
+					p.held = true // found by discovery first: now Admit decides
+				}
+				t.mu.Unlock()
+			}
 			return nil
 		}
 		// The PID now runs another executable: the process exec'd.
@@ -429,6 +458,7 @@ func (t *Tracer) UntracePID(pid int) {
 	}
 	delete(t.meta, pid)
 	delete(t.held, pid)
+	delete(t.orphans, pid)
 	t.mu.Unlock()
 	if p != nil {
 		<-p.ready
@@ -523,8 +553,8 @@ func (t *Tracer) admit(ex collector.Exec) {
 			return
 		}
 		t.mu.Lock()
-		if p := t.procs[ex.PID]; p != nil && p.held {
-			p.held = false
+		if p := t.procs[ex.PID]; p != nil {
+			p.held, p.judged = false, true
 			t.meta[ex.PID] = meta
 			t.release = append(t.release, ex.PID)
 		}

@@ -350,9 +350,9 @@ func TestExecNotifications(t *testing.T) {
 	var smu sync.Mutex
 	seenPIDs := map[int]bool{}
 	go func() {
-		for pid := range execs {
+		for ex := range execs {
 			smu.Lock()
-			seenPIDs[pid] = true
+			seenPIDs[ex.PID] = true
 			smu.Unlock()
 		}
 	}()
