@@ -53,7 +53,7 @@ func ControlPlaneDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	unlock, err := lockBuild()
+	unlock, err := lockFile(".build-controlplane.lock")
 	if err != nil {
 		return "", err
 	}
@@ -88,9 +88,10 @@ func checkControlPlaneDir(dir string) error {
 	return nil
 }
 
-// lockBuild takes an exclusive lock on a file in the cache folder the build script uses, so two
-// test binaries (go test runs packages in parallel) never build into the same folder at once.
-func lockBuild() (unlock func(), err error) {
+// lockFile takes an exclusive lock on the file name in the cache folder the build scripts use,
+// so two test binaries (go test runs packages in parallel) never build into the same folder at
+// once.
+func lockFile(name string) (unlock func(), err error) {
 	cache := os.Getenv("RECONSCOPE_CACHE")
 	if cache == "" {
 		base, err := os.UserCacheDir()
@@ -102,7 +103,7 @@ func lockBuild() (unlock func(), err error) {
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return nil, fmt.Errorf("create cache folder: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(cache, ".build-controlplane.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(filepath.Join(cache, name), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open build lock: %w", err)
 	}

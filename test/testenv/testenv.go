@@ -48,6 +48,11 @@ type Options struct {
 	// StrippedControllerManager runs kube-controller-manager-stripped, built with -ldflags=-s -w
 	// like release builds (no symbol table, no DWARF), instead of the plain build.
 	StrippedControllerManager bool
+	// Node prepares kube-apiserver for a kubelet (StartNode): the ServiceAccount admission
+	// plugin on (envtest turns it off), so pods get their service account token and CA; a
+	// service IP range of this test bed's own; a serving certificate that also names the
+	// kubernetes Service's ClusterIP, where pods reach the API server.
+	Node bool
 }
 
 // Env is a running control plane.
@@ -70,6 +75,14 @@ type Env struct {
 	// ControllerManagerPath is the binary kube-controller-manager runs from, empty when it does
 	// not run.
 	ControllerManagerPath string
+	// CAFile is the PEM file of the CA that signed kube-apiserver's serving certificate (with
+	// Options.Node; empty otherwise).
+	CAFile string
+	// ServiceIP is the ClusterIP of the kubernetes Service in namespace default, the first
+	// address of the service range (with Options.Node; empty otherwise). StartNode serves it.
+	ServiceIP string
+	// netIndex picks this test bed's address ranges (service and pod networks, see node.go).
+	netIndex int
 }
 
 // Start starts etcd and kube-apiserver with envtest and, when opts names controllers,
@@ -98,6 +111,23 @@ func Start(t testing.TB, opts Options) *Env {
 			KubectlPath: filepath.Join(dir, "kubectl"),
 		},
 	}
+	var nodeNet nodeNetwork
+	var caPEM []byte
+	if opts.Node {
+		if nodeNet, err = pickNodeNetwork(); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		certDir := t.TempDir()
+		if caPEM, err = apiServerCerts(certDir, nodeNet.serviceIP); err != nil {
+			t.Fatalf("testenv: write kube-apiserver certificates: %v", err)
+		}
+		api := te.ControlPlane.GetAPIServer()
+		api.CertDir = certDir
+		api.SecureServing.CA = caPEM
+		api.Configure().
+			Set("service-cluster-ip-range", nodeNet.serviceCIDR.String()).
+			Disable("disable-admission-plugins")
+	}
 	stopControlPlane := addStopper("kube-apiserver and etcd", func() { _ = te.Stop() })
 	t.Cleanup(func() {
 		// envtest stops kube-apiserver, waits for it, then stops etcd.
@@ -125,6 +155,10 @@ func Start(t testing.TB, opts Options) *Env {
 	env := &Env{Config: admin.Config(), Kubeconfig: filepath.Join(t.TempDir(), "kubeconfig"), BinDir: dir}
 	if err := os.WriteFile(env.Kubeconfig, kubeconfig, 0o600); err != nil {
 		t.Fatalf("testenv: write kubeconfig: %v", err)
+	}
+	if opts.Node {
+		env.netIndex, env.ServiceIP = nodeNet.index, nodeNet.serviceIP.String()
+		env.CAFile = filepath.Join(te.ControlPlane.APIServer.CertDir, "ca.crt")
 	}
 	if env.Client, err = client.New(env.Config, client.Options{}); err != nil {
 		t.Fatalf("testenv: create client: %v", err)

@@ -1,0 +1,746 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"text/template"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// nodeReadyTimeout bounds the wait for the node to register and report Ready.
+const nodeReadyTimeout = 120 * time.Second
+
+// SandboxImage is the pod sandbox ("pause") image every node imports and containerd uses:
+// test/tools/pause, built by the test.
+const SandboxImage = "reconscope.test/pause:test"
+
+// cniBinDir is where Debian's containernetworking-plugins puts bridge, host-local and loopback.
+const cniBinDir = "/usr/lib/cni"
+
+// nodeNetwork is a test bed's address plan: a service range whose first address is the
+// kubernetes Service's ClusterIP, and a pod range on a bridge of its own. index keeps two test
+// beds on one machine apart.
+type nodeNetwork struct {
+	index       int
+	serviceCIDR *net.IPNet
+	serviceIP   net.IP
+	podCIDR     *net.IPNet
+	gateway     net.IP // the bridge's address: the host as pods see it, and the node's IP
+	bridge      string
+}
+
+// pickNodeNetwork picks an index whose bridge does not exist yet.
+func pickNodeNetwork() (nodeNetwork, error) {
+	for range 50 {
+		n := nodeNetworkAt(1 + rand.IntN(250))
+		if _, err := net.InterfaceByName(n.bridge); err != nil {
+			return n, nil
+		}
+	}
+	return nodeNetwork{}, errors.New("pick a node network: every bridge name tried is taken")
+}
+
+// nodeNetworkAt is the address plan of index i (1 to 250).
+func nodeNetworkAt(i int) nodeNetwork {
+	_, svc, _ := net.ParseCIDR(fmt.Sprintf("10.96.%d.0/24", i))
+	_, pods, _ := net.ParseCIDR(fmt.Sprintf("10.244.%d.0/24", i))
+	return nodeNetwork{
+		index: i, serviceCIDR: svc, serviceIP: net.IPv4(10, 96, byte(i), 1).To4(),
+		podCIDR: pods, gateway: net.IPv4(10, 244, byte(i), 1).To4(), bridge: fmt.Sprintf("rscope%d", i),
+	}
+}
+
+// NodeOptions says what StartNode runs.
+type NodeOptions struct {
+	// Name is the node's name; "reconscope-node" when empty.
+	Name string
+	// StaticPods are pod manifests (YAML) by file name, written to the kubelet's static pod
+	// folder before it starts, as kubeadm does on a control-plane node.
+	StaticPods map[string][]byte
+	// Images are image tarballs (BuildImage) imported into containerd before kubelet starts.
+	Images []string
+}
+
+// Node is a kubelet node of the test bed: containerd 2 (test/tools/build-containerd.sh) with
+// Debian's runc and CNI plugins, and kubelet from the control plane folder, registered with the
+// test bed's kube-apiserver. Its configuration files are test/tools/node/*.
+type Node struct {
+	// Name is the Node object's name.
+	Name string
+	// IP is the node's address (status.hostIP of its pods): the pod bridge's gateway address,
+	// reachable from the host and from pods.
+	IP string
+	// PodCIDR is the range pod IPs come from.
+	PodCIDR string
+	// ManifestDir is the kubelet's static pod folder.
+	ManifestDir string
+	// CgroupRoot is the kubelet's cgroup root (cgroupfs driver): every pod's cgroup is under it.
+	CgroupRoot string
+	// Containerd and Kubelet are the node's daemons.
+	Containerd, Kubelet *Process
+
+	env       *Env
+	dir       string
+	socket    string
+	ctr       string
+	shim      string
+	net       nodeNetwork
+	cs        *kubernetes.Clientset
+	stopBind  context.CancelFunc
+	bindDone  chan struct{}
+	apiProxy  net.Listener
+	proxyDone sync.WaitGroup
+	stopper   *stopper
+	downOnce  sync.Once
+}
+
+// StartNode starts a node for env, which must have been started with Options.Node, and returns
+// once the Node is Ready. Pods are bound to it by a one-node scheduler of the test bed (there is
+// no kube-scheduler): every pod without a node name goes to this node. At t's cleanup the node's
+// pods are deleted and torn down by kubelet, then kubelet and containerd stop; any container,
+// shim, mount or cgroup left behind fails t and is removed.
+func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatalf("testenv: a node needs root (containerd, runc, mounts, cgroups)")
+	}
+	if env.ServiceIP == "" {
+		t.Fatalf("testenv: StartNode needs a control plane started with Options.Node")
+	}
+	if opts.Name == "" {
+		opts.Name = "reconscope-node"
+	}
+	for _, f := range []string{filepath.Join(cniBinDir, "bridge"), filepath.Join(cniBinDir, "host-local"), filepath.Join(cniBinDir, "loopback"), "/usr/sbin/runc"} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("testenv: a node needs Debian's runc and containernetworking-plugins: %v", err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(env.BinDir, "kubelet")); err != nil {
+		t.Fatalf("testenv: no kubelet in the control plane folder (test/tools/build-controlplane.sh builds it): %v", err)
+	}
+	ctrdDir, err := toolDir("build-containerd.sh", "containerd", "ctr", "containerd-shim-runc-v2")
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	pauseTar := BuildImage(t, ImageSpec{Ref: SandboxImage, Files: []string{BuildFixture(t, "./test/tools/pause", "-s", "-w") + "=/pause:0755"}, Entrypoint: []string{"/pause"}})
+
+	// A short private folder: unix socket paths must stay under 108 bytes.
+	dir, err := os.MkdirTemp("", "rscope-node-")
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	nn := nodeNetworkAt(env.netIndex)
+	n := &Node{
+		Name: opts.Name, IP: nn.gateway.String(), PodCIDR: nn.podCIDR.String(),
+		ManifestDir: filepath.Join(dir, "manifests"), CgroupRoot: fmt.Sprintf("/reconscope-node-%d", nn.index),
+		env: env, dir: dir, socket: filepath.Join(dir, "containerd.sock"),
+		ctr: filepath.Join(ctrdDir, "ctr"), shim: filepath.Join(ctrdDir, "containerd-shim-runc-v2"), net: nn,
+	}
+	// Cleanups run last-in first-out. This one covers a failed start (after the cleanups of
+	// whatever did start); the one registered once the node is up drains it first, while
+	// kubelet and containerd still run. Both run before the control plane stops.
+	teardown := func() {
+		if n.stopper != nil {
+			removeStopper(n.stopper)
+		}
+		n.teardown(t.Errorf, t.Logf, true)
+	}
+	t.Cleanup(teardown)
+	for _, sub := range []string{"manifests", "pod-logs", "volume-plugins", "cni/net.d", "cni/ipam", "kubelet", "runc"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+	}
+	if n.cs, err = kubernetes.NewForConfig(env.Config); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	if err := n.setUpNetwork(); err != nil {
+		t.Fatalf("testenv: node network: %v", err)
+	}
+	if err := n.serveAPI(); err != nil {
+		t.Fatalf("testenv: serve the kubernetes Service: %v", err)
+	}
+	if err := makeCgroup(n.CgroupRoot); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	kubeletPort, err := freePort()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	healthzPort, err := freePort()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	vars := map[string]any{
+		"Dir": dir, "Socket": n.socket, "SandboxImage": SandboxImage, "CNIBinDir": cniBinDir,
+		"Bridge": nn.bridge, "PodCIDR": nn.podCIDR.String(), "Gateway": nn.gateway.String(),
+		"CgroupRoot": n.CgroupRoot, "Port": kubeletPort, "HealthzPort": healthzPort,
+	}
+	for src, dst := range map[string]string{
+		"containerd.toml": "containerd.toml", "cni.conflist": "cni/net.d/10-reconscope.conflist", "kubelet.yaml": "kubelet.yaml",
+	} {
+		if err := renderFile(filepath.Join(root, "test", "tools", "node", src), filepath.Join(dir, dst), vars); err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+	}
+	for name, data := range opts.StaticPods {
+		if err := os.WriteFile(filepath.Join(n.ManifestDir, name), data, 0o644); err != nil {
+			t.Fatalf("testenv: write static pod %s: %v", name, err)
+		}
+	}
+
+	start := time.Now()
+	ccmd := exec.Command(filepath.Join(ctrdDir, "containerd"), "--config", filepath.Join(dir, "containerd.toml"))
+	// The shims containerd starts find their binary on PATH.
+	ccmd.Env = append(os.Environ(), "PATH="+ctrdDir+":/usr/sbin:/usr/bin:/sbin:/bin")
+	n.Containerd = StartProcess(t, "containerd", ccmd)
+	if err := n.waitContainerd(30 * time.Second); err != nil {
+		logTail(t, "containerd stderr", n.Containerd.StderrPath())
+		t.Fatalf("testenv: start containerd: %v", err)
+	}
+	for _, tar := range append([]string{pauseTar}, opts.Images...) {
+		n.ImportImage(t, tar)
+	}
+
+	kcmd := exec.Command(filepath.Join(env.BinDir, "kubelet"),
+		"--config="+filepath.Join(dir, "kubelet.yaml"),
+		"--kubeconfig="+env.Kubeconfig,
+		"--root-dir="+filepath.Join(dir, "kubelet"),
+		"--hostname-override="+n.Name,
+		"--node-ip="+n.IP,
+		"--v=1")
+	n.Kubelet = StartProcess(t, "kubelet", kcmd)
+	if err := n.waitReady(nodeReadyTimeout); err != nil {
+		logTail(t, "kubelet stderr", n.Kubelet.StderrPath())
+		logTail(t, "containerd stderr", n.Containerd.StderrPath())
+		t.Fatalf("testenv: node %s: %v", n.Name, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.stopBind, n.bindDone = cancel, make(chan struct{})
+	go n.bindPods(ctx)
+	// On SIGINT or SIGTERM (and before -timeout) the node goes down without draining, before
+	// kubelet's and containerd's own stoppers run, then the test binary dies: no test to fail,
+	// so what is left is said on stderr.
+	stderrf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	n.stopper = addStopper("node "+n.Name, func() { n.teardown(stderrf, stderrf, false) })
+	t.Cleanup(teardown)
+	t.Logf("testenv: node %s Ready in %s (containerd 2, kubelet, pods on %s via bridge %s)", n.Name,
+		time.Since(start).Round(time.Millisecond), n.PodCIDR, nn.bridge)
+	return n
+}
+
+// renderFile renders the template file src with vars into dst.
+func renderFile(src, dst string, vars map[string]any) error {
+	text, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("read node configuration: %w", err)
+	}
+	tmpl, err := template.New(filepath.Base(src)).Option("missingkey=error").Parse(string(text))
+	if err != nil {
+		return fmt.Errorf("parse %s: %w", src, err)
+	}
+	var b bytes.Buffer
+	if err := tmpl.Execute(&b, vars); err != nil {
+		return fmt.Errorf("render %s: %w", src, err)
+	}
+	return os.WriteFile(dst, b.Bytes(), 0o644)
+}
+
+// setUpNetwork creates the pod bridge with the gateway address (kubelet checks that the node IP
+// is the host's) and the kubernetes Service's ClusterIP on it.
+func (n *Node) setUpNetwork() error {
+	ones, _ := n.net.podCIDR.Mask.Size()
+	for _, args := range [][]string{
+		{"link", "add", "name", n.net.bridge, "type", "bridge"},
+		{"addr", "add", fmt.Sprintf("%s/%d", n.net.gateway, ones), "dev", n.net.bridge},
+		{"addr", "add", n.net.serviceIP.String() + "/32", "dev", n.net.bridge},
+		{"link", "set", n.net.bridge, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// serveAPI forwards the kubernetes Service (ClusterIP:443, what kubelet tells pods in
+// KUBERNETES_SERVICE_HOST and _PORT) to kube-apiserver on loopback: the one Service kube-proxy
+// would program on this node. TCP is passed through untouched, so pods see kube-apiserver's own
+// certificate and authenticate with their own service account tokens.
+func (n *Node) serveAPI() error {
+	u, err := url.Parse(n.env.Config.Host)
+	if err != nil {
+		return fmt.Errorf("parse API server address %q: %w", n.env.Config.Host, err)
+	}
+	target := u.Host
+	l, err := net.Listen("tcp", net.JoinHostPort(n.net.serviceIP.String(), "443"))
+	if err != nil {
+		return err
+	}
+	n.apiProxy = l
+	n.proxyDone.Add(1)
+	go func() {
+		defer n.proxyDone.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.DialTimeout("tcp", target, 5*time.Second)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	return nil
+}
+
+// waitContainerd waits until containerd answers on its socket.
+func (n *Node) waitContainerd(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-n.Containerd.Done():
+			return fmt.Errorf("exited: %v", n.Containerd.Wait())
+		default:
+		}
+		out, err := exec.Command(n.ctr, "--address", n.socket, "version").CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		last = fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("not answering after %s: %v", timeout, last)
+}
+
+// waitReady waits for the Node object to say Ready.
+func (n *Node) waitReady(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	last := "not registered"
+	for {
+		select {
+		case <-n.Kubelet.Done():
+			return fmt.Errorf("kubelet exited: %v", n.Kubelet.Wait())
+		case <-ctx.Done():
+			return fmt.Errorf("not Ready after %s: %s", timeout, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+		node, err := n.cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				if c.Status == corev1.ConditionTrue {
+					return nil
+				}
+				last = fmt.Sprintf("Ready=%s: %s: %s", c.Status, c.Reason, c.Message)
+			}
+		}
+	}
+}
+
+// bindPods is the test bed's scheduler for its one node: it binds every pending pod that names
+// no node (and asks for the default scheduler) to this node.
+func (n *Node) bindPods(ctx context.Context) {
+	defer close(n.bindDone)
+	for {
+		pods, err := n.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "").String()})
+		if err == nil {
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp != nil || (p.Spec.SchedulerName != "" && p.Spec.SchedulerName != corev1.DefaultSchedulerName) {
+					continue
+				}
+				_ = n.cs.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
+					ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
+					Target:     corev1.ObjectReference{Kind: "Node", Name: n.Name},
+				}, metav1.CreateOptions{})
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// ImportImage imports an image tarball (OCI layout or docker save format) into the node's
+// containerd, in the namespace kubelet's pods use, under the name the tarball gives it.
+func (n *Node) ImportImage(t testing.TB, tarball string) {
+	t.Helper()
+	start := time.Now()
+	out, err := exec.Command(n.ctr, "--address", n.socket, "--namespace", "k8s.io", "images", "import", "--all-platforms", tarball).CombinedOutput()
+	if err != nil {
+		t.Fatalf("testenv: import image %s: %v: %s", tarball, err, out)
+	}
+	t.Logf("testenv: imported %s in %s: %s", filepath.Base(tarball), time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+}
+
+// criClient connects to containerd's CRI service.
+func (n *Node) criClient() (cri.RuntimeServiceClient, func(), error) {
+	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return cri.NewRuntimeServiceClient(conn), func() { conn.Close() }, nil
+}
+
+// teardown stops the node: first (when graceful) the way an operator drains it — static pod
+// manifests removed, every pod of the node deleted, kubelet tears them down (stops containers,
+// unmounts volumes, releases pod IPs) — then kubelet, then whatever sandboxes are left through
+// CRI, then containerd. What is still there afterwards (processes in the node's cgroups, shims,
+// mounts under the node's folder) is reported with errorf and removed. It runs once.
+func (n *Node) teardown(errorf, logf func(string, ...any), graceful bool) {
+	n.downOnce.Do(func() {
+		if n.stopBind != nil {
+			n.stopBind()
+			<-n.bindDone
+		}
+		if graceful && n.Kubelet != nil && !exited(n.Kubelet) {
+			n.drain(logf)
+		}
+		if n.Kubelet != nil {
+			_ = n.Kubelet.Stop()
+		}
+		if n.Containerd != nil && !exited(n.Containerd) {
+			n.removeSandboxes(errorf)
+			_ = n.Containerd.Stop()
+		}
+		if n.apiProxy != nil {
+			n.apiProxy.Close()
+			n.proxyDone.Wait()
+		}
+		n.checkLeftovers(errorf)
+		if out, err := exec.Command("ip", "link", "del", n.net.bridge).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") {
+			errorf("testenv: delete bridge %s: %v: %s", n.net.bridge, err, out)
+		}
+		if err := removeCgroup(n.CgroupRoot); err != nil {
+			errorf("testenv: %v", err)
+		}
+		if err := os.RemoveAll(n.dir); err != nil {
+			errorf("testenv: remove node folder: %v", err)
+		}
+	})
+}
+
+func exited(p *Process) bool {
+	select {
+	case <-p.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// drain removes the static pods and deletes every pod of the node, then waits (30 s at most)
+// until kubelet has stopped all sandboxes and unmounted every volume.
+func (n *Node) drain(logf func(string, ...any)) {
+	entries, _ := os.ReadDir(n.ManifestDir)
+	for _, e := range entries {
+		_ = os.Remove(filepath.Join(n.ManifestDir, e.Name()))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	zero := int64(0)
+	last := ""
+	for {
+		pods, err := n.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", n.Name).String()})
+		if err == nil {
+			for _, p := range pods.Items {
+				if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+					continue // goes with its manifest
+				}
+				_ = n.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			}
+		}
+		ready, err := n.readySandboxes(ctx)
+		mounts := mountsUnder(filepath.Join(n.dir, "kubelet", "pods"))
+		if err == nil && len(ready) == 0 && len(mounts) == 0 {
+			return
+		}
+		last = fmt.Sprintf("sandboxes ready: %v, volume mounts: %d, err: %v", ready, len(mounts), err)
+		select {
+		case <-ctx.Done():
+			logf("testenv: node %s: kubelet did not finish tearing pods down in 30s (%s); removing them through CRI", n.Name, last)
+			return
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+}
+
+// readySandboxes names the pod sandboxes containerd still runs.
+func (n *Node) readySandboxes(ctx context.Context) ([]string, error) {
+	rt, done, err := n.criClient()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	resp, err := rt.ListPodSandbox(ctx, &cri.ListPodSandboxRequest{})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range resp.Items {
+		if s.State == cri.PodSandboxState_SANDBOX_READY {
+			out = append(out, s.Metadata.Namespace+"/"+s.Metadata.Name)
+		}
+	}
+	return out, nil
+}
+
+// removeSandboxes stops and removes every pod sandbox through CRI (with its containers, network
+// namespace and mounts), as `crictl rmp -af` does.
+func (n *Node) removeSandboxes(errorf func(string, ...any)) {
+	rt, done, err := n.criClient()
+	if err != nil {
+		errorf("testenv: connect to containerd CRI: %v", err)
+		return
+	}
+	defer done()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	resp, err := rt.ListPodSandbox(ctx, &cri.ListPodSandboxRequest{})
+	if err != nil {
+		errorf("testenv: list pod sandboxes: %v", err)
+		return
+	}
+	for _, s := range resp.Items {
+		if _, err := rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: s.Id}); err != nil {
+			errorf("testenv: stop pod sandbox %s/%s: %v", s.Metadata.Namespace, s.Metadata.Name, err)
+		}
+		if _, err := rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: s.Id}); err != nil {
+			errorf("testenv: remove pod sandbox %s/%s: %v", s.Metadata.Namespace, s.Metadata.Name, err)
+		}
+	}
+}
+
+// checkLeftovers fails t for every process still in the node's cgroups, every shim of this
+// node's containerd and every mount under the node's folder, and removes them.
+func (n *Node) checkLeftovers(errorf func(string, ...any)) {
+	for _, pid := range cgroupProcs(n.CgroupRoot) {
+		s, err := readStat(pid)
+		if err != nil || !s.alive() {
+			continue
+		}
+		errorf("testenv: node %s left process %d in its cgroups: %s", n.Name, pid, cmdline(s))
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if procs, err := allProcs(); err == nil {
+		for _, s := range procs {
+			if !s.alive() {
+				continue
+			}
+			exe, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(s.pid), "exe"))
+			line := cmdline(s)
+			if exe == n.shim || (strings.Contains(line, n.dir) && s.pid != os.Getpid()) {
+				errorf("testenv: node %s left process %d behind: %s", n.Name, s.pid, line)
+				_ = syscall.Kill(s.pid, syscall.SIGKILL)
+			}
+		}
+	}
+	// kubelet links every container's log into /var/log/containers (a fixed path) and removes
+	// the links with the containers; those of containers removed after it stopped stay.
+	if entries, err := os.ReadDir("/var/log/containers"); err == nil {
+		for _, e := range entries {
+			p := filepath.Join("/var/log/containers", e.Name())
+			if target, err := os.Readlink(p); err == nil && strings.HasPrefix(target, n.dir+"/") {
+				_ = os.Remove(p)
+			}
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	// kubelet bind-mounts its root folder onto itself (a shared mount, for mount propagation)
+	// and leaves it at exit: that one is expected.
+	rootDir := filepath.Join(n.dir, "kubelet")
+	var mounts []string
+	for _, m := range mountsUnder(n.dir) {
+		if m == rootDir {
+			_ = syscall.Unmount(m, syscall.MNT_DETACH)
+			continue
+		}
+		mounts = append(mounts, m)
+	}
+	for _, m := range mounts {
+		errorf("testenv: node %s left a mount: %s", n.Name, m)
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		_ = syscall.Unmount(mounts[i], syscall.MNT_DETACH)
+	}
+	if len(mounts) > 0 {
+		_ = syscall.Unmount(rootDir, syscall.MNT_DETACH)
+	}
+}
+
+// mountsUnder lists the mount points at or below dir, in mount order.
+func mountsUnder(dir string) []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	return out
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// cgroupV1Root is where this machine mounts its cgroup v1 controllers.
+const cgroupV1Root = "/sys/fs/cgroup"
+
+// cgroupHierarchies lists the mounted cgroup hierarchies (v1 controllers and the cgroup2
+// mount) under cgroupV1Root.
+func cgroupHierarchies() []string {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 10 {
+			continue
+		}
+		sep := -1
+		for i, x := range f {
+			if x == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 0 || sep+1 >= len(f) {
+			continue
+		}
+		if fs := f[sep+1]; (fs == "cgroup" || fs == "cgroup2") && strings.HasPrefix(f[4], cgroupV1Root+"/") {
+			out = append(out, f[4])
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// makeCgroup creates the cgroup path in every hierarchy (kubelet wants its cgroup root to
+// exist), with cpuset.cpus and cpuset.mems copied from the parent so processes may join it.
+func makeCgroup(path string) error {
+	for _, h := range cgroupHierarchies() {
+		dir := filepath.Join(h, path)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("create cgroup %s: %w", dir, err)
+		}
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			if v, err := os.ReadFile(filepath.Join(filepath.Dir(dir), f)); err == nil {
+				if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
+					return fmt.Errorf("set %s of %s: %w", f, dir, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// cgroupProcs lists the processes in path or below, in any hierarchy.
+func cgroupProcs(path string) []int {
+	seen := map[int]bool{}
+	var out []int
+	for _, h := range cgroupHierarchies() {
+		_ = filepath.WalkDir(filepath.Join(h, path), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+				return nil
+			}
+			data, _ := os.ReadFile(p)
+			for _, f := range strings.Fields(string(data)) {
+				if pid, err := strconv.Atoi(f); err == nil && !seen[pid] {
+					seen[pid] = true
+					out = append(out, pid)
+				}
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// removeCgroup removes path and every cgroup below it, deepest first, in every hierarchy.
+func removeCgroup(path string) error {
+	var errs []error
+	for _, h := range cgroupHierarchies() {
+		var dirs []string
+		_ = filepath.WalkDir(filepath.Join(h, path), func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := syscall.Rmdir(dirs[i]); err != nil && !errors.Is(err, syscall.ENOENT) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dirs[i], err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
