@@ -487,7 +487,17 @@ func boot(k kernel, vmlinuz, initrd, console string, timeout time.Duration) (str
 	if _, err := exec.LookPath(bin); err != nil {
 		pkg := map[string]string{"amd64": "qemu-system-x86", "arm64": "qemu-system-arm"}[k.Arch]
 		fmt.Printf("installing %s\n", pkg)
-		if _, err := run("apt-get", "install", "-y", "-qq", "--no-install-recommends", pkg); err != nil {
+		install := func() error {
+			_, err := run("apt-get", "install", "-y", "-qq", "--no-install-recommends", pkg)
+			return err
+		}
+		err := install()
+		if err != nil { // stale or missing package lists: update once and retry
+			if _, uerr := run("apt-get", "update", "-qq"); uerr == nil {
+				err = install()
+			}
+		}
+		if err != nil {
 			return accel, fmt.Errorf("%s is missing and could not be installed (apt-get install %s): %v", bin, pkg, err)
 		}
 	}
