@@ -31,7 +31,7 @@ const runSummary = `Usage: reconscope-agent run [flags]
 The node agent (the DaemonSet's entrypoint): finds every Go controller process on this node
 by scanning /proc (at once when a process execs, from the sched_process_exec raw tracepoint,
 and every --scan-interval), traces those the probe catalog supports (one attach per executable, shared
-by its processes), names their pod and container from a pod informer limited to this node
+by its processes; a new process of an attached executable is traced from its exec, in the kernel), names their pod and container from a pod informer limited to this node
 (needs get/list/watch on pods; without API access it keeps tracing with host-only metadata
 and says so once), serves Prometheus metrics and health on --metrics-addr, and sends spans
 over OTLP when an endpoint is configured (--otlp-endpoint or the OTEL_EXPORTER_OTLP_*

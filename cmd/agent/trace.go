@@ -25,7 +25,8 @@ in docs/json.md). Ctrl-C detaches the probes, prints a summary (reconciles by co
 result, events lost) to stderr and exits 0. Needs root (or the capabilities listed by
 'reconscope-agent --help').
 
-With --exe, every process running that executable is traced, including ones started later.
+With --exe, every process running that executable is traced, including ones started later,
+from their first instruction (the executable is attached before they start).
 
 Besides controller-runtime's Reconcile (every controller of a manager), the API calls made
 inside it (client-go requests, controller-runtime cache reads, also from goroutines the
