@@ -20,9 +20,16 @@ import (
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
+// requirePrometheusEnv, set to 1 (CI sets it), makes a missing Prometheus fail the tests that
+// need one instead of skipping them. RECONSCOPE_REQUIRE_BPF says only that eBPF must work.
+const requirePrometheusEnv = "RECONSCOPE_REQUIRE_PROMETHEUS"
+
+// prometheusRequired says whether a missing Prometheus is a failure, from the environment.
+func prometheusRequired(getenv func(string) string) bool { return getenv(requirePrometheusEnv) == "1" }
+
 // requirePrometheus returns the path of a real Prometheus server (Debian's prometheus package
 // installs /usr/bin/prometheus). Without one the test skips with the reason, or fails when
-// RECONSCOPE_REQUIRE_BPF=1 (CI), as tests that need eBPF do (internal/bpftest).
+// RECONSCOPE_REQUIRE_PROMETHEUS=1 (CI).
 func requirePrometheus(t *testing.T) string {
 	t.Helper()
 	if p, err := exec.LookPath("prometheus"); err == nil {
@@ -32,10 +39,10 @@ func requirePrometheus(t *testing.T) string {
 		return "/usr/bin/prometheus"
 	}
 	const reason = "no prometheus binary in PATH or /usr/bin (Debian: apt-get install prometheus)"
-	if os.Getenv("RECONSCOPE_REQUIRE_BPF") == "1" {
-		t.Fatalf("Prometheus is required (RECONSCOPE_REQUIRE_BPF=1) but missing: %s", reason)
+	if prometheusRequired(os.Getenv) {
+		t.Fatalf("Prometheus is required (%s=1) but missing: %s", requirePrometheusEnv, reason)
 	}
-	t.Skipf("skipping: needs a real Prometheus: %s (set RECONSCOPE_REQUIRE_BPF=1 to fail instead)", reason)
+	t.Skipf("skipping: needs a real Prometheus: %s (set %s=1 to fail instead)", reason, requirePrometheusEnv)
 	return ""
 }
 
@@ -232,4 +239,16 @@ func controllerRuntimeTotals(metricsURL, controller string) (counts, int, error)
 		}
 	}
 	return out, panics, nil
+}
+
+// TestPrometheusRequiredByItsOwnVariable: RECONSCOPE_REQUIRE_BPF (eBPF must work) does not make
+// a missing Prometheus a failure; RECONSCOPE_REQUIRE_PROMETHEUS does.
+func TestPrometheusRequiredByItsOwnVariable(t *testing.T) {
+	env := func(vars map[string]string) func(string) string { return func(k string) string { return vars[k] } }
+	if prometheusRequired(env(map[string]string{"RECONSCOPE_REQUIRE_BPF": "1"})) {
+		t.Error("RECONSCOPE_REQUIRE_BPF=1 alone requires Prometheus")
+	}
+	if !prometheusRequired(env(map[string]string{requirePrometheusEnv: "1"})) {
+		t.Errorf("%s=1 does not require Prometheus", requirePrometheusEnv)
+	}
 }
