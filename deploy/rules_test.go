@@ -1,0 +1,32 @@
+package deploy_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// TestAlertRules runs Prometheus's own checks on the shipped alert rules: promtool check rules
+// (syntax, PromQL) and promtool test rules (reconscope-rules_test.yaml: each alert fires on
+// the series it is for, at the time it should, with its labels and text, and not on the
+// others). The chart's copy must be the same file.
+func TestAlertRules(t *testing.T) {
+	rules := filepath.Join("prometheus", "reconscope-rules.yaml")
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("RECONSCOPE_REQUIRE_BPF") == "1" {
+			t.Fatalf("promtool (Debian's prometheus package) is required in CI: %v", err)
+		}
+		t.Skipf("no promtool (apt-get install prometheus): %v", err)
+	}
+	for _, args := range [][]string{
+		{"check", "rules", rules},
+		{"test", "rules", filepath.Join("prometheus", "reconscope-rules_test.yaml")},
+	} {
+		out, err := exec.Command(promtool, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("promtool %v: %v\n%s", args, err, out)
+		}
+	}
+}
