@@ -34,7 +34,7 @@ func addExportFlags(fs *flag.FlagSet, metricsDefault string) *exportFlags {
 	return &exportFlags{
 		metricsAddr:  fs.String("metrics-addr", metricsDefault, `serve Prometheus /metrics, /healthz and /readyz on this address ("" disables)`),
 		otlpEndpoint: fs.String("otlp-endpoint", "", "send spans over OTLP to this collector (URL or host:port); also OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
-		otlpProtocol: fs.String("otlp-protocol", "", "OTLP protocol: grpc, http/protobuf or http/json (default: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf)"),
+		otlpProtocol: fs.String("otlp-protocol", "", "OTLP protocol: grpc, http/protobuf or http/json (default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, else grpc for an endpoint on port 4317 and http/protobuf otherwise)"),
 		otlpInsecure: fs.Bool("otlp-insecure", false, "OTLP without TLS (also OTEL_EXPORTER_OTLP_INSECURE=true, or an http:// endpoint)"),
 		otlpHeaders:  fs.String("otlp-headers", "", "OTLP request headers, k1=v1,k2=v2 (default: OTEL_EXPORTER_OTLP_HEADERS)"),
 		noopRate:     fs.Float64("sample-noop-rate", 1, "fraction of no-op reconciles (no write) sent as traces; errors, slow and writing reconciles are always sent, metrics count all"),
@@ -51,11 +51,22 @@ type exporters struct {
 	otlp    *exporter.OTLPExporter
 	sampler *exporter.Sampler
 	server  *http.Server
+	// spanExporters names where spans go (otlp, console); none: no span export.
+	spanExporters []string
 }
 
-// otlpWanted reports whether OTLP export was asked for, by flag or by the standard variables.
-func (f *exportFlags) otlpWanted() bool {
-	return *f.otlpEndpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+// spanExporters says where spans go: the exporters named by OTEL_TRACES_EXPORTER (none when
+// OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none). Without OTEL_TRACES_EXPORTER, spans go
+// over OTLP only when an endpoint is configured (flag or OTEL_EXPORTER_OTLP_*ENDPOINT).
+func (f *exportFlags) spanExporters() ([]string, error) {
+	names, explicit, err := exporter.TracesExportersFromEnv()
+	if err != nil || explicit {
+		return names, err
+	}
+	if *f.otlpEndpoint != "" || os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" {
+		return names, nil
+	}
+	return nil, nil
 }
 
 // build makes the exporters; local writers (tree, JSON) go first. tr may be nil until the
@@ -69,15 +80,20 @@ func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock exporte
 		}})
 		chain = append(chain, e.metrics)
 	}
-	if f.otlpWanted() {
+	names, err := f.spanExporters()
+	if err != nil {
+		return nil, err
+	}
+	if len(names) > 0 {
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Debug("otlp", "err", err) }))
 		opts := exporter.OTLPOptions{
-			Endpoint: *f.otlpEndpoint,
-			Protocol: exporter.Protocol(*f.otlpProtocol),
-			Insecure: *f.otlpInsecure,
-			NodeName: *f.nodeName,
-			Clock:    clock,
-			Logger:   log,
+			Endpoint:  *f.otlpEndpoint,
+			Protocol:  exporter.Protocol(*f.otlpProtocol),
+			Insecure:  *f.otlpInsecure,
+			NodeName:  *f.nodeName,
+			Clock:     clock,
+			Logger:    log,
+			Exporters: names,
 		}
 		if *f.otlpHeaders != "" {
 			h, err := exporter.ParseHeaders(*f.otlpHeaders)
@@ -95,6 +111,7 @@ func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock exporte
 		chain = append(chain, e.sampler)
 	}
 	e.writer = chain
+	e.spanExporters = names
 	return e, nil
 }
 

@@ -143,7 +143,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}()
 	go attachLoop(ctx, t, watcher, index, filter, log)
 
-	log.Info("reconscope agent running", "version", version, "node", *ef.nodeName, "metrics", *ef.metricsAddr, "otlp", ef.otlpWanted())
+	log.Info("reconscope agent running", "version", version, "node", *ef.nodeName, "metrics", *ef.metricsAddr, "span_exporters", exp.spanExporters)
 	if err := t.Run(ctx); err != nil {
 		log.Error("read events", "err", err)
 		return 1

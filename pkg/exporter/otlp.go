@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path"
@@ -22,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -107,8 +110,9 @@ type OTLPOptions struct {
 	// default (localhost:4317 for gRPC, localhost:4318 for HTTP).
 	Endpoint string
 	// Protocol is grpc, http/protobuf or http/json. Empty: from
-	// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, then OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf
-	// (the OpenTelemetry specification's default).
+	// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, then OTEL_EXPORTER_OTLP_PROTOCOL; when neither is
+	// set, grpc if the endpoint's port is 4317 (OTLP/gRPC's registered port, as OBI/Beyla
+	// decide), else http/protobuf (the OpenTelemetry specification's default).
 	Protocol Protocol
 	// Insecure turns TLS off (plaintext gRPC, http:// URLs). False leaves the decision to the
 	// endpoint's scheme and OTEL_EXPORTER_OTLP_INSECURE.
@@ -146,6 +150,56 @@ type OTLPOptions struct {
 	// Logger reports export failures and recoveries (once per change, not per batch).
 	// Nil: slog.Default().
 	Logger *slog.Logger
+	// Exporters are where spans go, as OTEL_TRACES_EXPORTER names them: ExporterOTLP,
+	// ExporterConsole, or both. Nil: OTLP only. [TracesExportersFromEnv] reads the variable.
+	Exporters []string
+	// Console receives the spans of ExporterConsole, one JSON object each (the SDK's
+	// stdouttrace format). Nil: os.Stdout.
+	Console io.Writer
+}
+
+// Names of span exporters in OTEL_TRACES_EXPORTER.
+const (
+	ExporterOTLP    = "otlp"
+	ExporterConsole = "console"
+	ExporterNone    = "none"
+)
+
+// TracesExportersFromEnv reads OTEL_SDK_DISABLED and OTEL_TRACES_EXPORTER as the OpenTelemetry
+// specification defines them: it returns nil (no span export) when OTEL_SDK_DISABLED is true
+// or OTEL_TRACES_EXPORTER is "none", else the exporters named in OTEL_TRACES_EXPORTER
+// (comma-separated "otlp" and "console"). explicit is false when OTEL_TRACES_EXPORTER is unset:
+// then the caller decides (reconscope exports OTLP only when an endpoint is configured).
+func TracesExportersFromEnv() (names []string, explicit bool, err error) {
+	if v := strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")); v != "" {
+		disabled, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, false, fmt.Errorf("OTEL_SDK_DISABLED=%q: want true or false", v)
+		}
+		if disabled {
+			return nil, true, nil
+		}
+	}
+	v := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))
+	if v == "" {
+		return []string{ExporterOTLP}, false, nil
+	}
+	seen := map[string]bool{}
+	for _, n := range strings.Split(v, ",") {
+		switch n = strings.ToLower(strings.TrimSpace(n)); n {
+		case ExporterNone:
+			return nil, true, nil
+		case ExporterOTLP, ExporterConsole:
+			if !seen[n] {
+				seen[n] = true
+				names = append(names, n)
+			}
+		case "":
+		default:
+			return nil, true, fmt.Errorf("OTEL_TRACES_EXPORTER=%q: unknown exporter %q: use otlp, console or none", v, n)
+		}
+	}
+	return names, true, nil
 }
 
 // OTLPStats counts spans (reconcile root spans and call spans alike) through the exporter.
@@ -198,7 +252,7 @@ type objectKey struct {
 // NewOTLP returns an exporter configured by opts and the OTEL_* environment. It does not
 // connect: the connection is made, and remade, in the background.
 func NewOTLP(ctx context.Context, opts OTLPOptions) (*OTLPExporter, error) {
-	proto, err := resolveProtocol(opts.Protocol)
+	proto, err := resolveProtocol(opts.Protocol, opts.Endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -208,13 +262,9 @@ func NewOTLP(ctx context.Context, opts OTLPOptions) (*OTLPExporter, error) {
 	if envRes == nil {
 		return nil, fmt.Errorf("read OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
-	client, err := newOTLPClient(proto, opts)
+	exp, err := newSpanExporter(ctx, proto, opts)
 	if err != nil {
 		return nil, err
-	}
-	exp, err := otlptrace.New(ctx, client)
-	if err != nil {
-		return nil, fmt.Errorf("start OTLP %s exporter: %w", proto, err)
 	}
 
 	queue := opts.MaxQueueSize
@@ -259,8 +309,9 @@ func NewOTLP(ctx context.Context, opts OTLPOptions) (*OTLPExporter, error) {
 	}, nil
 }
 
-// resolveProtocol picks the transport: the option, else the environment, else http/protobuf.
-func resolveProtocol(p Protocol) (Protocol, error) {
+// resolveProtocol picks the transport: the option, else the environment, else by the
+// endpoint's port: 4317 (OTLP/gRPC's port) means grpc, anything else http/protobuf.
+func resolveProtocol(p Protocol, endpoint string) (Protocol, error) {
 	if p == "" {
 		p = Protocol(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"))
 	}
@@ -269,11 +320,105 @@ func resolveProtocol(p Protocol) (Protocol, error) {
 	}
 	switch p = Protocol(strings.TrimSpace(string(p))); p {
 	case "":
-		return ProtocolHTTPProtobuf, nil
+		return DefaultProtocol(endpoint), nil
 	case ProtocolGRPC, ProtocolHTTPProtobuf, ProtocolHTTPJSON:
 		return p, nil
 	}
 	return "", fmt.Errorf("unknown OTLP protocol %q: use grpc, http/protobuf or http/json", p)
+}
+
+// DefaultProtocol is the protocol used when none is configured: grpc when the endpoint (the
+// option, else OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT) names port
+// 4317, else http/protobuf.
+func DefaultProtocol(endpoint string) Protocol {
+	if endpoint == "" {
+		endpoint = strings.TrimSpace(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+	}
+	if endpoint == "" {
+		endpoint = strings.TrimSpace(os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
+	}
+	if endpointPort(endpoint) == "4317" {
+		return ProtocolGRPC
+	}
+	return ProtocolHTTPProtobuf
+}
+
+// endpointPort is the port of an endpoint written as a URL or as host:port; "" when none.
+func endpointPort(endpoint string) string {
+	if strings.Contains(endpoint, "://") {
+		u, err := url.Parse(endpoint)
+		if err != nil {
+			return ""
+		}
+		return u.Port()
+	}
+	if _, port, err := net.SplitHostPort(endpoint); err == nil {
+		return port
+	}
+	return ""
+}
+
+// newSpanExporter builds the SDK exporter for opts.Exporters: OTLP, the console, or both.
+func newSpanExporter(ctx context.Context, proto Protocol, opts OTLPOptions) (sdktrace.SpanExporter, error) {
+	names := opts.Exporters
+	if names == nil {
+		names = []string{ExporterOTLP}
+	}
+	var all fanout
+	for _, n := range names {
+		switch n {
+		case ExporterOTLP:
+			client, err := newOTLPClient(proto, opts)
+			if err != nil {
+				return nil, err
+			}
+			exp, err := otlptrace.New(ctx, client)
+			if err != nil {
+				return nil, fmt.Errorf("start OTLP %s exporter: %w", proto, err)
+			}
+			all = append(all, exp)
+		case ExporterConsole:
+			w := opts.Console
+			if w == nil {
+				w = os.Stdout
+			}
+			exp, err := stdouttrace.New(stdouttrace.WithWriter(w))
+			if err != nil {
+				return nil, fmt.Errorf("start console span exporter: %w", err)
+			}
+			all = append(all, exp)
+		default:
+			return nil, fmt.Errorf("unknown span exporter %q: use otlp or console", n)
+		}
+	}
+	switch len(all) {
+	case 0:
+		return nil, errors.New("no span exporter: name otlp or console")
+	case 1:
+		return all[0], nil
+	}
+	return all, nil
+}
+
+// fanout sends each batch to every exporter; the batch failed if any of them failed.
+type fanout []sdktrace.SpanExporter
+
+func (f fanout) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	var errs []error
+	for _, e := range f {
+		if err := e.ExportSpans(ctx, spans); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (f fanout) Shutdown(ctx context.Context) error {
+	var errs []error
+	for _, e := range f {
+		errs = append(errs, e.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
 }
 
 // newOTLPClient builds the transport. The SDK reads the OTEL_EXPORTER_OTLP_* variables

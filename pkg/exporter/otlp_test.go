@@ -1,6 +1,8 @@
 package exporter
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -10,7 +12,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -871,5 +876,147 @@ func TestParseHeaders(t *testing.T) {
 		if _, err := ParseHeaders(bad); err == nil {
 			t.Errorf("ParseHeaders(%q) accepted", bad)
 		}
+	}
+}
+
+// listen4317 listens on port 4317 of a loopback address of its own (127.0.0.0/8), so the test
+// does not need the machine's 127.0.0.1:4317 to be free.
+func listen4317(t *testing.T) net.Listener {
+	t.Helper()
+	var last error
+	for i := 0; i < 50; i++ {
+		addr := fmt.Sprintf("127.%d.%d.%d:4317", 43+i%7, 17+i, 2+os.Getpid()%200)
+		l, err := net.Listen("tcp", addr)
+		if err == nil {
+			return l
+		}
+		last = err
+	}
+	t.Fatalf("no loopback address with port 4317 free: %v", last)
+	return nil
+}
+
+func TestDefaultProtocol(t *testing.T) {
+	for _, tt := range []struct {
+		endpoint string
+		want     Protocol
+	}{
+		{"http://otel-collector.observability:4317", ProtocolGRPC},
+		{"https://collector.example:4317/", ProtocolGRPC},
+		{"collector:4317", ProtocolGRPC},
+		{"http://otel-collector.observability:4318", ProtocolHTTPProtobuf},
+		{"http://collector/otlp", ProtocolHTTPProtobuf},
+		{"collector:14317", ProtocolHTTPProtobuf},
+		{"", ProtocolHTTPProtobuf},
+	} {
+		if got := DefaultProtocol(tt.endpoint); got != tt.want {
+			t.Errorf("DefaultProtocol(%q) = %s, want %s", tt.endpoint, got, tt.want)
+		}
+	}
+}
+
+// TestOTLPDefaultProtocolPort4317 is the DaemonSet's case: only OTEL_EXPORTER_OTLP_ENDPOINT is
+// set, on the collector's gRPC port; the spans must reach a real OTLP/gRPC receiver.
+func TestOTLPDefaultProtocolPort4317(t *testing.T) {
+	for _, env := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", ""} {
+		t.Run(cmp.Or(env, "option"), func(t *testing.T) {
+			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "")
+			c, addr := startGRPCCollector(t, listen4317(t))
+			opts := OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: quietLogger()}
+			if env != "" {
+				t.Setenv(env, "http://"+addr)
+			} else {
+				opts.Endpoint, opts.Insecure = addr, true
+			}
+			e, err := NewOTLP(context.Background(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Write(testSpans()[0]); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Shutdown(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if c.count() != 3 {
+				t.Fatalf("gRPC receiver on %s got %d spans, want 3 (stats %+v)", addr, c.count(), e.Stats())
+			}
+		})
+	}
+	// Any other port: http/protobuf, the specification's default.
+	t.Run("other port", func(t *testing.T) {
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "")
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "")
+		c, addr := startHTTPCollector(t, nil)
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+addr)
+		e, err := NewOTLP(context.Background(), OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: quietLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Write(testSpans()[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if c.count() != 3 {
+			t.Fatalf("HTTP receiver got %d spans, want 3", c.count())
+		}
+	})
+}
+
+func TestTracesExportersFromEnv(t *testing.T) {
+	for _, tt := range []struct {
+		disabled, exporters string
+		want                []string
+		explicit, wantErr   bool
+	}{
+		{want: []string{"otlp"}},
+		{exporters: "otlp", want: []string{"otlp"}, explicit: true},
+		{exporters: "console", want: []string{"console"}, explicit: true},
+		{exporters: "otlp, console,otlp", want: []string{"otlp", "console"}, explicit: true},
+		{exporters: "none", explicit: true},
+		{exporters: "zipkin", explicit: true, wantErr: true},
+		{disabled: "true", exporters: "otlp", explicit: true},
+		{disabled: "false", want: []string{"otlp"}},
+		{disabled: "maybe", wantErr: true},
+	} {
+		t.Setenv("OTEL_SDK_DISABLED", tt.disabled)
+		t.Setenv("OTEL_TRACES_EXPORTER", tt.exporters)
+		got, explicit, err := TracesExportersFromEnv()
+		if (err != nil) != tt.wantErr || explicit != tt.explicit || !slices.Equal(got, tt.want) {
+			t.Errorf("OTEL_SDK_DISABLED=%q OTEL_TRACES_EXPORTER=%q: got %v, explicit %v, err %v; want %v, explicit %v, err %v",
+				tt.disabled, tt.exporters, got, explicit, err, tt.want, tt.explicit, tt.wantErr)
+		}
+	}
+}
+
+// TestConsoleExporter: OTEL_TRACES_EXPORTER=console prints the spans (the SDK's JSON) and, with
+// otlp too, still sends them to the collector.
+func TestConsoleExporter(t *testing.T) {
+	c, addr := startGRPCCollector(t, nil)
+	var out bytes.Buffer
+	opts := testOptions(ProtocolGRPC, "http://"+addr)
+	opts.Exporters = []string{ExporterOTLP, ExporterConsole}
+	opts.Console = &out
+	e, err := NewOTLP(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Write(testSpans()[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c.count() != 3 {
+		t.Errorf("collector got %d spans, want 3", c.count())
+	}
+	if n := strings.Count(out.String(), `"Name":"reconcile configmap"`); n != 1 {
+		t.Errorf("console printed the reconcile %d times, want once:\n%s", n, out.String())
+	}
+	if st := e.Stats(); st.Exported != 3 || st.Dropped != 0 {
+		t.Errorf("stats %+v, want 3 exported", st)
 	}
 }
