@@ -75,10 +75,10 @@ func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock exporte
 	e := &exporters{}
 	chain := exporter.Multi(local)
 	if *f.metricsAddr != "" {
-		e.metrics = exporter.NewMetrics(exporter.MetricsOptions{HotObjectsK: *f.hotK, AgentStats: func() exporter.AgentStats {
+		build := agentBuild()
+		e.metrics = exporter.NewMetrics(exporter.MetricsOptions{HotObjectsK: *f.hotK, BuildInfo: &build, AgentStats: func() exporter.AgentStats {
 			return e.agentStats(*t)
 		}})
-		chain = append(chain, e.metrics)
 	}
 	names, err := f.spanExporters()
 	if err != nil {
@@ -109,6 +109,12 @@ func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock exporte
 		e.otlp = otlp
 		e.sampler = exporter.NewSampler(exporter.SamplerOptions{NoopRate: *f.noopRate, SlowThreshold: *f.slow}, otlp)
 		chain = append(chain, e.sampler)
+	}
+	// Metrics go last: they still see every reconcile (the sampler only thins what it passes
+	// to OTLP), and by then the OTLP exporter has set the trace ID of the spans it exported,
+	// which the duration and queue-wait histograms carry as exemplars.
+	if e.metrics != nil {
+		chain = append(chain, e.metrics)
 	}
 	e.writer = chain
 	e.spanExporters = names

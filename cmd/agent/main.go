@@ -19,9 +19,6 @@ import (
 	"strings"
 )
 
-// Set by the build: -ldflags "-X main.version=..."
-var version = "dev"
-
 const usage = `reconscope-agent traces Kubernetes controllers with eBPF: one span per reconcile
 (controller, object, result, error, duration), with no change to the traced programs.
 
@@ -35,7 +32,8 @@ Commands:
             CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH; CAP_SYS_RESOURCE too on
             kernels before 5.11)
   inspect   show what would be traced in a binary, without privileges
-  version   print the version
+  version   print the version: module version, VCS revision, "(dirty)" for a build from
+            a tree with uncommitted changes, Go release (also --version)
 
 Run 'reconscope-agent <command> --help' for a command's flags.
 
@@ -64,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "inspect":
 		return runInspect(rest, stdout, stderr)
 	case "version", "--version":
-		fmt.Fprintf(stdout, "reconscope-agent %s\n", version)
+		fmt.Fprintln(stdout, versionLine())
 		return 0
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, usage)

@@ -143,7 +143,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}()
 	go attachLoop(ctx, t, watcher, index, filter, log)
 
-	log.Info("reconscope agent running", "version", version, "node", *ef.nodeName, "metrics", *ef.metricsAddr, "span_exporters", exp.spanExporters)
+	log.Info("reconscope agent running", "version", agentBuild().Version, "revision", agentBuild().Revision, "node", *ef.nodeName, "metrics", *ef.metricsAddr, "span_exporters", exp.spanExporters)
 	if err := t.Run(ctx); err != nil {
 		log.Error("read events", "err", err)
 		return 1
@@ -165,10 +165,7 @@ func targetOf(p discovery.Process, index *discovery.PodIndex) discovery.Target {
 }
 
 func metaOf(target discovery.Target) tracer.ProcessMeta {
-	if target.Pod == nil {
-		return tracer.ProcessMeta{}
-	}
-	return tracer.ProcessMeta{Pod: target.Pod.Namespace + "/" + target.Pod.Name, Container: target.Pod.Container}
+	return processMeta(target.Pod, target.Process.Container.PodUID)
 }
 
 // attached is the outcome of tracing one process the watcher found.
@@ -200,7 +197,7 @@ func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, ind
 		case <-tick.C:
 			for pid, c := range unnamed {
 				if pod, ok := index.Lookup(c.ID); ok {
-					t.SetProcessMeta(pid, tracer.ProcessMeta{Pod: pod.Namespace + "/" + pod.Name, Container: pod.Container})
+					t.SetProcessMeta(pid, processMeta(&pod, c.PodUID))
 					delete(unnamed, pid)
 				}
 			}
@@ -264,7 +261,7 @@ func kubeClient(kubeconfig string, log *slog.Logger) kubernetes.Interface {
 		log.Debug("no Kubernetes client configuration", "reason", err) // the pod index says it once
 		return nil
 	}
-	cfg.UserAgent = "reconscope-agent/" + version
+	cfg.UserAgent = "reconscope-agent/" + agentBuild().Version
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		log.Warn("Kubernetes client", "err", err)

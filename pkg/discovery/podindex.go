@@ -32,6 +32,57 @@ type PodInfo struct {
 	Labels map[string]string
 	// Node is the node the pod is scheduled on (spec.nodeName).
 	Node string
+	// Annotations are the pod's resource.opentelemetry.io/<key> annotations (no others are
+	// kept). The map is the caller's own copy.
+	Annotations map[string]string
+	// OwnerKind and OwnerName are the pod's controller owner reference (ReplicaSet,
+	// StatefulSet, DaemonSet, Job, Node for a static pod's mirror...); "" for none.
+	OwnerKind, OwnerName string
+}
+
+// ResourceAnnotationPrefix starts the pod annotations that set OpenTelemetry resource
+// attributes (resource.opentelemetry.io/service.name and so on).
+const ResourceAnnotationPrefix = "resource.opentelemetry.io/"
+
+// Workload returns the pod's owner workload as OpenTelemetry names it: a ReplicaSet owned by a
+// Deployment is recognised by the Deployment convention that the ReplicaSet is named
+// <deployment>-<pod-template-hash> and the pod carries the pod-template-hash label, so no
+// read of ReplicaSets (no RBAC beyond pods) is needed. kind is Deployment, ReplicaSet,
+// StatefulSet, DaemonSet or Job; "" when the pod has no such owner (static pods, bare pods).
+func (p PodInfo) Workload() (kind, name, replicaSet string) {
+	switch p.OwnerKind {
+	case "ReplicaSet":
+		if h := p.Labels["pod-template-hash"]; h != "" {
+			if d, ok := strings.CutSuffix(p.OwnerName, "-"+h); ok && d != "" {
+				return "Deployment", d, p.OwnerName
+			}
+		}
+		return "ReplicaSet", p.OwnerName, p.OwnerName
+	case "StatefulSet", "DaemonSet", "Job":
+		return p.OwnerKind, p.OwnerName, ""
+	}
+	return "", "", ""
+}
+
+// ServiceName is service.name as OpenTelemetry's Kubernetes conventions derive it, in order:
+// the resource.opentelemetry.io/service.name annotation, the app.kubernetes.io/instance
+// label, the app.kubernetes.io/name label, the owner workload's name, then the container's
+// name. The pod's own name is skipped: for the pods that have no owner (static pods such as
+// kube-controller-manager, bare pods) it carries the node's name or a random suffix, while the
+// container's name is the same on every node.
+func (p PodInfo) ServiceName(container string) string {
+	if v := p.Annotations[ResourceAnnotationPrefix+"service.name"]; v != "" {
+		return v
+	}
+	for _, l := range []string{"app.kubernetes.io/instance", "app.kubernetes.io/name"} {
+		if v := p.Labels[l]; v != "" {
+			return v
+		}
+	}
+	if _, name, _ := p.Workload(); name != "" {
+		return name
+	}
+	return container
 }
 
 // PodIndexOptions configures a [PodIndex].
@@ -216,13 +267,32 @@ func (x *PodIndex) report(ctx context.Context, err error) {
 }
 
 func podInfo(pod *corev1.Pod) PodInfo {
-	return PodInfo{
-		Namespace: pod.Namespace,
-		Name:      pod.Name,
-		UID:       string(pod.UID),
-		Labels:    maps.Clone(pod.Labels),
-		Node:      pod.Spec.NodeName,
+	info := PodInfo{
+		Namespace:   pod.Namespace,
+		Name:        pod.Name,
+		UID:         string(pod.UID),
+		Labels:      maps.Clone(pod.Labels),
+		Node:        pod.Spec.NodeName,
+		Annotations: resourceAnnotations(pod.Annotations),
 	}
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		info.OwnerKind, info.OwnerName = ref.Kind, ref.Name
+	}
+	return info
+}
+
+// resourceAnnotations keeps the resource.opentelemetry.io/ annotations of a; nil if none.
+func resourceAnnotations(a map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range a {
+		if strings.HasPrefix(k, ResourceAnnotationPrefix) {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // stripRuntime removes the "<runtime>://" prefix of a container ID in pod status.
@@ -258,7 +328,8 @@ func indexPodUID(obj any) ([]string, error) {
 }
 
 // slimPod keeps only what the index needs of a pod, so the cache of a busy node stays small:
-// identity, labels, node, and the name and ID of each container status. It is idempotent.
+// identity, labels, the resource.opentelemetry.io/ annotations, the controller owner
+// reference, node, and the name and ID of each container status. It is idempotent.
 func slimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -274,6 +345,10 @@ func slimPod(obj any) (any, error) {
 		}
 		return out
 	}
+	var owners []metav1.OwnerReference
+	if ref := metav1.GetControllerOfNoCopy(pod); ref != nil {
+		owners = []metav1.OwnerReference{{APIVersion: ref.APIVersion, Kind: ref.Kind, Name: ref.Name, UID: ref.UID, Controller: ref.Controller}}
+	}
 	return &corev1.Pod{
 		TypeMeta: pod.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{
@@ -282,6 +357,8 @@ func slimPod(obj any) (any, error) {
 			UID:               pod.UID,
 			ResourceVersion:   pod.ResourceVersion,
 			Labels:            pod.Labels,
+			Annotations:       resourceAnnotations(pod.Annotations),
+			OwnerReferences:   owners,
 			DeletionTimestamp: pod.DeletionTimestamp,
 		},
 		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName},

@@ -53,8 +53,13 @@ func testPod(ns, name, uid, node string, d byte) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: ns, Name: name, UID: types.UID(uid),
-			Labels:      map[string]string{"app": name},
-			Annotations: map[string]string{"big": strings.Repeat("x", 1000)},
+			Labels: map[string]string{"app": name},
+			Annotations: map[string]string{"big": strings.Repeat("x", 1000),
+				"resource.opentelemetry.io/deployment.environment.name": "test"},
+			OwnerReferences: []metav1.OwnerReference{
+				{APIVersion: "v1", Kind: "ConfigMap", Name: "not-the-controller", UID: "cm"},
+				{APIVersion: "apps/v1", Kind: "StatefulSet", Name: name + "-set", UID: "sts", Controller: ptrTrue()},
+			},
 		},
 		Spec: corev1.PodSpec{
 			NodeName:       node,
@@ -111,7 +116,9 @@ func TestPodIndexLookup(t *testing.T) {
 	if !x.WaitSynced(ctx) || !x.Synced() {
 		t.Fatal("index did not sync")
 	}
-	base := PodInfo{Namespace: "ns1", Name: "ctl", UID: "uid-1", Labels: map[string]string{"app": "ctl"}, Node: "node-a"}
+	base := PodInfo{Namespace: "ns1", Name: "ctl", UID: "uid-1", Labels: map[string]string{"app": "ctl"}, Node: "node-a",
+		Annotations: map[string]string{"resource.opentelemetry.io/deployment.environment.name": "test"},
+		OwnerKind:   "StatefulSet", OwnerName: "ctl-set"}
 	for _, tt := range []struct {
 		id        string
 		container string
@@ -164,11 +171,12 @@ func TestPodIndexSlimsPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := out.(*corev1.Pod)
-	if p.Annotations != nil || len(p.Spec.Containers) != 0 || p.Status.Phase != "" || p.Status.ContainerStatuses[0].Image != "" {
+	if len(p.Annotations) != 1 || len(p.OwnerReferences) != 1 || len(p.Spec.Containers) != 0 || p.Status.Phase != "" || p.Status.ContainerStatuses[0].Image != "" {
 		t.Errorf("slimPod kept fields it does not need: %+v", p)
 	}
 	if p.Name != "p" || p.Namespace != "ns" || p.UID != "u" || p.Spec.NodeName != "n" || p.Labels["app"] != "p" ||
-		p.Status.ContainerStatuses[0].ContainerID != in.Status.ContainerStatuses[0].ContainerID {
+		p.Status.ContainerStatuses[0].ContainerID != in.Status.ContainerStatuses[0].ContainerID ||
+		p.Annotations["resource.opentelemetry.io/deployment.environment.name"] != "test" || p.OwnerReferences[0].Name != "p-set" {
 		t.Errorf("slimPod lost fields it needs: %+v", p)
 	}
 	again, _ := slimPod(p)
@@ -296,3 +304,44 @@ func TestPodIndexServerDown(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func ptrTrue() *bool { b := true; return &b }
+
+func TestPodServiceIdentity(t *testing.T) {
+	for _, tt := range []struct {
+		name               string
+		pod                PodInfo
+		kind, workload, rs string
+		service            string
+	}{
+		{name: "deployment by pod-template-hash",
+			pod:  PodInfo{Name: "web-7d9f8c-x2x9z", Labels: map[string]string{"pod-template-hash": "7d9f8c"}, OwnerKind: "ReplicaSet", OwnerName: "web-7d9f8c"},
+			kind: "Deployment", workload: "web", rs: "web-7d9f8c", service: "web"},
+		{name: "replicaset of its own",
+			pod:  PodInfo{Labels: map[string]string{"pod-template-hash": "other"}, OwnerKind: "ReplicaSet", OwnerName: "rs-1"},
+			kind: "ReplicaSet", workload: "rs-1", rs: "rs-1", service: "rs-1"},
+		{name: "statefulset", pod: PodInfo{OwnerKind: "StatefulSet", OwnerName: "db"}, kind: "StatefulSet", workload: "db", service: "db"},
+		{name: "daemonset", pod: PodInfo{OwnerKind: "DaemonSet", OwnerName: "agent"}, kind: "DaemonSet", workload: "agent", service: "agent"},
+		{name: "static pod: the container", pod: PodInfo{Name: "kube-controller-manager-node1", OwnerKind: "Node", OwnerName: "node1"}, service: "manager"},
+		{name: "app.kubernetes.io/name",
+			pod:  PodInfo{Labels: map[string]string{"app.kubernetes.io/name": "widgets"}, OwnerKind: "StatefulSet", OwnerName: "db"},
+			kind: "StatefulSet", workload: "db", service: "widgets"},
+		{name: "app.kubernetes.io/instance before name",
+			pod:     PodInfo{Labels: map[string]string{"app.kubernetes.io/name": "widgets", "app.kubernetes.io/instance": "widgets-prod"}},
+			service: "widgets-prod"},
+		{name: "annotation first",
+			pod: PodInfo{Labels: map[string]string{"app.kubernetes.io/instance": "widgets-prod"},
+				Annotations: map[string]string{"resource.opentelemetry.io/service.name": "widget-operator"}},
+			service: "widget-operator"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			kind, name, rs := tt.pod.Workload()
+			if kind != tt.kind || name != tt.workload || rs != tt.rs {
+				t.Errorf("Workload() = %q %q %q, want %q %q %q", kind, name, rs, tt.kind, tt.workload, tt.rs)
+			}
+			if got := tt.pod.ServiceName("manager"); got != tt.service {
+				t.Errorf("ServiceName = %q, want %q", got, tt.service)
+			}
+		})
+	}
+}

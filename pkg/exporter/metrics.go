@@ -66,11 +66,22 @@ type MetricsOptions struct {
 	HotObjectsMaxTracked int
 	// AgentStats, when set, is called once per scrape for the agent's self-metrics.
 	AgentStats func() AgentStats
+	// BuildInfo, when set, is exposed as reconscope_build_info (value 1).
+	BuildInfo *BuildInfo
+}
+
+// BuildInfo labels reconscope_build_info: what the agent was built from.
+type BuildInfo struct {
+	Version   string // module version, or "(devel)"
+	Revision  string // VCS revision
+	Dirty     bool   // built from a tree with uncommitted changes
+	GoVersion string
 }
 
 // Metrics turns spans into Prometheus metrics on its own registry (with the Go and process
-// collectors) and serves them. It implements Writer; put it before any sampler so it sees
-// every reconcile.
+// collectors) and serves them. It implements Writer; put it beside the sampler, not behind it,
+// so it sees every reconcile, and after the OTLP exporter, so that the trace ID of an exported
+// reconcile (span.Span.TraceID) becomes an exemplar of its duration and queue-wait observations.
 type Metrics struct {
 	reg     *prometheus.Registry
 	handler http.Handler
@@ -100,11 +111,12 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		}, labels)
 	}
 	// Every per-controller metric also names the traced workload, as the OpenTelemetry
-	// Prometheus mapping spells k8s.namespace.name, k8s.pod.name and k8s.container.name (empty,
-	// hence absent, when unknown). The names do not collide with the namespace and pod target
-	// labels Prometheus adds for the agent's own pod.
+	// Prometheus mapping spells k8s.namespace.name, k8s.pod.name, k8s.container.name and
+	// service.name, plus the pod's owner workload (empty, hence absent, when unknown). The
+	// names do not collide with the namespace and pod target labels Prometheus adds for the
+	// agent's own pod.
 	wl := func(labels ...string) []string {
-		return append([]string{"controller", "k8s_namespace_name", "k8s_pod_name", "k8s_container_name"}, labels...)
+		return append(append([]string{"controller"}, workloadLabels...), labels...)
 	}
 	m := &Metrics{
 		reg: reg,
@@ -132,6 +144,15 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			Help: "Reconciles started and not yet finished, in all traced processes.",
 		}),
 		hot: newHotObjects(opts),
+	}
+	if b := opts.BuildInfo; b != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "reconscope_build_info",
+			Help: "What the agent was built from: module version, VCS revision, dirty tree, Go version. Always 1.",
+			ConstLabels: prometheus.Labels{
+				"version": b.Version, "revision": b.Revision, "dirty": strconv.FormatBool(b.Dirty), "goversion": b.GoVersion,
+			},
+		}, func() float64 { return 1 }))
 	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -186,19 +207,27 @@ func (m *Metrics) Write(s *span.Span) error {
 	if result == "" {
 		result = "unknown"
 	}
-	podNS, pod, _ := strings.Cut(s.Pod, "/")
+	wv := workloadValues(s)
 	lv := func(labels ...string) []string {
-		return append([]string{s.Controller, podNS, pod, s.Container}, labels...)
+		return append(append([]string{s.Controller}, wv[:]...), labels...)
+	}
+	// An exported span's trace ID becomes an exemplar (OpenMetrics only) of its observations.
+	observe := func(h prometheus.Observer, v float64) {
+		if e, ok := h.(prometheus.ExemplarObserver); ok && s.TraceID != "" {
+			e.ObserveWithExemplar(v, prometheus.Labels{"trace_id": s.TraceID})
+			return
+		}
+		h.Observe(v)
 	}
 	m.reconciles.WithLabelValues(lv(result)...).Inc()
 	if s.Noop {
 		m.noops.WithLabelValues(lv()...).Inc()
 	}
 	if s.QueueWait > 0 {
-		m.queueWait.WithLabelValues(lv()...).Observe(s.QueueWait.Seconds())
+		observe(m.queueWait.WithLabelValues(lv()...), s.QueueWait.Seconds())
 	}
 	if s.Result != span.ResultAbandoned {
-		m.duration.WithLabelValues(lv()...).Observe(s.Duration.Seconds())
+		observe(m.duration.WithLabelValues(lv()...), s.Duration.Seconds())
 		m.phases.WithLabelValues(lv("read")...).Observe(s.Phases.Read.Seconds())
 		m.phases.WithLabelValues(lv("write")...).Observe(s.Phases.Write.Seconds())
 		m.phases.WithLabelValues(lv("compute")...).Observe(s.Phases.Compute.Seconds())
@@ -223,8 +252,21 @@ func (m *Metrics) Write(s *span.Span) error {
 		}
 		m.api.WithLabelValues(lv(verb, resource, code)...).Inc()
 	}
-	m.hot.observe(s.Controller, s.Namespace, s.Name)
+	m.hot.observe(hotController{controller: s.Controller, namespace: wv[0], workload: wv[4]}, s.Namespace, s.Name)
 	return nil
+}
+
+// workloadLabels name the traced workload on every per-controller series.
+var workloadLabels = []string{"k8s_namespace_name", "k8s_pod_name", "k8s_container_name", "service_name", "k8s_workload_name", "k8s_workload_kind"}
+
+// workloadValues are the values of workloadLabels for s's process.
+func workloadValues(s *span.Span) [6]string {
+	podNS, pod, _ := strings.Cut(s.Pod, "/")
+	v := [6]string{podNS, pod, s.Container}
+	if w := s.Workload; w != nil {
+		v[3], v[4], v[5] = w.ServiceName, w.Name, w.Kind
+	}
+	return v
 }
 
 // agentCollector exposes AgentStats, calling the callback once per scrape so the values are
@@ -274,12 +316,16 @@ type hotObjects struct {
 	now        func() time.Time
 
 	mu   sync.Mutex
-	ctrl map[string]*hotController
+	ctrl map[hotController]*hotCounts
 }
 
 type hotKey struct{ namespace, name string }
 
-type hotController struct {
+// hotController is one controller of one workload: same-named controllers of different
+// operators are counted apart.
+type hotController struct{ controller, namespace, workload string }
+
+type hotCounts struct {
 	slots  [hotObjectSlots]hotSlot
 	totals map[hotKey]int // sum of the live slots' counts
 }
@@ -294,17 +340,17 @@ func newHotObjects(opts MetricsOptions) *hotObjects {
 	return &hotObjects{
 		desc: prometheus.NewDesc("reconscope_hot_objects",
 			"Reconciles of each of the most reconciled objects of a controller over the recent window (top K per controller).",
-			[]string{"controller", "namespace", "name"}, nil),
+			[]string{"controller", "k8s_namespace_name", "k8s_workload_name", "object_namespace", "object_name"}, nil),
 		k:          positive(opts.HotObjectsK, DefaultHotObjectsK),
 		slot:       max(window/hotObjectSlots, time.Nanosecond),
 		maxTracked: positive(opts.HotObjectsMaxTracked, DefaultHotObjectsMaxTracked),
 		now:        time.Now,
-		ctrl:       map[string]*hotController{},
+		ctrl:       map[hotController]*hotCounts{},
 	}
 }
 
 // advance forgets the slots that left the window ending at epoch.
-func (h *hotObjects) advance(c *hotController, epoch int64) {
+func (h *hotObjects) advance(c *hotCounts, epoch int64) {
 	for i := range c.slots {
 		sl := &c.slots[i]
 		if sl.epoch != 0 && sl.epoch <= epoch-hotObjectSlots {
@@ -318,14 +364,14 @@ func (h *hotObjects) advance(c *hotController, epoch int64) {
 	}
 }
 
-func (h *hotObjects) observe(controller, namespace, name string) {
+func (h *hotObjects) observe(controller hotController, namespace, name string) {
 	epoch := h.now().UnixNano()/int64(h.slot) + 1
 	k := hotKey{namespace, name}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.ctrl[controller]
 	if c == nil {
-		c = &hotController{totals: map[hotKey]int{}}
+		c = &hotCounts{totals: map[hotKey]int{}}
 		h.ctrl[controller] = c
 	}
 	h.advance(c, epoch)
@@ -345,7 +391,7 @@ func (h *hotObjects) Describe(ch chan<- *prometheus.Desc) { ch <- h.desc }
 func (h *hotObjects) Collect(ch chan<- prometheus.Metric) {
 	epoch := h.now().UnixNano()/int64(h.slot) + 1
 	type hot struct {
-		controller string
+		controller hotController
 		key        hotKey
 		n          int
 	}
@@ -368,6 +414,7 @@ func (h *hotObjects) Collect(ch chan<- prometheus.Metric) {
 	}
 	h.mu.Unlock()
 	for _, o := range out {
-		ch <- prometheus.MustNewConstMetric(h.desc, prometheus.GaugeValue, float64(o.n), o.controller, o.key.namespace, o.key.name)
+		ch <- prometheus.MustNewConstMetric(h.desc, prometheus.GaugeValue, float64(o.n),
+			o.controller.controller, o.controller.namespace, o.controller.workload, o.key.namespace, o.key.name)
 	}
 }

@@ -1,6 +1,8 @@
 package exporter
 
 import (
+	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -190,11 +192,11 @@ func TestMetricsScrape(t *testing.T) {
 	wantValues(t, fams, "reconscope_spans_dropped_total", map[string]float64{"": 7})
 	wantValues(t, fams, "reconscope_spans_sampled_out_total", map[string]float64{"": 11})
 	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
-		"controller=configmap,name=cm-a,namespace=default": 2,
-		"controller=configmap,name=cm-b,namespace=default": 1,
-		"controller=deployment,name=stuck,namespace=apps":  1,
-		"controller=deployment,name=web,namespace=apps":    1,
-		"controller=job,name=nightly,namespace=batch":      1,
+		"controller=configmap,k8s_namespace_name=ops,object_name=cm-a,object_namespace=default": 2,
+		"controller=configmap,k8s_namespace_name=ops,object_name=cm-b,object_namespace=default": 1,
+		"controller=deployment,k8s_namespace_name=ops,object_name=stuck,object_namespace=apps":  1,
+		"controller=deployment,k8s_namespace_name=ops,object_name=web,object_namespace=apps":    1,
+		"controller=job,object_name=nightly,object_namespace=batch":                             1,
 	})
 
 	// Durations: configmap took 5, 3 and 4 ms; the abandoned deployment reconcile is not observed.
@@ -241,7 +243,7 @@ func TestMetricsScrape(t *testing.T) {
 		}
 		for _, met := range mf.GetMetric() {
 			for _, l := range met.GetLabel() {
-				if l.GetName() == "name" || l.GetName() == "namespace" {
+				if l.GetName() == "name" || l.GetName() == "namespace" || strings.HasPrefix(l.GetName(), "object_") {
 					t.Errorf("%s has label %s", name, l.GetName())
 				}
 			}
@@ -321,11 +323,11 @@ func TestMetricsHotObjectsBounded(t *testing.T) {
 
 	fams, _ := scrape(t, srv.URL+"/metrics", "")
 	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
-		"controller=busy,name=obj-20,namespace=ns": 20,
-		"controller=busy,name=obj-19,namespace=ns": 19,
-		"controller=busy,name=obj-18,namespace=ns": 18,
-		"controller=quiet,name=a,namespace=ns":     2,
-		"controller=quiet,name=b,namespace=ns":     1,
+		"controller=busy,object_name=obj-20,object_namespace=ns": 20,
+		"controller=busy,object_name=obj-19,object_namespace=ns": 19,
+		"controller=busy,object_name=obj-18,object_namespace=ns": 18,
+		"controller=quiet,object_name=a,object_namespace=ns":     2,
+		"controller=quiet,object_name=b,object_namespace=ns":     1,
 	})
 
 	// 40s later a burst on obj-01 makes it the hottest; the window still holds the rest.
@@ -333,18 +335,18 @@ func TestMetricsHotObjectsBounded(t *testing.T) {
 	reconcile("busy", "obj-01", 30)
 	fams, _ = scrape(t, srv.URL+"/metrics", "")
 	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
-		"controller=busy,name=obj-01,namespace=ns": 31,
-		"controller=busy,name=obj-20,namespace=ns": 20,
-		"controller=busy,name=obj-19,namespace=ns": 19,
-		"controller=quiet,name=a,namespace=ns":     2,
-		"controller=quiet,name=b,namespace=ns":     1,
+		"controller=busy,object_name=obj-01,object_namespace=ns": 31,
+		"controller=busy,object_name=obj-20,object_namespace=ns": 20,
+		"controller=busy,object_name=obj-19,object_namespace=ns": 19,
+		"controller=quiet,object_name=a,object_namespace=ns":     2,
+		"controller=quiet,object_name=b,object_namespace=ns":     1,
 	})
 
 	// At 60s the first burst has left the one-minute window: its series are gone.
 	clock.add(20 * time.Second)
 	fams, _ = scrape(t, srv.URL+"/metrics", "")
 	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
-		"controller=busy,name=obj-01,namespace=ns": 30,
+		"controller=busy,object_name=obj-01,object_namespace=ns": 30,
 	})
 	clock.add(time.Minute)
 	fams, _ = scrape(t, srv.URL+"/metrics", "")
@@ -360,8 +362,8 @@ func TestMetricsHotObjectsMaxTracked(t *testing.T) {
 	}
 	fams, _ := scrape(t, srv.URL+"/metrics", "")
 	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
-		"controller=c,name=a,namespace=ns": 2,
-		"controller=c,name=b,namespace=ns": 1,
+		"controller=c,object_name=a,object_namespace=ns": 2,
+		"controller=c,object_name=b,object_namespace=ns": 1,
 	})
 }
 
@@ -394,5 +396,85 @@ func TestMetricsHealth(t *testing.T) {
 	fams, _ := scrape(t, srv.URL+"/metrics", "")
 	if _, ok := fams["reconscope_spans_exported_total"]; ok {
 		t.Error("reconscope_spans_exported_total reported with no AgentStats")
+	}
+}
+
+// TestMetricsWorkloadLabels: the same controller name in two operators gives two sets of
+// series, each naming its workload, and two hot-object lists.
+func TestMetricsWorkloadLabels(t *testing.T) {
+	m, srv, _ := newTestMetrics(t, MetricsOptions{BuildInfo: &BuildInfo{Version: "v0.3.0", Revision: "abc123", Dirty: true, GoVersion: "go1.26.8"}})
+	for _, op := range []string{"alpha", "beta"} {
+		_ = m.Write(&span.Span{Controller: "secret", Namespace: "ns", Name: "s1", Result: span.ResultSuccess, Duration: time.Millisecond,
+			Pod: op + "-system/" + op + "-7d9f-x", Container: "manager",
+			Workload: &span.Workload{Kind: "Deployment", Name: op + "-controller", ServiceName: op}})
+	}
+	fams, _ := scrape(t, srv.URL+"/metrics", "text/plain")
+	wantValues(t, fams, "reconscope_reconcile_total", map[string]float64{
+		"controller=secret,k8s_container_name=manager,k8s_namespace_name=alpha-system,k8s_pod_name=alpha-7d9f-x,k8s_workload_kind=Deployment,k8s_workload_name=alpha-controller,result=success,service_name=alpha": 1,
+		"controller=secret,k8s_container_name=manager,k8s_namespace_name=beta-system,k8s_pod_name=beta-7d9f-x,k8s_workload_kind=Deployment,k8s_workload_name=beta-controller,result=success,service_name=beta":     1,
+	})
+	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
+		"controller=secret,k8s_namespace_name=alpha-system,k8s_workload_name=alpha-controller,object_name=s1,object_namespace=ns": 1,
+		"controller=secret,k8s_namespace_name=beta-system,k8s_workload_name=beta-controller,object_name=s1,object_namespace=ns":   1,
+	})
+	wantValues(t, fams, "reconscope_build_info", map[string]float64{
+		"dirty=true,goversion=go1.26.8,revision=abc123,version=v0.3.0": 1,
+	})
+}
+
+// TestMetricsExemplars: a reconcile exported over OTLP (to a real receiver) carries its trace
+// ID as an exemplar on the duration and queue-wait histograms in an OpenMetrics scrape; a
+// reconcile the sampler kept back carries none.
+func TestMetricsExemplars(t *testing.T) {
+	c, addr := startGRPCCollector(t, nil)
+	otlp, err := NewOTLP(context.Background(), testOptions(ProtocolGRPC, "http://"+addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, srv, _ := newTestMetrics(t, MetricsOptions{})
+	// The agent's order: the sampler and OTLP first, then metrics (which see every reconcile).
+	chain := Multi{NewSampler(SamplerOptions{NoopRate: 0}, otlp), m}
+	exported := &span.Span{Controller: "exported", Namespace: "ns", Name: "a", Result: span.ResultError, ErrorType: "*errors.StatusError",
+		Duration: 3 * time.Millisecond, QueueWait: time.Millisecond, Pod: "ops/ctl", Container: "manager"}
+	kept := &span.Span{Controller: "kept", Namespace: "ns", Name: "b", Result: span.ResultSuccess, Noop: true,
+		Duration: 2 * time.Millisecond, QueueWait: time.Millisecond, Pod: "ops/ctl", Container: "manager"}
+	for _, s := range []*span.Span{exported, kept} {
+		if err := chain.Write(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := otlp.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got := c.all()
+	if len(got) != 1 {
+		t.Fatalf("collector got %d spans, want 1", len(got))
+	}
+	traceID := hex.EncodeToString(got[0].span.GetTraceId())
+
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var withExemplar []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if i := strings.Index(line, " # {"); i >= 0 {
+			withExemplar = append(withExemplar, line)
+			if !strings.Contains(line, `controller="exported"`) || !strings.Contains(line, `trace_id="`+traceID+`"`) {
+				t.Errorf("exemplar on a series it does not belong to, or with the wrong trace: %s", line)
+			}
+		}
+	}
+	var dur, wait bool
+	for _, l := range withExemplar {
+		dur = dur || strings.HasPrefix(l, "reconscope_reconcile_duration_seconds_bucket{")
+		wait = wait || strings.HasPrefix(l, "reconscope_queue_wait_seconds_bucket{")
+	}
+	if !dur || !wait {
+		t.Errorf("exemplars on duration %v, queue wait %v; want both; lines with exemplars:\n%s", dur, wait, strings.Join(withExemplar, "\n"))
 	}
 }

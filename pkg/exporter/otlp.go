@@ -62,26 +62,28 @@ const instrumentationScope = "github.com/reconscope/reconscope/pkg/exporter"
 // Attribute keys of the reconscope namespace (DESIGN §5). Semantic-convention keys come from
 // the semconv package.
 const (
-	attrController     = attribute.Key("reconscope.controller")
-	attrObjectName     = attribute.Key("k8s.object.name")
-	attrObjectUID      = attribute.Key("k8s.object.uid")
-	attrReconcileID    = attribute.Key("reconscope.reconcile_id")
-	attrResult         = attribute.Key("reconscope.result")
-	attrRequeueAfterNS = attribute.Key("reconscope.requeue_after_ns")
-	attrNoop           = attribute.Key("reconscope.noop")
-	attrIncomplete     = attribute.Key("reconscope.incomplete")
-	attrGoid           = attribute.Key("reconscope.goid")
-	attrPhaseReadNS    = attribute.Key("reconscope.phase.read_ns")
-	attrPhaseWriteNS   = attribute.Key("reconscope.phase.write_ns")
-	attrPhaseComputeNS = attribute.Key("reconscope.phase.compute_ns")
-	attrCallCount      = attribute.Key("reconscope.call_count")
-	attrQueueWaitNS    = attribute.Key("reconscope.queue_wait_ns")
-	attrCallKind       = attribute.Key("reconscope.call.kind")
-	attrCallVerb       = attribute.Key("reconscope.call.verb")
-	attrCallResource   = attribute.Key("reconscope.call.resource")
-	attrCallSubres     = attribute.Key("reconscope.call.subresource")
-	attrCallDepth      = attribute.Key("reconscope.call.depth")
-	attrLinkType       = attribute.Key("reconscope.link.type")
+	attrController      = attribute.Key("reconscope.controller")
+	attrObjectNamespace = attribute.Key("k8s.object.namespace")
+	attrObjectName      = attribute.Key("k8s.object.name")
+	attrObjectUID       = attribute.Key("k8s.object.uid")
+	attrCallPath        = attribute.Key("reconscope.call.path_template")
+	attrReconcileID     = attribute.Key("reconscope.reconcile_id")
+	attrResult          = attribute.Key("reconscope.result")
+	attrRequeueAfterNS  = attribute.Key("reconscope.requeue_after_ns")
+	attrNoop            = attribute.Key("reconscope.noop")
+	attrIncomplete      = attribute.Key("reconscope.incomplete")
+	attrGoid            = attribute.Key("reconscope.goid")
+	attrPhaseReadNS     = attribute.Key("reconscope.phase.read_ns")
+	attrPhaseWriteNS    = attribute.Key("reconscope.phase.write_ns")
+	attrPhaseComputeNS  = attribute.Key("reconscope.phase.compute_ns")
+	attrCallCount       = attribute.Key("reconscope.call_count")
+	attrQueueWaitNS     = attribute.Key("reconscope.queue_wait_ns")
+	attrCallKind        = attribute.Key("reconscope.call.kind")
+	attrCallVerb        = attribute.Key("reconscope.call.verb")
+	attrCallResource    = attribute.Key("reconscope.call.resource")
+	attrCallSubres      = attribute.Key("reconscope.call.subresource")
+	attrCallDepth       = attribute.Key("reconscope.call.depth")
+	attrLinkType        = attribute.Key("reconscope.link.type")
 )
 
 // linkPreviousReconcile is the reconscope.link.type of the link to the previous reconcile.
@@ -243,6 +245,7 @@ type OTLPExporter struct {
 type processKey struct {
 	pid                 uint32
 	exe, pod, container string
+	workload            *span.Workload
 }
 
 type objectKey struct {
@@ -565,6 +568,7 @@ func (e *OTLPExporter) Write(s *span.Span) error {
 		root.SetStatus(codes.Error, desc)
 	}
 	root.End(trace.WithTimestamp(end))
+	s.TraceID = root.SpanContext().TraceID().String()
 
 	e.mu.Lock()
 	e.links.put(key, root.SpanContext())
@@ -625,7 +629,7 @@ func (e *OTLPExporter) writeCalls(ctx context.Context, tracer trace.Tracer, root
 
 // tracerLocked returns the tracer of s's process, making its TracerProvider on first use.
 func (e *OTLPExporter) tracerLocked(s *span.Span, service string) trace.Tracer {
-	k := processKey{pid: s.PID, exe: s.Exe, pod: s.Pod, container: s.Container}
+	k := processKey{pid: s.PID, exe: s.Exe, pod: s.Pod, container: s.Container, workload: s.Workload}
 	if t, ok := e.providers.get(k); ok {
 		return t
 	}
@@ -670,15 +674,52 @@ func (e *OTLPExporter) processAttributes(s *span.Span, service string) []attribu
 	if s.Container != "" {
 		attrs = append(attrs, semconv.K8SContainerNameKey.String(s.Container))
 	}
-	if e.nodeName != "" {
-		attrs = append(attrs, semconv.K8SNodeNameKey.String(e.nodeName))
+	node := e.nodeName
+	if w := s.Workload; w != nil {
+		if w.Node != "" {
+			node = w.Node
+		}
+		str := func(k attribute.Key, v string) {
+			if v != "" {
+				attrs = append(attrs, k.String(v))
+			}
+		}
+		str(semconv.K8SPodUIDKey, w.PodUID)
+		str(semconv.ServiceNamespaceKey, w.ServiceNamespace)
+		str(semconv.ServiceInstanceIDKey, w.ServiceInstanceID)
+		switch w.Kind {
+		case "Deployment":
+			str(semconv.K8SDeploymentNameKey, w.Name)
+		case "StatefulSet":
+			str(semconv.K8SStatefulSetNameKey, w.Name)
+		case "DaemonSet":
+			str(semconv.K8SDaemonSetNameKey, w.Name)
+		case "Job":
+			str(semconv.K8SJobNameKey, w.Name)
+		}
+		str(semconv.K8SReplicaSetNameKey, w.ReplicaSet)
+		keys := make([]string, 0, len(w.Attributes))
+		for k := range w.Attributes {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			attrs = append(attrs, attribute.String(k, w.Attributes[k]))
+		}
+	}
+	if node != "" {
+		attrs = append(attrs, semconv.K8SNodeNameKey.String(node))
 	}
 	return attrs
 }
 
-// serviceName is the container's name when known, else the executable's base name.
+// serviceName is the pod's service name when known (OpenTelemetry's Kubernetes order:
+// annotation, app.kubernetes.io/instance, app.kubernetes.io/name, owner workload, container),
+// else the container's name, else the executable's base name.
 func serviceName(s *span.Span) string {
 	switch {
+	case s.Workload != nil && s.Workload.ServiceName != "":
+		return s.Workload.ServiceName
 	case s.Container != "":
 		return s.Container
 	case s.Exe != "":
@@ -695,7 +736,6 @@ func rootAttributes(s *span.Span) []attribute.KeyValue {
 		attrResult.String(string(s.Result)),
 		attrNoop.Bool(s.Noop),
 		attrIncomplete.Bool(s.Incomplete),
-		semconv.ProcessPIDKey.Int(int(s.PID)),
 		attrGoid.Int64(s.Goid),
 		attrPhaseReadNS.Int64(int64(s.Phases.Read)),
 		attrPhaseWriteNS.Int64(int64(s.Phases.Write)),
@@ -703,7 +743,7 @@ func rootAttributes(s *span.Span) []attribute.KeyValue {
 		attrCallCount.Int(len(s.Calls)),
 	)
 	if s.Namespace != "" {
-		attrs = append(attrs, semconv.K8SNamespaceNameKey.String(s.Namespace))
+		attrs = append(attrs, attrObjectNamespace.String(s.Namespace))
 	}
 	if s.UID != "" {
 		attrs = append(attrs, attrObjectUID.String(s.UID))
@@ -776,7 +816,10 @@ func callAttributes(c *span.Call) []attribute.KeyValue {
 		attrs = append(attrs, attrCallSubres.String(c.Subresource))
 	}
 	if c.Namespace != "" {
-		attrs = append(attrs, semconv.K8SNamespaceNameKey.String(c.Namespace))
+		attrs = append(attrs, attrObjectNamespace.String(c.Namespace))
+	}
+	if c.Kind == span.CallAPI && c.Resource != "" {
+		attrs = append(attrs, attrCallPath.String(pathTemplate(c)))
 	}
 	if c.Name != "" {
 		attrs = append(attrs, attrObjectName.String(c.Name))
@@ -785,6 +828,24 @@ func callAttributes(c *span.Call) []attribute.KeyValue {
 		attrs = append(attrs, attrObjectUID.String(c.UID))
 	}
 	return attrs
+}
+
+// pathTemplate is the API path of a call relative to its group and version, with namespace and
+// name as placeholders ("namespaces/{namespace}/configmaps/{name}/status"): the probes do not
+// read the group/version prefix, so this is not a full url.template.
+func pathTemplate(c *span.Call) string {
+	var b strings.Builder
+	if c.Namespace != "" {
+		b.WriteString("namespaces/{namespace}/")
+	}
+	b.WriteString(c.Resource)
+	if c.Name != "" {
+		b.WriteString("/{name}")
+	}
+	if c.Subresource != "" {
+		b.WriteString("/" + c.Subresource)
+	}
+	return b.String()
 }
 
 // Stats returns the span counts so far.

@@ -372,14 +372,15 @@ func TestOTLPExport(t *testing.T) {
 			wantTimes(t, s, spans[0].Start, spans[0].Duration)
 			a := attrMap(s.GetAttributes())
 			wantStr(t, a, "reconscope.controller", "configmap")
-			wantStr(t, a, "k8s.namespace.name", "default")
+			wantStr(t, a, "k8s.object.namespace", "default")
 			wantStr(t, a, "k8s.object.name", "cm-a")
 			wantStr(t, a, "k8s.object.uid", "uid-a")
 			wantStr(t, a, "reconscope.reconcile_id", "11111111-aaaa")
 			wantStr(t, a, "reconscope.result", "success")
 			wantBool(t, a, "reconscope.noop", false)
 			wantBool(t, a, "reconscope.incomplete", false)
-			wantInt(t, a, "process.pid", 4242)
+			// The pod's namespace and the PID are the resource's, never repeated on spans.
+			wantAbsent(t, a, "process.pid", "k8s.namespace.name")
 			wantInt(t, a, "reconscope.goid", 318)
 			wantInt(t, a, "reconscope.phase.read_ns", 50_000)
 			wantInt(t, a, "reconscope.phase.write_ns", 2_000_000)
@@ -416,7 +417,8 @@ func TestOTLPExport(t *testing.T) {
 			wantTimes(t, get, spans[0].Calls[0].Start, spans[0].Calls[0].Duration)
 			ga := attrMap(get.GetAttributes())
 			wantStr(t, ga, "reconscope.call.kind", "cache_get")
-			wantStr(t, ga, "k8s.namespace.name", "default")
+			wantStr(t, ga, "k8s.object.namespace", "default")
+			wantAbsent(t, ga, "k8s.namespace.name", "reconscope.call.path_template")
 			wantStr(t, ga, "k8s.object.name", "cm-a")
 			wantStr(t, ga, "k8s.object.uid", "uid-a")
 			wantAbsent(t, ga, "http.request.method", "http.response.status_code")
@@ -428,7 +430,9 @@ func TestOTLPExport(t *testing.T) {
 			wantStr(t, pa, "reconscope.call.kind", "api")
 			wantStr(t, pa, "http.request.method", "PUT")
 			wantInt(t, pa, "http.response.status_code", 200)
-			wantStr(t, pa, "k8s.namespace.name", "default")
+			wantStr(t, pa, "k8s.object.namespace", "default")
+			wantStr(t, pa, "reconscope.call.path_template", "namespaces/{namespace}/configmaps/{name}")
+			wantAbsent(t, pa, "k8s.namespace.name")
 			wantStr(t, pa, "k8s.object.name", "cm-a")
 			if put.GetStatus().GetCode() != tracepb.Status_STATUS_CODE_UNSET {
 				t.Errorf("200 status = %v, want unset", put.GetStatus())
@@ -1018,5 +1022,61 @@ func TestConsoleExporter(t *testing.T) {
 	}
 	if st := e.Stats(); st.Exported != 3 || st.Dropped != 0 {
 		t.Errorf("stats %+v, want 3 exported", st)
+	}
+}
+
+// TestOTLPWorkloadResource: a process whose pod the agent knows is one resource with the pod's
+// identity as OpenTelemetry names it (what the collector's k8sattributes processor associates
+// on), the service identity resolved by the agent, and the object's identity on spans only.
+func TestOTLPWorkloadResource(t *testing.T) {
+	s := &span.Span{
+		Controller: "widget", Namespace: "shop", Name: "w1", ReconcileID: "55555555-eeee", Goid: 30,
+		Start: 1000 * ms, Duration: time.Millisecond, Result: span.ResultSuccess,
+		PID: 77, Exe: "/manager", Pod: "widget-system/widget-controller-7c9f8d-abcde", Container: "manager",
+		Workload: &span.Workload{
+			PodUID: "0f6c1a52-8a7e-4a43-9b8e-6a0d6f1f3d2b", Node: "node-7",
+			Kind: "Deployment", Name: "widget-controller", ReplicaSet: "widget-controller-7c9f8d",
+			ServiceName: "widget-operator", ServiceNamespace: "widget-system",
+			ServiceInstanceID: "widget-system.widget-controller-7c9f8d-abcde.manager",
+			Attributes:        map[string]string{"deployment.environment.name": "prod"},
+		},
+		Calls: []span.Call{{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "PATCH", Resource: "widgets", Subresource: "status", Namespace: "shop", Name: "w1", Status: 200},
+			Start: 1000*ms + 10, Duration: 100 * time.Microsecond}},
+	}
+	got, _, _ := export(t, ProtocolGRPC, []*span.Span{s}, nil)
+	if len(got) != 2 {
+		t.Fatalf("collector got %d spans, want 2", len(got))
+	}
+	if s.TraceID == "" || hex.EncodeToString(got[0].span.GetTraceId()) != s.TraceID {
+		t.Errorf("span.TraceID = %q, collector's trace %x", s.TraceID, got[0].span.GetTraceId())
+	}
+	res := got[0].resource
+	for k, v := range map[string]string{
+		"service.name":                "widget-operator",
+		"service.namespace":           "widget-system",
+		"service.instance.id":         "widget-system.widget-controller-7c9f8d-abcde.manager",
+		"k8s.pod.uid":                 "0f6c1a52-8a7e-4a43-9b8e-6a0d6f1f3d2b",
+		"k8s.pod.name":                "widget-controller-7c9f8d-abcde",
+		"k8s.namespace.name":          "widget-system",
+		"k8s.container.name":          "manager",
+		"k8s.node.name":               "node-7", // the pod's node wins over OTLPOptions.NodeName
+		"k8s.deployment.name":         "widget-controller",
+		"k8s.replicaset.name":         "widget-controller-7c9f8d",
+		"deployment.environment.name": "prod",
+	} {
+		wantStr(t, res, k, v)
+	}
+	wantInt(t, res, "process.pid", 77)
+	wantAbsent(t, res, "k8s.statefulset.name", "k8s.daemonset.name")
+	for _, r := range got {
+		a := attrMap(r.span.GetAttributes())
+		wantStr(t, a, "k8s.object.namespace", "shop")
+		wantStr(t, a, "k8s.object.name", "w1")
+		wantAbsent(t, a, "k8s.namespace.name", "process.pid", "k8s.pod.name")
+		if r.span.GetName() == "PATCH widgets/status" {
+			wantStr(t, a, "reconscope.call.path_template", "namespaces/{namespace}/widgets/{name}/status")
+			wantStr(t, a, "http.request.method", "PATCH")
+			wantInt(t, a, "http.response.status_code", 200)
+		}
 	}
 }

@@ -138,6 +138,35 @@ type Span struct {
 	Exe       string
 	Pod       string // namespace/name, when known
 	Container string
+	// Workload is the rest of what the agent knows of the process's pod (UID, owner, service
+	// identity); nil when nothing is known. Shared between spans: never modified.
+	Workload *Workload
+
+	// TraceID is the OTLP trace ID (32 hex digits) the span was exported under, set by the
+	// OTLP exporter when it queued the span; "" when it was not exported (sampled out,
+	// dropped, or no OTLP export).
+	TraceID string
+}
+
+// Workload is the Kubernetes identity of a traced process beyond its pod's namespace and name
+// and its container's name, as OpenTelemetry's resource attributes name it.
+type Workload struct {
+	// PodUID is the pod's UID (k8s.pod.uid): from the pod, or from the process's cgroup path.
+	PodUID string
+	// Node is the pod's node (k8s.node.name).
+	Node string
+	// Kind and Name are the pod's owner workload: Deployment, StatefulSet, DaemonSet,
+	// ReplicaSet (without a Deployment), Job, CronJob; "" for a pod without one (static or bare pods).
+	Kind, Name string
+	// ReplicaSet is the ReplicaSet between a Deployment and the pod (k8s.replicaset.name).
+	ReplicaSet string
+	// ServiceName, ServiceNamespace and ServiceInstanceID are service.name,
+	// service.namespace and service.instance.id, resolved as OpenTelemetry's Kubernetes
+	// conventions say.
+	ServiceName, ServiceNamespace, ServiceInstanceID string
+	// Attributes are further resource attributes from the pod's
+	// resource.opentelemetry.io/<key> annotations.
+	Attributes map[string]string
 }
 
 // Phases splits a span's duration into time spent reading, writing and the rest.

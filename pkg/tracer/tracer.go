@@ -206,7 +206,7 @@ func (t *Tracer) decorate(s *span.Span, p *proc) {
 		s.Exe = p.exe.path
 	}
 	if m, ok := t.meta[int(s.PID)]; ok {
-		s.Pod, s.Container = m.Pod, m.Container
+		s.Pod, s.Container, s.Workload = m.Pod, m.Container, m.Workload
 	}
 }
 
@@ -438,6 +438,8 @@ func (t *Tracer) addProcess(pid int, e *exe, held bool) error {
 type ProcessMeta struct {
 	Pod       string // namespace/name
 	Container string
+	// Workload is the rest of the pod's identity (UID, owner, service); nil when unknown.
+	Workload *span.Workload
 }
 
 // SetProcessMeta sets the metadata of process pid's spans.
