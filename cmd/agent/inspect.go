@@ -20,8 +20,16 @@ entry and return addresses and file offsets), the struct-field offsets the probe
 where each came from (DWARF or the offsets table), and what cannot be traced and why.
 The JSON schema is in docs/inspect.md.
 
-Exit status: 0 traceable; 2 not traceable (not ELF, not Go, unsupported Go version, no
-controller code reconscope knows); 1 on error (missing or unreadable file, truncated binary).`
+Exit status: 0 traceable; 3 not traceable (not ELF, not Go, unsupported Go version, no
+controller code reconscope knows); 1 on error (missing or unreadable file, truncated binary);
+2 usage error (bad flag, no binary or both a binary and --pid).`
+
+// Exit statuses of inspect (docs/inspect.md).
+const (
+	exitError        = 1
+	exitUsage        = 2
+	exitNotTraceable = 3
+)
 
 // InspectReport is inspect's JSON output (docs/inspect.md).
 type InspectReport struct {
@@ -37,7 +45,13 @@ type InspectReport struct {
 	Modules    map[string]string `json:"modules,omitempty"`
 	Probes     []InspectProbe    `json:"probes"`
 	Offsets    []InspectOffset   `json:"offsets"`
-	Missing    []probes.Missing  `json:"missing"`
+	Missing    []InspectMissing  `json:"missing"`
+}
+
+// InspectMissing is a probe of the catalog that does not apply to the binary, and why.
+type InspectMissing struct {
+	Probe  string `json:"probe"`
+	Reason string `json:"reason"`
 }
 
 // InspectProbe is one probed function.
@@ -88,7 +102,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		path = fs.Arg(0)
 	default:
 		fmt.Fprintln(stderr, "reconscope-agent inspect: give one BINARY or --pid PID (see --help)")
-		return 2
+		return exitUsage
 	}
 	rep, code := inspect(path)
 	if *asJSON {
@@ -105,17 +119,17 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 }
 
 func inspect(path string) (*InspectReport, int) {
-	rep := &InspectReport{Binary: path, Probes: []InspectProbe{}, Offsets: []InspectOffset{}, Missing: []probes.Missing{}}
+	rep := &InspectReport{Binary: path, Probes: []InspectProbe{}, Offsets: []InspectOffset{}, Missing: []InspectMissing{}}
 	bin, err := symbols.Open(path)
 	if err != nil {
 		rep.Reason = err.Error()
 		if fi, statErr := os.Stat(path); statErr == nil && fi.IsDir() {
-			return rep, 1 // a wrong path, not a binary we cannot trace
+			return rep, exitError // a wrong path, not a binary we cannot trace
 		}
 		if errors.Is(err, symbols.ErrNotELF) || errors.Is(err, symbols.ErrNotGo) || errors.Is(err, symbols.ErrUnsupportedGo) {
-			return rep, 2
+			return rep, exitNotTraceable
 		}
-		return rep, 1
+		return rep, exitError
 	}
 	defer bin.Close()
 	rep.GoVersion, rep.Arch, rep.Stripped, rep.PIE, rep.DWARF = bin.GoVersion, bin.Arch, bin.Stripped, bin.PIE, bin.HasDWARF
@@ -133,9 +147,9 @@ func inspect(path string) (*InspectReport, int) {
 	if err != nil {
 		rep.Reason = err.Error()
 		if errors.Is(err, probes.ErrNothingToTrace) {
-			return rep, 2
+			return rep, exitNotTraceable
 		}
-		return rep, 1
+		return rep, exitError
 	}
 	rep.Traceable = true
 	return rep, 0
@@ -168,7 +182,9 @@ func fill(rep *InspectReport, plan *probes.Plan) {
 		}
 		rep.Offsets = append(rep.Offsets, io)
 	}
-	rep.Missing = append(rep.Missing, plan.Missing...)
+	for _, m := range plan.Missing {
+		rep.Missing = append(rep.Missing, InspectMissing{Probe: m.ProbeID, Reason: m.Reason})
+	}
 }
 
 func printInspect(w io.Writer, r *InspectReport) {
@@ -212,7 +228,7 @@ func printInspect(w io.Writer, r *InspectReport) {
 	if len(r.Missing) > 0 {
 		fmt.Fprintln(w, "\nnot traced:")
 		for _, m := range r.Missing {
-			fmt.Fprintf(w, "  %s: %s\n", m.ProbeID, m.Reason)
+			fmt.Fprintf(w, "  %s: %s\n", m.Probe, m.Reason)
 		}
 	}
 }

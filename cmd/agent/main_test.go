@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"runtime/debug"
 	"strings"
 	"testing"
 )
@@ -84,11 +86,11 @@ func TestInspectBadInput(t *testing.T) {
 	}{
 		{"missing", filepath.Join(dir, "nope"), 1, "no such file"},
 		{"directory", dir, 1, "directory"},
-		{"text file", text, 2, "not an ELF"},
-		{"empty file", empty, 2, "not an ELF"},
-		{"non-Go ELF", "/bin/ls", 2, "not a Go executable"},
+		{"text file", text, 3, "not an ELF"},
+		{"empty file", empty, 3, "not an ELF"},
+		{"non-Go ELF", "/bin/ls", 3, "not a Go executable"},
 		{"truncated Go binary", truncated, 1, "truncated"},
-		{"Go binary without controllers", plainGo, 2, "no probe applies"},
+		{"Go binary without controllers", plainGo, 3, "no probe applies"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,8 +106,56 @@ func TestInspectBadInput(t *testing.T) {
 			if code != tc.code || rep.Traceable || rep.Reason == "" || !strings.Contains(errOut, rep.Reason) {
 				t.Errorf("--json: exit %d, report %+v, stderr %q", code, rep, errOut)
 			}
+			if n := wantSnakeCase(t, out); tc.path == plainGo && n == 0 {
+				t.Errorf("no missing entries for a Go binary without controllers: the walk did not cover them")
+			}
 		})
 	}
+	// Usage errors have their own status.
+	for _, args := range [][]string{{"inspect"}, {"inspect", "a", "b"}, {"inspect", "--pid", "1", plainGo}, {"inspect", "--no-such-flag", plainGo}} {
+		if code, _, _ := runCLI(t, args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d (usage error)", args, code, exitUsage)
+		}
+	}
+}
+
+// snakeKey is a JSON key in snake_case.
+var snakeKey = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+
+// wantSnakeCase walks every object of a JSON document and checks that every key is snake_case
+// (the keys of "modules", module paths, are values, not field names). It returns how many
+// "missing" entries it walked.
+func wantSnakeCase(t *testing.T, doc string) int {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(doc), &v); err != nil {
+		t.Fatalf("not JSON: %v", err)
+	}
+	missing := 0
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, child := range x {
+				if path == ".modules" {
+					continue
+				}
+				if !snakeKey.MatchString(k) {
+					t.Errorf("key %s.%s is not snake_case", path, k)
+				}
+				walk(path+"."+k, child)
+			}
+		case []any:
+			if path == ".missing" {
+				missing += len(x)
+			}
+			for _, child := range x {
+				walk(path, child)
+			}
+		}
+	}
+	walk("", v)
+	return missing
 }
 
 // TestInspectFixture: the fixture controller is traceable, with its reconcile probe, entry
@@ -122,6 +172,7 @@ func TestInspectFixture(t *testing.T) {
 			t.Fatalf("build: %v\n%s", err, b)
 		}
 		code, out, _ := runCLI(t, "inspect", "--json", bin)
+		wantSnakeCase(t, out)
 		var rep InspectReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatal(err)
@@ -157,5 +208,48 @@ func TestInspectFixture(t *testing.T) {
 				t.Errorf("goid offset %+v", o)
 			}
 		}
+	}
+}
+
+// TestVersionFromBuildInfo: version prints the module version, VCS revision and dirty flag
+// from Go's build information, with no ldflags.
+func TestVersionFromBuildInfo(t *testing.T) {
+	saved := readBuildInfo
+	t.Cleanup(func() { readBuildInfo = saved })
+	readBuildInfo = func() (*debug.BuildInfo, bool) {
+		return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/reconscope/reconscope", Version: "v0.4.1"},
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.modified", Value: "true"}}}, true
+	}
+	for _, arg := range []string{"version", "--version"} {
+		code, out, _ := runCLI(t, arg)
+		if want := "reconscope-agent v0.4.1 revision 0123abcd (dirty) go1.26.8\n"; code != 0 || out != want {
+			t.Errorf("%s: exit %d, %q; want %q", arg, code, out, want)
+		}
+	}
+}
+
+// TestVersionOfRealBuild: a binary built by 'go build' in this repository names its revision.
+func TestVersionOfRealBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the agent")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git: go build records no VCS revision")
+	}
+	rev, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "reconscope-agent")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), " revision "+strings.TrimSpace(string(rev))) {
+		t.Errorf("--version = %q, want revision %s", out, rev)
 	}
 }

@@ -154,7 +154,7 @@ func compareOTLP(t *testing.T, spans []exporter.JSONSpan, rx *otlpReceiver, node
 		}
 		r := rs[0]
 		a := attrMap(r.span.GetAttributes())
-		k := rootKey{attrInt(a, "process.pid"), attrStr(a, "reconscope.controller"), attrStr(a, "k8s.namespace.name"),
+		k := rootKey{attrInt(r.resource, "process.pid"), attrStr(a, "reconscope.controller"), attrStr(a, "k8s.object.namespace"),
 			attrStr(a, "k8s.object.name"), int64(r.span.GetStartTimeUnixNano())}
 		if _, dup := roots[k]; dup {
 			t.Errorf("two OTLP root spans for %s", k)

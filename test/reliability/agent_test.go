@@ -284,7 +284,7 @@ func TestOTLPUnreachable(t *testing.T) {
 		lines = len(agentSpans(t, a))
 	}
 	exported, _ := scrape(t, metrics, "reconscope_spans_exported_total")
-	reconciles, _ := scrape(t, metrics, `reconscope_reconcile_total{controller="fake",k8s_container_name="",k8s_namespace_name="",k8s_pod_name="",result="success"}`)
+	reconciles, _ := scrape(t, metrics, `reconscope_reconcile_total{controller="fake",k8s_container_name="",k8s_namespace_name="",k8s_pod_name="",k8s_workload_kind="",k8s_workload_name="",result="success",service_name=""}`)
 	if exported != 0 {
 		t.Errorf("%v spans exported to a port nothing listens on", exported)
 	}
