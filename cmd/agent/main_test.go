@@ -106,15 +106,39 @@ func TestInspectBadInput(t *testing.T) {
 			if code != tc.code || rep.Traceable || rep.Reason == "" || !strings.Contains(errOut, rep.Reason) {
 				t.Errorf("--json: exit %d, report %+v, stderr %q", code, rep, errOut)
 			}
-			if n := wantSnakeCase(t, out); tc.path == plainGo && n == 0 {
-				t.Errorf("no missing entries for a Go binary without controllers: the walk did not cover them")
-			}
+			wantSnakeCase(t, out)
 		})
 	}
 	// Usage errors have their own status.
 	for _, args := range [][]string{{"inspect"}, {"inspect", "a", "b"}, {"inspect", "--pid", "1", plainGo}, {"inspect", "--no-such-flag", plainGo}} {
 		if code, _, _ := runCLI(t, args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d (usage error)", args, code, exitUsage)
+		}
+	}
+}
+
+// TestInspectJSONSnakeCase: a report with every field set, slices and nested objects
+// included, has only snake_case keys; real outputs are walked by the other inspect tests.
+func TestInspectJSONSnakeCase(t *testing.T) {
+	site := InspectSite{Address: 1, Offset: 2, FileOffset: 3, Insn: "RET"}
+	rep := InspectReport{
+		Binary: "b", Traceable: true, Reason: "r", GoVersion: "go1.26.8", Arch: "amd64", Stripped: true, PIE: true, DWARF: true,
+		MainModule: "m", Modules: map[string]string{"sigs.k8s.io/controller-runtime": "v0.25.2"},
+		Probes:  []InspectProbe{{Probe: "p", Role: "span", Symbol: "s", Address: 1, Size: 2, Entry: site, Returns: []InspectSite{site}}},
+		Offsets: []InspectOffset{{Type: "t", Field: "f", Value: 1, Source: "dwarf", Error: "e"}},
+		Missing: []InspectMissing{{Probe: "p", Reason: "r"}},
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := wantSnakeCase(t, string(b)); n != 1 {
+		t.Errorf("walked %d missing entries, want 1", n)
+	}
+	// Every field of every type is in the output (no omitempty hides one from the walk).
+	for _, key := range []string{`"binary"`, `"reason"`, `"go_version"`, `"main_module"`, `"file_offset"`, `"returns"`, `"source"`, `"error"`, `"missing"`, `"probe"`} {
+		if !strings.Contains(string(b), key) {
+			t.Errorf("%s not in %s", key, b)
 		}
 	}
 }
@@ -240,8 +264,16 @@ func TestVersionOfRealBuild(t *testing.T) {
 	if err != nil {
 		t.Skipf("not a git checkout: %v", err)
 	}
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skipf("no git work tree: %v", err)
+	}
+	if fi, err := os.Stat(filepath.Join(strings.TrimSpace(string(top)), ".git")); err != nil || !fi.IsDir() {
+		t.Skip("a linked git worktree (.git is a file): go build records VCS information only in a clone")
+	}
 	bin := filepath.Join(t.TempDir(), "reconscope-agent")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
+	// -buildvcs=true: GOFLAGS may say false (then go build records no revision).
+	cmd := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, b)
 	}
