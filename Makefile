@@ -16,7 +16,7 @@ KERNELS_DOC ?= docs/compatibility.md
 TESTFLAGS ?= -count=1 -timeout 40m
 RUN      ?=
 
-.PHONY: help build image generate check-generate test e2e bench soak lint demo controlplane fuzz clean kernels
+.PHONY: help build image chart-check generate check-generate test e2e bench soak lint demo controlplane fuzz clean kernels
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -41,6 +41,9 @@ image: ## build the agent's image (amd64+arm64, static, CA certificates, no shel
 	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/image/linux_$$arch/reconscope-agent ./cmd/agent || exit 1; \
 	done
 	$(GO) run ./internal/cmd/mkimage --spec agent --ref $(IMAGE) $(foreach a,$(IMAGE_ARCHS),--platform linux/$(a)) --out $(IMAGE_TAR)
+
+chart-check: controlplane ## helm lint and template the chart, compare it with deploy/, promtool check and test the alert rules
+	$(GO) test -count=1 -run 'Chart|Kustomiz|AlertRules' ./deploy/
 
 generate: ## regenerate the eBPF objects and their Go bindings with bpf2go (needs clang)
 	$(GO) generate ./bpf/... ./test/bench/...

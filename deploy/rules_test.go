@@ -1,6 +1,7 @@
 package deploy_test
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,17 @@ import (
 // others). The chart's copy must be the same file.
 func TestAlertRules(t *testing.T) {
 	rules := filepath.Join("prometheus", "reconscope-rules.yaml")
+	a, err := os.ReadFile(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(chartDir, "rules", "reconscope-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Errorf("%s and the chart's rules/reconscope-rules.yaml differ: copy one onto the other", rules)
+	}
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		if os.Getenv("RECONSCOPE_REQUIRE_PROMETHEUS") == "1" {

@@ -1,0 +1,275 @@
+package deploy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+const chartDir = "helm/reconscope"
+
+// helmOnlyLabels are the labels the chart adds to every object (Helm's conventions) and to the
+// DaemonSet's selector (app.kubernetes.io/instance, so that releases stay apart). They are the
+// documented difference between the chart's default render and deploy/.
+var helmOnlyLabels = []string{"app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by", "helm.sh/chart"}
+
+// helmBinary returns Helm, built (once, cached) by test/tools/build-helm.sh.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds Helm from the Go module proxy on first use; skipped with -short")
+	}
+	cmd := exec.Command("../test/tools/build-helm.sh")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("build helm: %v\n%s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
+
+func helmTemplate(t *testing.T, helm string, args ...string) map[string]*unstructured.Unstructured {
+	t.Helper()
+	return objects(t, run(t, helm, append([]string{"template", "reconscope", chartDir, "--namespace", "reconscope"}, args...)...))
+}
+
+// normalize removes what the chart adds by design (helmOnlyLabels, the config checksum) and
+// round-trips the object through its Go type, so that the same object written two ways (a
+// defaulted field, key order, quoting) compares equal.
+func normalize(t *testing.T, u *unstructured.Unstructured) map[string]any {
+	t.Helper()
+	strip := func(m map[string]string) map[string]string {
+		for _, l := range helmOnlyLabels {
+			delete(m, l)
+		}
+		return m
+	}
+	u = u.DeepCopy()
+	u.SetLabels(strip(u.GetLabels()))
+	var typed any
+	switch u.GetKind() {
+	case "DaemonSet":
+		var ds appsv1.DaemonSet
+		convert(t, u, &ds)
+		strip(ds.Spec.Selector.MatchLabels)
+		strip(ds.Spec.Template.Labels)
+		delete(ds.Spec.Template.Annotations, "checksum/config")
+		typed = &ds
+	case "ConfigMap":
+		var cm corev1.ConfigMap
+		convert(t, u, &cm)
+		// config.yaml compares as the YAML document it is (the chart writes it with toYaml).
+		for k, v := range cm.Data {
+			var doc any
+			if err := yaml.Unmarshal([]byte(v), &doc); err != nil {
+				t.Fatalf("ConfigMap %s: %s: %v", cm.Name, k, err)
+			}
+			b, _ := json.Marshal(doc)
+			cm.Data[k] = string(b)
+		}
+		typed = &cm
+	default:
+		typed = u.Object
+	}
+	b, err := json.Marshal(typed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if md, ok := m["metadata"].(map[string]any); ok {
+		delete(md, "creationTimestamp")
+		if l, ok := md["labels"].(map[string]any); ok && len(l) == 0 {
+			delete(md, "labels")
+		}
+	}
+	return m
+}
+
+func convert(t *testing.T, u *unstructured.Unstructured, into any) {
+	t.Helper()
+	b, err := json.Marshal(u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, into); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestChartMatchesKustomize: the chart's default render (release "reconscope" in namespace
+// reconscope) and `kubectl kustomize deploy/` make the same agent: DaemonSet, ServiceAccount,
+// ClusterRole and binding, ConfigMap. The only differences are documented ones: Helm's labels
+// (helmOnlyLabels) and the config checksum annotation; the chart adds a headless metrics
+// Service; the kustomization creates the namespace (the chart does with namespace.create).
+func TestChartMatchesKustomize(t *testing.T) {
+	helm := helmBinary(t)
+	chart := helmTemplate(t, helm)
+	kust := objects(t, run(t, kubectlBinary(t), "kustomize", "."))
+
+	var chartKeys, kustKeys []string
+	for k := range chart {
+		chartKeys = append(chartKeys, k)
+	}
+	for k := range kust {
+		kustKeys = append(kustKeys, k)
+	}
+	sort.Strings(chartKeys)
+	sort.Strings(kustKeys)
+	wantOnlyChart := []string{"Service/reconscope/reconscope-agent-metrics"}
+	wantOnlyKustomize := []string{"Namespace//reconscope"}
+	var onlyChart, onlyKust []string
+	for _, k := range chartKeys {
+		if kust[k] == nil {
+			onlyChart = append(onlyChart, k)
+		}
+	}
+	for _, k := range kustKeys {
+		if chart[k] == nil {
+			onlyKust = append(onlyKust, k)
+		}
+	}
+	if !slices.Equal(onlyChart, wantOnlyChart) || !slices.Equal(onlyKust, wantOnlyKustomize) {
+		t.Errorf("objects only in the chart %v (want %v), only in deploy/ %v (want %v)", onlyChart, wantOnlyChart, onlyKust, wantOnlyKustomize)
+	}
+	compared := 0
+	for _, k := range kustKeys {
+		if chart[k] == nil {
+			continue
+		}
+		compared++
+		a, b := normalize(t, kust[k]), normalize(t, chart[k])
+		if !reflect.DeepEqual(a, b) {
+			ja, _ := yaml.Marshal(a)
+			jb, _ := yaml.Marshal(b)
+			t.Errorf("%s differs:\n--- kubectl kustomize deploy/\n%s\n--- helm template\n%s", k, ja, jb)
+		}
+	}
+	if compared != 5 {
+		t.Errorf("compared %d objects, want 5 (DaemonSet, ServiceAccount, ClusterRole, ClusterRoleBinding, ConfigMap)", compared)
+	}
+	// The labels the chart adds are present (the comparison above removed them).
+	ds := chart["DaemonSet/reconscope/reconscope-agent"]
+	if ds == nil {
+		t.Fatal("chart renders no DaemonSet reconscope-agent")
+	}
+	if got := ds.GetLabels()["app.kubernetes.io/instance"]; got != "reconscope" {
+		t.Errorf("DaemonSet instance label %q", got)
+	}
+}
+
+func TestChartLint(t *testing.T) {
+	helm := helmBinary(t)
+	run(t, helm, "lint", "--strict", chartDir)
+	run(t, helm, "lint", "--strict", chartDir, "--values", filepath.Join("testdata", "chart-all-options.yaml"))
+}
+
+// TestChartOptions renders the chart with every option set (testdata/chart-all-options.yaml)
+// and checks each lands where the agent reads it.
+func TestChartOptions(t *testing.T) {
+	helm := helmBinary(t)
+	objs := helmTemplate(t, helm, "--values", filepath.Join("testdata", "chart-all-options.yaml"))
+	for _, k := range []string{
+		"Namespace//reconscope", "PodMonitor/reconscope/reconscope-agent", "ServiceMonitor/reconscope/reconscope-agent",
+		"PrometheusRule/reconscope/reconscope-agent", "Service/reconscope/reconscope-agent-metrics",
+	} {
+		if objs[k] == nil {
+			t.Errorf("no %s", k)
+		}
+	}
+	var ds appsv1.DaemonSet
+	convert(t, objs["DaemonSet/reconscope/reconscope-agent"], &ds)
+	pod := ds.Spec.Template.Spec
+	c := pod.Containers[0]
+	if c.Image != "registry.example.com/reconscope-agent@sha256:"+strings.Repeat("ab", 32) || c.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("image %s %s: want the digest and Always", c.Image, c.ImagePullPolicy)
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	for name, want := range map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT":           "https://collector.example.com:4318",
+		"OTEL_EXPORTER_OTLP_PROTOCOL":           "http/protobuf",
+		"OTEL_EXPORTER_OTLP_CERTIFICATE":        "/etc/reconscope/otlp-tls/ca.crt",
+		"OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE": "/etc/reconscope/otlp-tls/tls.crt",
+		"OTEL_EXPORTER_OTLP_CLIENT_KEY":         "/etc/reconscope/otlp-tls/tls.key",
+		"RECONSCOPE_SCAN_INTERVAL":              "5s",
+	} {
+		if env[name].Value != want {
+			t.Errorf("%s = %q, want %q", name, env[name].Value, want)
+		}
+	}
+	if h := env["OTEL_EXPORTER_OTLP_HEADERS"]; h.ValueFrom == nil || h.ValueFrom.SecretKeyRef == nil || h.ValueFrom.SecretKeyRef.Name != "otlp-headers" {
+		t.Errorf("OTEL_EXPORTER_OTLP_HEADERS: %+v, want from Secret otlp-headers", h)
+	}
+	var mounts, volumes []string
+	for _, m := range c.VolumeMounts {
+		mounts = append(mounts, fmt.Sprintf("%s:%s:%v", m.Name, m.MountPath, m.ReadOnly))
+	}
+	for _, v := range pod.Volumes {
+		volumes = append(volumes, v.Name)
+	}
+	if !slices.Equal(mounts, []string{"config:/etc/reconscope:true", "otlp-tls:/etc/reconscope/otlp-tls:true", "scratch:/tmp:false"}) ||
+		!slices.Equal(volumes, []string{"config", "otlp-tls", "scratch"}) {
+		t.Errorf("mounts %v, volumes %v", mounts, volumes)
+	}
+	if pod.PriorityClassName != "" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "dedicated" {
+		t.Errorf("priorityClassName %q, tolerations %+v: the values' overrides are not applied", pod.PriorityClassName, pod.Tolerations)
+	}
+
+	// The PrometheusRule holds deploy/prometheus/reconscope-rules.yaml's groups.
+	var plain map[string]any
+	b, err := os.ReadFile(filepath.Join("prometheus", "reconscope-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &plain); err != nil {
+		t.Fatal(err)
+	}
+	spec, _, _ := unstructured.NestedFieldNoCopy(objs["PrometheusRule/reconscope/reconscope-agent"].Object, "spec")
+	if !reflect.DeepEqual(jsonRoundTrip(t, spec.(map[string]any)["groups"]), jsonRoundTrip(t, plain["groups"])) {
+		t.Error("the chart's PrometheusRule and deploy/prometheus/reconscope-rules.yaml hold different rules")
+	}
+
+	// A change of config rolls the pods: the checksum annotation changes with it.
+	checksum := func(args ...string) string {
+		var d appsv1.DaemonSet
+		convert(t, helmTemplate(t, helm, args...)["DaemonSet/reconscope/reconscope-agent"], &d)
+		return d.Spec.Template.Annotations["checksum/config"]
+	}
+	a, b2 := checksum(), checksum("--set", "config.include[0].executables[0]=kube-controller-manager")
+	if a == "" || a == b2 {
+		t.Errorf("checksum/config %q, after a config change %q: want a checksum that changes", a, b2)
+	}
+}
+
+func jsonRoundTrip(t *testing.T, v any) any {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
