@@ -617,12 +617,14 @@ func TestRunProcRoot(t *testing.T) {
 	cmd := exec.Command(unshare, "--pid", "--mount-proc", "--kill-child=SIGTERM", agent, "run", "--proc-root", hostProc,
 		"--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "--output", "json")
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
+	// unshare ignores SIGTERM while it waits for the agent: signal the group, reaching both.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out, logs lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
@@ -650,6 +652,8 @@ func TestRunProcRoot(t *testing.T) {
 	if strings.Contains(logs.String(), `"msg":"process exited"`) {
 		t.Errorf("the agent took the fixture for exited:\n%s", logs.String())
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	_ = cmd.Wait()
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("agent exit on SIGTERM: %v\n%s", err, logs.String())
+	}
 }
