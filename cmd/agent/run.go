@@ -35,7 +35,8 @@ by its processes; a new process of an attached executable is traced from its exe
 (needs get/list/watch on pods; without API access it keeps tracing with host-only metadata
 and says so once), serves Prometheus metrics and health on --metrics-addr, and sends spans
 over OTLP when an endpoint is configured (--otlp-endpoint or the OTEL_EXPORTER_OTLP_*
-variables). SIGTERM detaches every probe, flushes spans and exits 0. On a kernel below
+variables; an endpoint on port 4317 means gRPC unless a protocol is set;
+OTEL_TRACES_EXPORTER=otlp|console|none and OTEL_SDK_DISABLED=true are honoured). SIGTERM detaches every probe, flushes spans and exits 0. On a kernel below
 reconscope's floor (Linux 5.15) it traces nothing, says which feature is missing once, and
 stays up with /readyz answering 503 and the reason.
 
