@@ -80,6 +80,8 @@ type InspectOffset struct {
 	Value  uint64 `json:"value"`
 	Source string `json:"source,omitempty"`
 	Error  string `json:"error,omitempty"`
+	// Lacks says what spans miss while the offset is unknown (set with Error).
+	Lacks string `json:"lacks,omitempty"`
 }
 
 // relevantModules are the modules inspect reports when present.
@@ -179,6 +181,7 @@ func fill(rep *InspectReport, plan *probes.Plan) {
 		io := InspectOffset{Type: o.Type, Field: o.Path, Value: o.Value, Source: o.Source}
 		if o.Err != nil {
 			io.Error = o.Err.Error()
+			io.Lacks = o.Lacks
 		}
 		rep.Offsets = append(rep.Offsets, io)
 	}
@@ -219,7 +222,10 @@ func printInspect(w io.Writer, r *InspectReport) {
 		fmt.Fprintln(w, "\noffsets:")
 		for _, o := range r.Offsets {
 			if o.Error != "" {
-				fmt.Fprintf(w, "  %s.%s: unknown: %s\n", o.Type, o.Field, o.Error)
+				fmt.Fprintf(w, "  %s.%s: MISSING: %s\n", o.Type, o.Field, o.Error)
+				if o.Lacks != "" {
+					fmt.Fprintf(w, "    spans will lack %s\n", o.Lacks)
+				}
 				continue
 			}
 			fmt.Fprintf(w, "  %s.%s = %d (%s)\n", o.Type, o.Field, o.Value, o.Source)

@@ -100,6 +100,10 @@ type Probe struct {
 	// Symbol matches the functions to probe.
 	Symbol *regexp.Regexp
 	Role   Role
+	// ArgsSize, when set, is the size in bytes of the function's arguments and results in
+	// memory (symbols.Binary.ArgsSize): it decides between the layouts of one probe when the
+	// module's version is unknown (a devel or replaced build).
+	ArgsSize int
 	// EntryOnly probes have no return sites (the function never returns, like runtime.goexit1).
 	EntryOnly bool
 	Entry     Layout
@@ -143,6 +147,8 @@ const (
 	crController      = "sigs.k8s.io/controller-runtime/pkg/internal/controller.Controller"
 	restRequest       = "k8s.io/client-go/rest.Request"
 	objectMeta        = "k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta"
+	namespacedName    = "k8s.io/apimachinery/pkg/types.NamespacedName"
+	statusError       = "k8s.io/apimachinery/pkg/api/errors.StatusError"
 	// typeMetaSize is the size of metav1.TypeMeta (two strings), which every Kubernetes object
 	// embeds right before its ObjectMeta: the UID of any object is at 32 + ObjectMeta.UID.
 	typeMetaSize = 32
@@ -163,13 +169,16 @@ var Catalog = []*Probe{
 	// controller-runtime: every controller of a manager through one function.
 	{ID: "controller-runtime/reconcile", Module: controllerRuntime, MinVersion: "v0.23.0", Role: RoleSpan,
 		// generic shape body: recv, dict, ctx, req; returns Result{Requeue, RequeueAfter, Priority}, error
-		Symbol: regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
-		Entry:  crGenericEntry, Return: layout().err(3),
+		// (8+8+16+32 bytes of arguments, 24+16 of results)
+		ArgsSize: 104,
+		Symbol:   regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
+		Entry:    crGenericEntry, Return: layout().err(3),
 		DecodeEntry: decodeReconcileEntry, DecodeReturn: decodeReconcileReturn(0, 1)},
 	{ID: "controller-runtime/reconcile", Module: controllerRuntime, MinVersion: "v0.19.0", MaxVersion: "v0.22.99", Role: RoleSpan,
-		// generic; Result{Requeue, RequeueAfter}
-		Symbol: regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
-		Entry:  crGenericEntry, Return: layout().err(2),
+		// generic; Result{Requeue, RequeueAfter} (8+8+16+32 bytes of arguments, 16+16 of results)
+		ArgsSize: 96,
+		Symbol:   regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
+		Entry:    crGenericEntry, Return: layout().err(2),
 		DecodeEntry: decodeReconcileEntry, DecodeReturn: decodeReconcileReturn(0, 1)},
 	{ID: "controller-runtime/reconcile", Module: controllerRuntime, MaxVersion: "v0.18.99", Role: RoleSpan,
 		// not generic: recv, ctx, req

@@ -45,12 +45,46 @@ type OffsetUse struct {
 	Value  uint64
 	Source string // "dwarf", "table", or "" when unknown
 	Err    error
+	// Lacks says what spans miss when the offset is unknown.
+	Lacks string
+}
+
+// fieldUses says, for each struct field a probe or the error reader reads, what it gives
+// spans: what they lack when its offset is unknown.
+var fieldUses = map[string]string{
+	"runtime.g goid":                   "goroutine IDs (events say goid 0; goroutines are still told apart by their g pointer)",
+	crController + " Name":             "the controller name of controller-runtime reconcile spans",
+	restRequest + " verb":              "the verb of API calls",
+	restRequest + " resource":          "the resource of API calls",
+	restRequest + " namespace":         "the namespace of API calls",
+	restRequest + " resourceName":      "the object name of API calls",
+	restRequest + " subresource":       "the subresource of API calls",
+	objectMeta + " UID":                "the object UID of cache reads (and of the span)",
+	"net/http.Response StatusCode":     "the HTTP status of API calls",
+	namespacedName + " Namespace":      "the namespace of work-queue adds (the span's time waiting in the queue)",
+	namespacedName + " Name":           "the name of work-queue adds (the span's time waiting in the queue)",
+	"errors.errorString s":             "the message of *errors.errorString errors (the type is still named)",
+	"fmt.wrapError msg":                "the message of *fmt.wrapError errors (the type is still named)",
+	"fmt.wrapErrors msg":               "the message of *fmt.wrapErrors errors (the type is still named)",
+	statusError + " ErrStatus.Message": "the message of *errors.StatusError errors (the type is still named)",
+}
+
+// ErrorMessageFields are the error types whose message the kernel reads from the returned
+// error's data word, and the string field that holds it.
+var ErrorMessageFields = []FieldRef{
+	{Type: "errors.errorString", Path: "s"},
+	{Type: "fmt.wrapError", Path: "msg"},
+	{Type: "fmt.wrapErrors", Path: "msg"},
+	{Type: statusError, Path: "ErrStatus.Message"},
 }
 
 // Missing says why a probe of the catalog does not apply to the binary.
 type Missing struct {
 	ProbeID string
 	Reason  string
+	// refused: a function the probe matched was left out on purpose; said even when
+	// another layout of the probe found sites.
+	refused bool
 }
 
 // Plan is what to attach to one executable.
@@ -77,7 +111,7 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		if u, ok := offsets[ref]; ok {
 			return u.Value, u.Err == nil
 		}
-		u := &OffsetUse{FieldRef: ref}
+		u := &OffsetUse{FieldRef: ref, Lacks: fieldUses[ref.Type+" "+ref.Path]}
 		o, err := bin.FieldOffset(ref.Type, ref.Path)
 		if err != nil {
 			u.Err = err
@@ -97,25 +131,10 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		return nil, fmt.Errorf("read functions: %w", err)
 	}
 	matched := map[string]bool{} // probe IDs that found a site
-	for _, pr := range catalog {
-		if pr.Module != "" {
-			v, ok := bin.Modules[pr.Module]
-			if !ok && bin.MainModule != pr.Module {
-				continue // not this kind of program: nothing to say
-			}
-			if ok && !inRange(v, pr.MinVersion, pr.MaxVersion) {
-				p.missing(pr.ID, fmt.Sprintf("%s %s is outside this layout's range [%s, %s]", pr.Module, v, orAny(pr.MinVersion), orAny(pr.MaxVersion)))
-				continue
-			}
-		}
-		var fns []symbols.Function
-		for _, f := range funcs {
-			if pr.Symbol.MatchString(f.Name) {
-				fns = append(fns, f)
-			}
-		}
+	candidates := p.match(bin, funcs, catalog)
+	for _, c := range candidates {
+		pr, fns := c.probe, c.fns
 		if len(fns) == 0 {
-			p.missing(pr.ID, fmt.Sprintf("no function matches %s", pr.Symbol))
 			continue
 		}
 		entryCfg, err := siteConfig(pr, SiteEntry, pr.Entry, p.GoidOffset, offset)
@@ -152,7 +171,7 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 	// A probe ID with several layouts (versions) is missing only if none of them matched.
 	kept := p.Missing[:0]
 	for _, m := range p.Missing {
-		if !matched[m.ProbeID] {
+		if !matched[m.ProbeID] || m.refused {
 			kept = append(kept, m)
 		}
 	}
@@ -170,9 +189,120 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 	if !roles[RoleCall] {
 		p.Sites = slices.DeleteFunc(p.Sites, func(s Site) bool { return s.Probe.Role == RoleSpawn || s.Probe.Role == RoleExit })
 	}
+	// The error messages the collector reads: reported like the probes' fields.
+	_, apimachinery := bin.ModuleVersion("k8s.io/apimachinery")
+	for _, ref := range ErrorMessageFields {
+		if apimachinery || !strings.HasPrefix(ref.Type, "k8s.io/") {
+			offset(ref)
+		}
+	}
 	// A work queue's adds matter only to the spans of the same process, and only then.
 	sort.SliceStable(p.Sites, func(i, j int) bool { return p.Sites[i].Addr < p.Sites[j].Addr })
 	return p, nil
+}
+
+// candidate is a probe of the catalog and the functions it applies to.
+type candidate struct {
+	probe *Probe
+	fns   []symbols.Function
+}
+
+// match finds the functions of each probe whose module (and version) the binary has. Layouts
+// of one probe never share a function: when the module's version is unknown (a devel or
+// replaced build) the function's argument size (Probe.ArgsSize) picks the layout, and a
+// function no single layout fits is refused with a message.
+func (p *Plan) match(bin *symbols.Binary, funcs []symbols.Function, catalog []*Probe) []candidate {
+	var out []candidate
+	unknown := map[*Probe]string{} // probes whose module version is unknown: the version
+	for _, pr := range catalog {
+		if pr.Module != "" {
+			v, ok := bin.ModuleVersion(pr.Module)
+			if !ok {
+				continue // not this kind of program: nothing to say
+			}
+			if !semver.IsValid(v) {
+				unknown[pr] = v
+			} else if !inRange(v, pr.MinVersion, pr.MaxVersion) {
+				p.missing(pr.ID, fmt.Sprintf("%s %s is outside this layout's range [%s, %s]", pr.Module, v, orAny(pr.MinVersion), orAny(pr.MaxVersion)))
+				continue
+			}
+		}
+		var fns []symbols.Function
+		for _, f := range funcs {
+			if pr.Symbol.MatchString(f.Name) {
+				fns = append(fns, f)
+			}
+		}
+		if len(fns) == 0 {
+			p.missing(pr.ID, fmt.Sprintf("no function matches %s", pr.Symbol))
+		}
+		out = append(out, candidate{pr, fns})
+	}
+	// Which layouts of one probe ID claim each function.
+	type idFn struct {
+		id    string
+		entry uint64
+	}
+	claims := map[idFn][]int{}
+	for i, c := range out {
+		for _, f := range c.fns {
+			k := idFn{c.probe.ID, f.Entry}
+			claims[k] = append(claims[k], i)
+		}
+	}
+	drop := map[idFn]map[int]bool{}
+	for k, idx := range claims {
+		if len(idx) < 2 {
+			continue
+		}
+		fn := funcByEntry(out[idx[0]].fns, k.entry)
+		size, sizeErr := bin.ArgsSize(fn)
+		var fits []int
+		for _, i := range idx {
+			if sizeErr == nil && out[i].probe.ArgsSize > 0 && out[i].probe.ArgsSize == size {
+				fits = append(fits, i)
+			}
+		}
+		drop[k] = map[int]bool{}
+		for _, i := range idx {
+			if len(fits) != 1 || fits[0] != i {
+				drop[k][i] = true
+			}
+		}
+		if len(fits) == 1 {
+			continue
+		}
+		mod := out[idx[0]].probe.Module
+		v := unknown[out[idx[0]].probe]
+		why := fmt.Sprintf("its arguments and results take %d bytes, which none of them expects", size)
+		if sizeErr != nil {
+			why = sizeErr.Error()
+		} else if len(fits) > 1 {
+			why = fmt.Sprintf("its arguments and results take %d bytes, which more than one of them expects", size)
+		}
+		p.refused(k.id, fmt.Sprintf("%s: %s version %s is unknown (a devel or replaced build) and %d layouts of this probe match the function, but the binary does not tell which: %s; not traced rather than read wrongly: build the program with a released %s",
+			fn.Name, mod, v, len(idx), why, mod))
+	}
+	for k, d := range drop {
+		for i := range d {
+			out[i].fns = slices.DeleteFunc(out[i].fns, func(f symbols.Function) bool { return f.Entry == k.entry })
+		}
+	}
+	return out
+}
+
+func funcByEntry(fns []symbols.Function, entry uint64) symbols.Function {
+	for _, f := range fns {
+		if f.Entry == entry {
+			return f
+		}
+	}
+	return symbols.Function{}
+}
+
+// refused records a reason that stands even when another layout of the probe matched.
+func (p *Plan) refused(id, reason string) {
+	p.Missing = append(p.Missing, Missing{ProbeID: id, Reason: reason, refused: true})
 }
 
 func (p *Plan) missing(id, reason string) {
@@ -214,10 +344,8 @@ func siteConfig(pr *Probe, kind SiteKind, l Layout, goidOff uint64, offset func(
 	return c, nil
 }
 
+// inRange says whether the (valid semver) version v lies in [lo, hi].
 func inRange(v, lo, hi string) bool {
-	if !semver.IsValid(v) {
-		return true // pseudo or replaced versions: trust the symbol match
-	}
 	if lo != "" && semver.Compare(v, lo) < 0 {
 		return false
 	}
