@@ -16,7 +16,7 @@ KERNELS_DOC ?= docs/compatibility.md
 TESTFLAGS ?= -count=1 -timeout 40m
 RUN      ?=
 
-.PHONY: help build image chart-check generate check-generate test e2e bench soak lint demo controlplane fuzz clean kernels
+.PHONY: help build image chart-check generate check-generate test e2e bench soak lint demo controlplane fuzz clean kernels compat
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -70,6 +70,16 @@ soak: ## 1 M traced reconciles (stack growth, GC, panics, 8 workers); rewrites t
 kernels: ## boot Debian's kernels under qemu, run the guest tests in each, rewrite docs/compatibility.md's table (KERNELS=6.1-amd64 for one; root: apt-get)
 	@[ -z "$(SUDO)" ] || echo "make kernels: not root: running through sudo (apt-get download, eBPF in the guest)"
 	$(SUDO) $(GO) run ./test/kernels -kernels '$(KERNELS)' $(if $(KERNELS_DOC),-doc $(KERNELS_DOC))
+
+# The controller-runtime releases of the compatibility matrix (test/compat.CRVersions).
+COMPAT_CR     := v0.15.3,v0.16.1,v0.17.2,v0.18.5,v0.19.4,v0.20.4,v0.21.0,v0.22.5,v0.23.3,v0.24.1,v0.25.3
+COMPAT_REPORT ?= $(or $(RECONSCOPE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/reconscope)/compat/report.jsonl
+
+compat: controlplane ## Go toolchains x controller-runtime releases, traced (root, slow: builds cached); rewrites docs/compatibility.md's toolchains region
+	@mkdir -p $(dir $(COMPAT_REPORT)) && rm -f $(COMPAT_REPORT)
+	@status=0; $(SUDO) env RECONSCOPE_REQUIRE_BPF=1 RECONSCOPE_COMPAT_GO=all RECONSCOPE_COMPAT_CR=all RECONSCOPE_COMPAT_REPORT=$(COMPAT_REPORT) \
+	  $(GO) test -tags compat -count=1 -timeout 4h -v -run 'TestGoToolchains|TestControllerRuntime' ./test/compat/ || status=$$?; \
+	$(GO) run ./test/compat/docgen -report $(COMPAT_REPORT) -doc docs/compatibility.md -controller-runtime $(COMPAT_CR); exit $$status
 
 fuzz: ## run each fuzz target briefly (FUZZTIME=10s)
 	@for t in $$(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include=*_test.go pkg | sed 's/func //'); do \

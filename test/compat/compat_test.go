@@ -1,0 +1,443 @@
+//go:build compat
+
+package compat
+
+import (
+	"context"
+	"crypto/sha256"
+	"debug/buildinfo"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+// Go127 is the one Go release besides the local toolchain that this project builds traced
+// programs with (the go command fetches it through GOTOOLCHAIN).
+const Go127 = "go1.27.3"
+
+// CRVersions are the controller-runtime releases of the matrix: the latest patch of each
+// minor from v0.15 to v0.25 on the module proxy.
+var CRVersions = []string{"v0.15.3", "v0.16.1", "v0.17.2", "v0.18.5", "v0.19.4", "v0.20.4", "v0.21.0", "v0.22.5", "v0.23.3", "v0.24.1", "v0.25.3"}
+
+// Environment variables that pick the cells (comma-separated; "all" for every one). CI runs a
+// sample; `make compat` runs all of them.
+const (
+	// GoCellsEnv: toolchain cells "local" and/or Go127 (default both), each plain and stripped.
+	GoCellsEnv = "RECONSCOPE_COMPAT_GO"
+	// CRCellsEnv: controller-runtime versions (default: the oldest and the newest).
+	CRCellsEnv = "RECONSCOPE_COMPAT_CR"
+	// ReportEnv: a file each finished cell appends its result to (JSON lines, Cell).
+	ReportEnv = "RECONSCOPE_COMPAT_REPORT"
+)
+
+func pick(env string, all, def []string) []string {
+	v := os.Getenv(env)
+	switch v {
+	case "":
+		return def
+	case "all":
+		return all
+	}
+	return strings.Split(v, ",")
+}
+
+// Cell is one measured cell of the matrix, as the report file holds it.
+type Cell struct {
+	Kind       string `json:"kind"` // "go" or "controller-runtime"
+	Go         string `json:"go"`
+	CR         string `json:"controller_runtime"`
+	ClientGo   string `json:"client_go"`
+	Stripped   bool   `json:"stripped"`
+	Reconciles int    `json:"reconciles"`
+	Spans      int    `json:"spans"`
+	Pass       bool   `json:"pass"`
+	Detail     string `json:"detail,omitempty"`
+	BuildSecs  int    `json:"build_seconds"`
+}
+
+var reportMu sync.Mutex
+
+// clientGoOf returns the client-go version the binary was built with.
+func clientGoOf(bin string) string {
+	bi, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		return ""
+	}
+	for _, d := range bi.Deps {
+		if d.Path == "k8s.io/client-go" {
+			return d.Version
+		}
+	}
+	return ""
+}
+
+func report(t *testing.T, c Cell) {
+	t.Helper()
+	c.Pass = !t.Failed()
+	path := os.Getenv(ReportEnv)
+	if path == "" {
+		return
+	}
+	line, _ := json.Marshal(c)
+	reportMu.Lock()
+	defer reportMu.Unlock()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Errorf("write report: %v", err)
+		return
+	}
+	defer f.Close()
+	f.Write(append(line, '\n'))
+}
+
+// cacheDir is where matrix builds are kept between runs, keyed by version:
+// ${RECONSCOPE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reconscope}/compat.
+func cacheDir(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("RECONSCOPE_CACHE")
+	if base == "" {
+		c, err := os.UserCacheDir()
+		if err != nil {
+			t.Fatalf("no cache folder: %v", err)
+		}
+		base = filepath.Join(c, "reconscope")
+	}
+	return filepath.Join(base, "compat")
+}
+
+// goVersion returns the version of a toolchain ("local" or a release), e.g. "go1.26.8".
+func goVersion(t *testing.T, toolchain string) string {
+	t.Helper()
+	cmd := exec.Command("go", "env", "GOVERSION")
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN="+toolchain)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go env GOVERSION with GOTOOLCHAIN=%s: %v", toolchain, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func run(t *testing.T, dir string, env []string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// buildFixture builds the scripted fixture controller of this repository with a toolchain.
+func buildFixture(t *testing.T, toolchain string, stripped bool) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "scripted-controller")
+	ld := "-ldflags="
+	if stripped {
+		ld = "-ldflags=-s -w"
+	}
+	run(t, "", []string{"GOTOOLCHAIN=" + toolchain}, "build", "-o", out, ld,
+		"github.com/reconscope/reconscope/test/fixtures/scripted-controller")
+	return out
+}
+
+// buildCRCell builds the controller program against one controller-runtime release, stripped,
+// in a module of its own (go mod tidy picks the k8s.io releases that release requires), once:
+// the binary is cached under cacheDir, keyed by Go version, release and program.
+func buildCRCell(t *testing.T, version string) (string, time.Duration) {
+	t.Helper()
+	minor, err := strconv.Atoi(strings.Split(version, ".")[1])
+	if err != nil {
+		t.Fatalf("version %s: %v", version, err)
+	}
+	src, err := renderProgram(minor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(src)
+	gov := goVersion(t, "local")
+	dir := filepath.Join(cacheDir(t), fmt.Sprintf("%s-controller-runtime-%s-%s", gov, version, hex.EncodeToString(sum[:4])))
+	bin := filepath.Join(dir, "controller")
+	if _, err := os.Stat(bin); err == nil {
+		t.Logf("cached build %s", bin)
+		return bin, 0
+	}
+	start := time.Now()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mod := fmt.Sprintf("module reconscope.example/compat\n\ngo 1.20\n\nrequire sigs.k8s.io/controller-runtime %s\n", version)
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte(mod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"GOTOOLCHAIN=local", "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off"}
+	run(t, dir, env, "mod", "tidy")
+	run(t, dir, env, "build", "-trimpath", "-ldflags=-s -w", "-o", bin+".tmp", ".")
+	if err := os.Rename(bin+".tmp", bin); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("built %s in %s", bin, took.Round(time.Second))
+	return bin, took
+}
+
+type sink struct {
+	mu    sync.Mutex
+	spans []span.Span
+}
+
+func (s *sink) Write(sp *span.Span) error {
+	s.mu.Lock()
+	s.spans = append(s.spans, *sp)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *sink) snapshot() []span.Span {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]span.Span(nil), s.spans...)
+}
+
+// traced runs bin (with args, and --kubeconfig and --ground-truth) against the test bed's
+// API server under the tracer, lets create make the objects, waits until want reconciles
+// are recorded, and returns the ground truth and the spans.
+func traced(t *testing.T, bin string, args []string, create func(*testenv.Env), want int) ([]groundtruth.Record, []span.Span, exporter.Clock) {
+	t.Helper()
+	env := testenv.Start(t, testenv.Options{})
+	truth := filepath.Join(t.TempDir(), "truth.jsonl")
+	ctl := testenv.StartProcess(t, "controller", exec.Command(bin, append([]string{"--kubeconfig", env.Kubeconfig, "--ground-truth", truth}, args...)...))
+	s := &sink{}
+	tr, err := tracer.New(tracer.Options{Writer: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := tr.TracePID(ctl.PID())
+	if err != nil {
+		tr.Close()
+		t.Fatalf("trace %s: %v", bin, err)
+	}
+	t.Logf("attached %s", plan)
+	for _, o := range plan.Offsets {
+		if o.Err != nil && (o.Type == "runtime.g" || strings.HasSuffix(o.Type, "controller.Controller")) {
+			t.Errorf("offset %s.%s unknown: %v", o.Type, o.Path, o.Err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	clock := tr.Clock()
+	create(env)
+	var recs []groundtruth.Record
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		recs, _ = groundtruth.ReadFile(truth)
+		if len(recs) >= want || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // late requeues, and the last events drain
+	recs, _ = groundtruth.ReadFile(truth)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("tracer: %v", err)
+	}
+	st := tr.Stats()
+	tr.Close()
+	if st.Kernel.LostRingBuffer != 0 {
+		t.Errorf("lost %d events", st.Kernel.LostRingBuffer)
+	}
+	if len(recs) < want {
+		t.Errorf("only %d reconciles recorded, want at least %d", len(recs), want)
+	}
+	return recs, s.snapshot(), clock
+}
+
+// compare matches spans and ground truth one to one by reconcile ID: controller, object,
+// result, error type and message, requeue-after, a goroutine ID, and the span enclosing the
+// program's own measurement.
+func compare(t *testing.T, recs []groundtruth.Record, spans []span.Span, clock exporter.Clock) {
+	t.Helper()
+	byID := map[string]span.Span{}
+	for _, s := range spans {
+		if s.ReconcileID == "" {
+			t.Errorf("span without reconcile ID: %+v", s)
+			continue
+		}
+		if _, dup := byID[s.ReconcileID]; dup {
+			t.Errorf("two spans for reconcile %s", s.ReconcileID)
+		}
+		byID[s.ReconcileID] = s
+	}
+	if len(spans) != len(recs) {
+		t.Errorf("%d spans for %d reconciles", len(spans), len(recs))
+	}
+	for _, r := range recs {
+		s, ok := byID[r.ReconcileID]
+		if !ok {
+			t.Errorf("%s/%s (%s): no span", r.Namespace, r.Name, r.Outcome)
+			continue
+		}
+		var bad []string
+		if s.Controller != r.Controller || s.Namespace != r.Namespace || s.Name != r.Name {
+			bad = append(bad, fmt.Sprintf("object %q %s/%s, want %q %s/%s", s.Controller, s.Namespace, s.Name, r.Controller, r.Namespace, r.Name))
+		}
+		want := span.Result(r.Outcome)
+		if r.Outcome == groundtruth.OutcomePanic {
+			want = span.ResultError
+		}
+		if s.Result != want {
+			bad = append(bad, fmt.Sprintf("result %s, want %s", s.Result, want))
+		}
+		wantType, wantMsg := r.ErrorType, r.Error
+		if r.Outcome == groundtruth.OutcomePanic {
+			wantType, wantMsg = "*errors.errorString", fmt.Sprintf("panic: %s [recovered]", r.Panic)
+		}
+		if s.ErrorType != wantType {
+			bad = append(bad, fmt.Sprintf("error type %q, want %q", s.ErrorType, wantType))
+		}
+		if wantType != "" && wantType != "*errors.TerminalError" && s.Error != wantMsg && !(strings.HasSuffix(s.Error, "…") && strings.HasPrefix(wantMsg, strings.TrimSuffix(s.Error, "…"))) {
+			if wantType == "*errors.errorString" || wantType == "*errors.StatusError" || wantType == "*fmt.wrapError" {
+				bad = append(bad, fmt.Sprintf("error %q, want %q", s.Error, wantMsg))
+			}
+		}
+		if int64(s.RequeueAfter) != r.RequeueAfterNS {
+			bad = append(bad, fmt.Sprintf("requeue after %v, want %v", s.RequeueAfter, time.Duration(r.RequeueAfterNS)))
+		}
+		if s.Goid == 0 {
+			bad = append(bad, "no goroutine ID")
+		}
+		start := clock.Wall(s.Start)
+		end := start.Add(s.Duration)
+		if start.After(r.Start.Add(time.Millisecond)) || end.Before(r.End.Add(-time.Millisecond)) {
+			bad = append(bad, fmt.Sprintf("span [%s, %s] does not enclose the program's [%s, %s]",
+				start.Format(time.RFC3339Nano), end.Format(time.RFC3339Nano), r.Start.Format(time.RFC3339Nano), r.End.Format(time.RFC3339Nano)))
+		}
+		if s.Incomplete {
+			bad = append(bad, "marked incomplete")
+		}
+		if len(bad) > 0 {
+			t.Errorf("%s/%s attempt %d (%s): %s", r.Namespace, r.Name, r.Attempt, r.Outcome, strings.Join(bad, "; "))
+		}
+	}
+}
+
+func createConfigMaps(t *testing.T, env *testenv.Env, ns string, objs map[string]map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, 0, len(objs))
+	for n := range objs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}}
+		for k, v := range objs[n] {
+			if strings.HasPrefix(k, "label:") {
+				if cm.Labels == nil {
+					cm.Labels = map[string]string{}
+				}
+				cm.Labels[strings.TrimPrefix(k, "label:")] = v
+			} else {
+				if cm.Annotations == nil {
+					cm.Annotations = map[string]string{}
+				}
+				cm.Annotations[k] = v
+			}
+		}
+		if err := env.Client.Create(ctx, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// fixtureScripts: one object per outcome of the fixture controller; want counts the
+// reconciles they make at least.
+var fixtureScripts = map[string]string{
+	"ok":            "success",
+	"err-plain":     "times:1;error",
+	"err-status":    "times:1;error-status",
+	"requeue-after": "times:1;requeue-after:50ms",
+	"panic":         "times:1;panic",
+	"deep":          "times:1;deep:300;gc",
+}
+
+// TestGoToolchains: the fixture controller built with each Go release this environment has
+// (the local one and go1.27.3), plain and stripped, traced with exact spans.
+func TestGoToolchains(t *testing.T) {
+	bpftest.Require(t)
+	for _, tc := range pick(GoCellsEnv, []string{"local", Go127}, []string{"local", Go127}) {
+		for _, stripped := range []bool{false, true} {
+			name := tc + map[bool]string{false: "/plain", true: "/stripped"}[stripped]
+			t.Run(name, func(t *testing.T) {
+				gov := goVersion(t, tc)
+				start := time.Now()
+				bin := buildFixture(t, tc, stripped)
+				took := time.Since(start)
+				objs := map[string]map[string]string{}
+				for n, s := range fixtureScripts {
+					objs[n] = map[string]string{"scripted.reconscope.io/script": s}
+				}
+				recs, spans, clock := traced(t, bin, []string{"--max-concurrent-reconciles", "2"}, func(env *testenv.Env) {
+					createConfigMaps(t, env, "compat", objs)
+				}, len(fixtureScripts))
+				compare(t, recs, spans, clock)
+				t.Logf("%s stripped=%v: %d reconciles, %d spans", gov, stripped, len(recs), len(spans))
+				report(t, Cell{Kind: "go", Go: gov, CR: "fixture", Stripped: stripped, Reconciles: len(recs), Spans: len(spans), BuildSecs: int(took.Seconds()), ClientGo: clientGoOf(bin)})
+			})
+		}
+	}
+}
+
+// crObjects: success, error, Conflict and requeue-after, each once.
+var crObjects = map[string]map[string]string{
+	"ok-1":       {"label:compat": "yes"},
+	"err-1":      {"label:compat": "yes"},
+	"conflict-1": {"label:compat": "yes"},
+	"after-1":    {"label:compat": "yes"},
+}
+
+// TestControllerRuntime: a small controller built against each controller-runtime release
+// (stripped, with the local Go), traced with exact spans.
+func TestControllerRuntime(t *testing.T) {
+	bpftest.Require(t)
+	versions := pick(CRCellsEnv, CRVersions, []string{CRVersions[0], CRVersions[len(CRVersions)-1]})
+	for _, v := range versions {
+		t.Run(v, func(t *testing.T) {
+			bin, took := buildCRCell(t, v)
+			recs, spans, clock := traced(t, bin, nil, func(env *testenv.Env) {
+				createConfigMaps(t, env, "compat", crObjects)
+			}, len(crObjects)+1)
+			compare(t, recs, spans, clock)
+			t.Logf("controller-runtime %s: %d reconciles, %d spans", v, len(recs), len(spans))
+			report(t, Cell{Kind: "controller-runtime", Go: goVersion(t, "local"), CR: v, Stripped: true, Reconciles: len(recs), Spans: len(spans), BuildSecs: int(took.Seconds()), ClientGo: clientGoOf(bin)})
+		})
+	}
+}
