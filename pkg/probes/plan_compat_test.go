@@ -12,6 +12,10 @@ import (
 	"testing"
 )
 
+// go127 is the one other Go release this project builds and traces with (fetched by the go
+// command through GOTOOLCHAIN).
+const go127 = "go1.27.3"
+
 // With the compat tag (make compat), the twins are also built with go1.27.3.
 func init() { toolchains = append(toolchains, go127) }
 

@@ -17,10 +17,6 @@ import (
 // handlers finds its function.
 const fixturePkg = "github.com/reconscope/reconscope/test/fixtures/scripted-controller"
 
-// go127 is the one other Go release this project builds and traces with (fetched by the go
-// command through GOTOOLCHAIN).
-const go127 = "go1.27.3"
-
 // toolchains are the Go releases TestStrippedSitesMatchUnstripped builds with: the local one;
 // go1.27.3 too with the compat build tag (make compat).
 var toolchains = []string{"local"}
