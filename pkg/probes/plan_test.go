@@ -235,8 +235,9 @@ func TestUnknownVersionExplained(t *testing.T) {
 		k := o.Type + " " + o.Path
 		w, ok := want[k]
 		if !ok {
-			if o.Err != nil && !strings.HasPrefix(o.Type, "k8s.io/") {
-				t.Errorf("%s: unexpected error %v", k, o.Err)
+			// Every other standard-library field is unknown too, and says why the same way.
+			if !strings.HasPrefix(o.Type, "k8s.io/") && (o.Err == nil || !strings.Contains(o.Err.Error(), "-go go1.99.1 ")) {
+				t.Errorf("%s: %v, want the offsetgen command for go1.99.1", k, o.Err)
 			}
 			continue
 		}
