@@ -130,6 +130,7 @@ func cacheDir(t *testing.T) string {
 func goVersion(t *testing.T, toolchain string) string {
 	t.Helper()
 	cmd := exec.Command("go", "env", "GOVERSION")
+	cmd.Dir = os.TempDir() // not this module: its go.mod plays no part
 	cmd.Env = append(os.Environ(), "GOTOOLCHAIN="+toolchain)
 	out, err := cmd.Output()
 	if err != nil {
