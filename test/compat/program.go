@@ -112,9 +112,11 @@ func (r *reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 }
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the API server")
-	truth := flag.String("ground-truth", "", "file to append one JSON line per reconcile to")
-	flag.Parse()
+	// A flag set of its own: controller-runtime registers --kubeconfig on the global one.
+	fs := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the API server")
+	truth := fs.String("ground-truth", "", "file to append one JSON line per reconcile to")
+	fs.Parse(os.Args[1:])
 	ctrl.SetLogger(logr.Discard())
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
