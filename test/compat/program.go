@@ -29,7 +29,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -117,7 +117,8 @@ func main() {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the API server")
 	truth := fs.String("ground-truth", "", "file to append one JSON line per reconcile to")
 	fs.Parse(os.Args[1:])
-	ctrl.SetLogger(logr.Discard())
+	// A sink that drops everything (controller-runtime v0.15 crashes on logr.Discard's nil sink).
+	ctrl.SetLogger(funcr.New(func(prefix, args string) {}, funcr.Options{}))
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
 		panic(err)
