@@ -18,7 +18,7 @@ ARG TARGETARCH
 COPY --chmod=0555 bin/image/linux_${TARGETARCH}/reconscope-agent /reconscope-agent
 COPY --chmod=0444 bin/image/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 # UID 0, not a non-root user: the agent needs the capabilities the DaemonSet adds (BPF,
-# PERFMON, SYS_PTRACE, DAC_READ_SEARCH, SYS_RESOURCE), and Kubernetes puts added capabilities in
+# PERFMON, SYS_PTRACE, DAC_READ_SEARCH), and Kubernetes puts added capabilities in
 # the effective set of a UID 0 process only; a non-root process would hold them in its bounding
 # set and could not use them. Every other capability is dropped and the root filesystem is
 # read-only: see the comments in deploy/daemonset.yaml.

@@ -43,7 +43,7 @@ import (
 )
 
 // wantCapabilities are the capabilities the agent adds back after dropping ALL (DESIGN.md §7).
-var wantCapabilities = []string{"BPF", "DAC_READ_SEARCH", "PERFMON", "SYS_PTRACE", "SYS_RESOURCE"}
+var wantCapabilities = []string{"BPF", "DAC_READ_SEARCH", "PERFMON", "SYS_PTRACE"}
 
 const (
 	agentNamespace = "reconscope"

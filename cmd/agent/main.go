@@ -29,8 +29,7 @@ Commands:
   run       the node agent (DaemonSet): find and trace every controller on this node, serve
             Prometheus metrics, send spans over OTLP
   trace     trace running controllers and print their reconciles (needs root, or CAP_BPF,
-            CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH; CAP_SYS_RESOURCE too on
-            kernels before 5.11)
+            CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)
   inspect   show what would be traced in a binary, without privileges
   version   print the version: module version, VCS revision, "(dirty)" for a build from
             a tree with uncommitted changes, Go release (also --version)

@@ -20,7 +20,7 @@ var (
 
 func probe() {
 	if os.Geteuid() != 0 {
-		reason = "not root: eBPF uprobes need root (or CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE); run make test, which uses sudo"
+		reason = "not root: eBPF uprobes need root (or CAP_BPF and CAP_PERFMON); run make test, which uses sudo"
 		return
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
