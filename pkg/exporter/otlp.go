@@ -447,6 +447,12 @@ func newOTLPClient(proto Protocol, opts OTLPOptions) (otlptrace.Client, error) {
 				},
 				MinConnectTimeout: 20 * time.Second,
 			})),
+			// No service config from DNS TXT records: the collector's address is all the agent
+			// needs, and where the node's resolver is unreachable from the pod that lookup takes
+			// the resolver's whole timeout (10 s with the defaults) before the first connection,
+			// so the first export timed out and its spans were dropped (seen on the test bed's
+			// node).
+			otlptracegrpc.WithDialOption(grpc.WithDisableServiceConfig()),
 		}
 		switch {
 		case u != nil:
