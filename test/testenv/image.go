@@ -27,6 +27,10 @@ type ImageSpec struct {
 	Workdir         string
 	// Platforms defaults to linux/amd64.
 	Platforms []string
+	// Spec starts from one of mkimage's built-in specs (mkimage --spec), whose relative
+	// sources are read from Dir: e.g. "agent", the image `make image` builds, with Dir holding
+	// what the Makefile stages.
+	Spec, Dir string
 }
 
 var mkimage struct {
@@ -45,6 +49,9 @@ func BuildImage(t testing.TB, spec ImageSpec) string {
 	mkimage.Unlock()
 	out := filepath.Join(t.TempDir(), strings.NewReplacer("/", "_", ":", "_").Replace(spec.Ref)+".tar")
 	args := []string{"--ref", spec.Ref, "--out", out}
+	if spec.Spec != "" {
+		args = append(args, "--spec", spec.Spec)
+	}
 	platforms := spec.Platforms
 	if len(platforms) == 0 {
 		platforms = []string{"linux/amd64"}
@@ -71,7 +78,9 @@ func BuildImage(t testing.TB, spec ImageSpec) string {
 		args = append(args, "--workdir", spec.Workdir)
 	}
 	start := time.Now()
-	if msg, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = spec.Dir
+	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("testenv: mkimage %s: %v\n%s", strings.Join(args, " "), err, msg)
 	}
 	st, err := os.Stat(out)

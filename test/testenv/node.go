@@ -97,6 +97,8 @@ type Node struct {
 	PodCIDR string
 	// ManifestDir is the kubelet's static pod folder.
 	ManifestDir string
+	// PodLogsDir is the kubelet's pod log folder (NAMESPACE_POD_UID/CONTAINER/N.log).
+	PodLogsDir string
 	// CgroupRoot is the kubelet's cgroup root (cgroupfs driver): every pod's cgroup is under it.
 	CgroupRoot string
 	// Containerd and Kubelet are the node's daemons.
@@ -159,7 +161,7 @@ func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 	nn := nodeNetworkAt(env.netIndex)
 	n := &Node{
 		Name: opts.Name, IP: nn.gateway.String(), PodCIDR: nn.podCIDR.String(),
-		ManifestDir: filepath.Join(dir, "manifests"), CgroupRoot: fmt.Sprintf("/reconscope-node-%d", nn.index),
+		ManifestDir: filepath.Join(dir, "manifests"), PodLogsDir: filepath.Join(dir, "pod-logs"), CgroupRoot: fmt.Sprintf("/reconscope-node-%d", nn.index),
 		env: env, dir: dir, socket: filepath.Join(dir, "containerd.sock"),
 		ctr: filepath.Join(ctrdDir, "ctr"), shim: filepath.Join(ctrdDir, "containerd-shim-runc-v2"), net: nn,
 	}

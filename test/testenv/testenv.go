@@ -124,6 +124,9 @@ func Start(t testing.TB, opts Options) *Env {
 		api := te.ControlPlane.GetAPIServer()
 		api.CertDir = certDir
 		api.SecureServing.CA = caPEM
+		// With a node, kube-apiserver has served kubelet, pods and their watches: its graceful
+		// shutdown drains them and has taken longer than envtest's default 20 s here.
+		te.ControlPlaneStopTimeout = time.Minute
 		api.Configure().
 			Set("service-cluster-ip-range", nodeNet.serviceCIDR.String()).
 			Disable("disable-admission-plugins")
@@ -131,9 +134,11 @@ func Start(t testing.TB, opts Options) *Env {
 	stopControlPlane := addStopper("kube-apiserver and etcd", func() { _ = te.Stop() })
 	t.Cleanup(func() {
 		// envtest stops kube-apiserver, waits for it, then stops etcd.
+		began := time.Now()
 		if err := te.Stop(); err != nil {
 			t.Errorf("testenv: stop control plane: %v", err)
 		}
+		t.Logf("testenv: control plane stopped in %s", time.Since(began).Round(time.Millisecond))
 		removeStopper(stopControlPlane)
 	})
 	start := time.Now()
