@@ -1,0 +1,536 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/ociimage"
+	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+const (
+	agentImage   = "reconscope.test/reconscope-agent:e2e"
+	fixtureImage = "reconscope.test/scripted-controller:e2e"
+	kcmImage     = "reconscope.test/kube-controller-manager:e2e"
+	nodeName     = "e2e-node"
+)
+
+// TestDaemonSetOnNode runs the user's path on a real node (kubelet, containerd, runc): the
+// agent installed with `kubectl apply -k` of a kustomization that takes deploy/ and overrides
+// its image only, kube-controller-manager as a static pod, the scripted fixture as a Deployment;
+// then the agent's pod is Running and Ready under the manifest's securityContext, every fixture
+// reconcile is one span naming the fixture's real pod, deleting the agent's pod leaves no uprobe
+// link and its replacement traces again, and `kubectl delete -k` leaves no link and no agent.
+func TestDaemonSetOnNode(t *testing.T) {
+	began := time.Now()
+	ctrllog.SetLogger(logr.Discard())
+	bpftest.Require(t)
+	t.Cleanup(func() { testenv.CheckNoLeftovers(t) })
+	ctx := context.Background()
+
+	// Images: every one built here from local binaries, imported into the node's containerd.
+	bins, err := testenv.ControlPlaneDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent's image is the one `make image` builds (mkimage --spec agent), for this machine's
+	// architecture only: the same files, modes, entrypoint, command and user, staged the same way.
+	stage := t.TempDir()
+	agentBin := buildStatic(t, "./cmd/agent", "reconscope-agent")
+	stageFile(t, agentBin, filepath.Join(stage, ociimage.AgentStage, "linux_"+runtime.GOARCH, "reconscope-agent"))
+	stageFile(t, "/etc/ssl/certs/ca-certificates.crt", filepath.Join(stage, ociimage.AgentStage, "ca-certificates.crt"))
+	fixtureBin := buildStatic(t, "./test/fixtures/scripted-controller", "scripted-controller")
+	images := []string{
+		testenv.BuildImage(t, testenv.ImageSpec{Ref: agentImage, Spec: "agent", Dir: stage, Platforms: []string{"linux/" + runtime.GOARCH}}),
+		testenv.BuildImage(t, testenv.ImageSpec{Ref: fixtureImage, Files: []string{fixtureBin + "=/scripted-controller:0555"},
+			Entrypoint: []string{"/scripted-controller"}, User: "65532"}),
+		testenv.BuildImage(t, testenv.ImageSpec{Ref: kcmImage, Files: []string{filepath.Join(bins, "kube-controller-manager-stripped") + "=/kube-controller-manager:0555"},
+			Entrypoint: []string{"/kube-controller-manager"}}),
+	}
+
+	env := testenv.Start(t, testenv.Options{Node: true})
+	node := testenv.StartNode(t, env, testenv.NodeOptions{
+		Name:       nodeName,
+		Images:     images,
+		StaticPods: map[string][]byte{"kube-controller-manager.yaml": controllerManagerPod(env)},
+	})
+	// On failure, the agent's own log says why (its pods' logs, before the node goes).
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		logs, _ := filepath.Glob(filepath.Join(node.PodLogsDir, "reconscope_*", "*", "*.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			if len(b) > 16<<10 {
+				b = b[len(b)-16<<10:]
+			}
+			t.Logf("log of %s:\n%s", strings.TrimPrefix(l, node.PodLogsDir), b)
+		}
+	})
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcm := waitPodReady(t, cs, "kube-system", "kube-controller-manager-"+nodeName, 120*time.Second)
+	t.Logf("kube-controller-manager runs as a static pod: %s uid %s", kcm.Name, kcm.UID)
+
+	// Spans go where the manifest says: OTEL_EXPORTER_OTLP_ENDPOINT, verbatim.
+	rx, _ := startOTLPReceiverOn(t, node.IP+":4317")
+
+	// kubectl apply -k: deploy/ with the image overridden.
+	overlay := writeOverlay(t, node.IP)
+	kubectl(t, env, "apply", "-k", overlay)
+	agentPod := waitDaemonSetPod(t, cs, "", 120*time.Second)
+	checkSecurityContext(t, agentPod)
+	t.Logf("agent pod %s Running and Ready on %s", agentPod.Name, agentPod.Spec.NodeName)
+
+	// The fixture as a Deployment of its own namespace.
+	truthDir := t.TempDir()
+	fixturePod := startFixtureDeployment(t, cs, truthDir)
+	truthPath := filepath.Join(truthDir, "truth.jsonl")
+
+	// The fixture's image is new to the node: the agent attaches to it after its /proc scan (or
+	// the exec notification) and the inspection of its binary, so reconciles of the first
+	// moments may come before (only a restarted process of an attached executable is admitted
+	// at exec), and until the kubelet has posted the container's status the agent knows the
+	// pod but not the container's name (it looks again every 2 s). A warm-up object every few
+	// seconds until a span names both.
+	warmups, last := 0, time.Time{}
+	waitFor(t, "the agent traces the fixture's pod", 90*time.Second, func() (bool, string) {
+		if time.Since(last) > 3*time.Second {
+			warmups++
+			createScripted(t, cs, fmt.Sprintf("warm-up-%d", warmups), "success")
+			last = time.Now()
+		}
+		for _, s := range fixtureRoots(rx, fixturePod) {
+			if attrStr(s.resource, "k8s.container.name") != "" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d warm-up objects, no span naming the pod and its container yet", warmups)
+	})
+
+	// Then scripted ConfigMaps: every reconcile of each must be one span naming the fixture's pod.
+	scripted := map[string]bool{}
+	for _, s := range fixtureScripts[:4] {
+		createScripted(t, cs, s.name, s.script)
+		scripted[s.name] = true
+	}
+	waitFor(t, "a span for every fixture reconcile", 90*time.Second, func() (bool, string) {
+		all, _ := groundtruth.ReadFile(truthPath)
+		var recs []groundtruth.Record
+		for _, r := range all {
+			if scripted[r.Name] {
+				recs = append(recs, r)
+			}
+		}
+		var spans []recvSpan
+		for _, s := range fixtureRoots(rx, fixturePod) {
+			if scripted[attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name")] {
+				spans = append(spans, s)
+			}
+		}
+		received, requests := rx.all()
+		pods := map[string]int{}
+		for _, s := range received {
+			pods[attrStr(s.resource, "k8s.pod.name")+" "+s.span.GetName()]++
+		}
+		return len(recs) > 0 && len(spans) == len(recs), fmt.Sprintf("%d ground-truth records of the scripted objects, %d spans of them naming pod %s (received %d spans in %d requests: %v)",
+			len(recs), len(spans), fixturePod.Name, len(received), requests, pods)
+	})
+	checkPodIdentity(t, rx, fixturePod, scripted)
+
+	// Delete the agent's pod: its links go with it; the DaemonSet's next pod traces again.
+	var zero int64 = 30
+	if err := cs.CoreV1().Pods(agentPod.Namespace).Delete(ctx, agentPod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	waitGonePod(t, cs, agentPod)
+	checkNoLinks(t, fixtureBinInPod(t, fixturePod))
+	newAgent := waitDaemonSetPod(t, cs, agentPod.Name, 120*time.Second)
+	before := len(fixtureRoots(rx, fixturePod))
+	// Ready means serving; the new agent attaches to the running fixture right after its first
+	// /proc scan. A new reconcile every few seconds until one is traced.
+	created, last := 0, time.Time{}
+	waitFor(t, "the new agent pod traces the fixture", 90*time.Second, func() (bool, string) {
+		if time.Since(last) > 3*time.Second {
+			created++
+			createScripted(t, cs, fmt.Sprintf("after-restart-%d", created), "success")
+			last = time.Now()
+		}
+		n := len(fixtureRoots(rx, fixturePod))
+		return n > before, fmt.Sprintf("%d spans, %d before the agent's pod %s replaced %s", n, before, newAgent.Name, agentPod.Name)
+	})
+
+	// kubectl delete -k: no agent left, no link left, namespaces it does not own stay.
+	kubectl(t, env, "delete", "-k", overlay, "--wait=true", "--timeout=120s")
+	waitGonePod(t, cs, newAgent)
+	checkNoLinks(t, fixtureBinInPod(t, fixturePod))
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+		t.Errorf("namespace %s (not the manifest's) after kubectl delete -k: %v", ns, err)
+	}
+	t.Logf("node end-to-end test took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// buildStatic builds pkg as a static binary (no cgo), as an image needs.
+func buildStatic(t *testing.T, pkg, name string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), name)
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, msg)
+	}
+	return out
+}
+
+// stageFile copies src to dst, creating dst's folder.
+func stageFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// controllerManagerPod is kube-controller-manager's static pod, as kubeadm writes it on a
+// control-plane node: host network, the kubeconfig and CA from the host. Its controllers are
+// what this node's workloads need: Deployments, ReplicaSets, DaemonSets, service accounts and
+// their CA, garbage collection, namespace deletion.
+func controllerManagerPod(env *testenv.Env) []byte {
+	return []byte(fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: kube-controller-manager
+  namespace: kube-system
+  labels: {component: kube-controller-manager, tier: control-plane}
+spec:
+  hostNetwork: true
+  priorityClassName: system-node-critical
+  containers:
+    - name: kube-controller-manager
+      image: %s
+      imagePullPolicy: Never
+      args:
+        - --kubeconfig=/etc/kubernetes/kubeconfig
+        - --authentication-kubeconfig=/etc/kubernetes/kubeconfig
+        - --authorization-kubeconfig=/etc/kubernetes/kubeconfig
+        - --authentication-skip-lookup=true
+        - --root-ca-file=/etc/kubernetes/ca.crt
+        - --bind-address=127.0.0.1
+        - --secure-port=0
+        - --leader-elect=false
+        - --use-service-account-credentials=false
+        - --controllers=deployment,replicaset,daemonset,serviceaccount,root-ca-cert-publisher,garbagecollector,namespace
+      volumeMounts:
+        - {name: kubeconfig, mountPath: /etc/kubernetes/kubeconfig, readOnly: true}
+        - {name: ca, mountPath: /etc/kubernetes/ca.crt, readOnly: true}
+  volumes:
+    - name: kubeconfig
+      hostPath: {path: %s, type: File}
+    - name: ca
+      hostPath: {path: %s, type: File}
+`, kcmImage, env.Kubeconfig, env.CAFile))
+}
+
+// writeOverlay writes the kustomization a user writes to install the agent from this
+// repository with their own image: deploy/ plus images:. The one addition: the node has no
+// cluster DNS, so the manifest's collector name otel-collector.observability resolves through
+// the pod's /etc/hosts (hostAliases) to the node, where the test's OTLP receiver listens.
+func writeOverlay(t *testing.T, nodeIP string) string {
+	t.Helper()
+	dir := t.TempDir()
+	deploy, err := filepath.Abs("../../deploy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(dir, deploy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, tag, _ := strings.Cut(agentImage, ":")
+	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %s
+images:
+  - name: ghcr.io/reconscope/reconscope-agent
+    newName: %s
+    newTag: %s
+patches:
+  - target: {kind: DaemonSet, name: reconscope-agent}
+    patch: |
+      - op: add
+        path: /spec/template/spec/hostAliases
+        value: [{ip: %q, hostnames: [otel-collector.observability]}]
+`, rel, name, tag, nodeIP)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func kubectl(t *testing.T, env *testenv.Env, args ...string) {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(env.BinDir, "kubectl"), append([]string{"--kubeconfig", env.Kubeconfig}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("kubectl %s:\n%s", strings.Join(args, " "), strings.TrimSpace(string(out)))
+}
+
+func waitPodReady(t *testing.T, cs *kubernetes.Clientset, namespace, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	waitFor(t, "pod "+namespace+"/"+name+" Running and Ready", timeout, func() (bool, string) {
+		p, err := cs.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pod = p
+		return podReady(p), podState(p)
+	})
+	return pod
+}
+
+func podReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func podState(p *corev1.Pod) string {
+	s := string(p.Status.Phase)
+	for _, c := range p.Status.ContainerStatuses {
+		switch {
+		case c.State.Waiting != nil:
+			s += fmt.Sprintf(" %s: waiting %s %s", c.Name, c.State.Waiting.Reason, c.State.Waiting.Message)
+		case c.State.Terminated != nil:
+			s += fmt.Sprintf(" %s: terminated %s %s (restarts %d)", c.Name, c.State.Terminated.Reason, c.State.Terminated.Message, c.RestartCount)
+		default:
+			s += fmt.Sprintf(" %s: ready=%v restarts=%d", c.Name, c.Ready, c.RestartCount)
+		}
+	}
+	return s
+}
+
+// waitDaemonSetPod waits for a Running and Ready agent pod other than not.
+func waitDaemonSetPod(t *testing.T, cs *kubernetes.Clientset, not string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	waitFor(t, "an agent pod Running and Ready", timeout, func() (bool, string) {
+		pods, err := cs.CoreV1().Pods("reconscope").List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=reconscope-agent"})
+		if err != nil {
+			return false, err.Error()
+		}
+		var states []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Name == not {
+				continue
+			}
+			if podReady(p) {
+				pod = p
+				return true, ""
+			}
+			states = append(states, p.Name+" "+podState(p))
+		}
+		return false, fmt.Sprint(states)
+	})
+	return pod
+}
+
+func waitGonePod(t *testing.T, cs *kubernetes.Clientset, p *corev1.Pod) {
+	t.Helper()
+	waitFor(t, "pod "+p.Name+" gone", 90*time.Second, func() (bool, string) {
+		_, err := cs.CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// checkSecurityContext checks that the running agent pod has the manifest's privileges and no
+// more: host PID namespace, not privileged, no privilege escalation, read-only root filesystem,
+// ALL capabilities dropped and exactly the four added back.
+func checkSecurityContext(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	if !p.Spec.HostPID {
+		t.Error("agent pod without hostPID")
+	}
+	if p.Spec.HostNetwork {
+		t.Error("agent pod on the host network: the manifest does not ask for it")
+	}
+	c := p.Spec.Containers[0]
+	sc := c.SecurityContext
+	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil {
+		t.Fatalf("agent container securityContext differs from the manifest's: %+v", sc)
+	}
+	var add []string
+	for _, c := range sc.Capabilities.Add {
+		add = append(add, string(c))
+	}
+	slices.Sort(add)
+	if want := []string{"BPF", "DAC_READ_SEARCH", "PERFMON", "SYS_PTRACE"}; !slices.Equal(add, want) {
+		t.Errorf("agent capabilities added %v, want %v", add, want)
+	}
+	if len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("agent capabilities dropped %v, want [ALL]", sc.Capabilities.Drop)
+	}
+	if c.Image != agentImage {
+		t.Errorf("agent image %q, want the overlay's %q", c.Image, agentImage)
+	}
+}
+
+// startFixtureDeployment runs the scripted fixture as a one-replica Deployment in namespace
+// ns (with cluster-admin for its service account), writing its ground truth to truthDir on the
+// node, and returns its pod once Ready.
+func startFixtureDeployment(t *testing.T, cs *kubernetes.Clientset, truthDir string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-scripted"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "default", Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The fixture writes as UID 65532.
+	if err := os.Chmod(truthDir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	one := int32(1)
+	labels := map[string]string{"app": "scripted"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "scripted", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{
+						Name: "manager", Image: fixtureImage, ImagePullPolicy: corev1.PullNever,
+						Args:         []string{"--namespace=" + ns, "--ground-truth=/truth/truth.jsonl", "--metrics-bind-address=:8080", "--max-concurrent-reconciles=2"},
+						VolumeMounts: []corev1.VolumeMount{{Name: "truth", MountPath: "/truth"}},
+					}},
+					Volumes: []corev1.Volume{{Name: "truth", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: truthDir}}}},
+				},
+			},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pod *corev1.Pod
+	waitFor(t, "the fixture's pod Running and Ready", 120*time.Second, func() (bool, string) {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=scripted"})
+		if err != nil || len(pods.Items) == 0 {
+			return false, fmt.Sprint("no pod yet ", err)
+		}
+		pod = &pods.Items[0]
+		return podReady(pod), podState(pod)
+	})
+	return pod
+}
+
+func createScripted(t *testing.T, cs *kubernetes.Clientset, name, script string) {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: map[string]string{scriptAnnotation: script}}}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fixtureRoots returns the reconcile spans (roots) the receiver got from the fixture's pod.
+func fixtureRoots(rx *otlpReceiver, pod *corev1.Pod) []recvSpan {
+	all, _ := rx.all()
+	var out []recvSpan
+	for _, s := range all {
+		if len(s.span.GetParentSpanId()) == 0 && attrStr(s.resource, "k8s.pod.name") == pod.Name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// checkPodIdentity checks that the fixture's spans of the given objects name its pod as the
+// kubelet made it.
+func checkPodIdentity(t *testing.T, rx *otlpReceiver, pod *corev1.Pod, objects map[string]bool) {
+	t.Helper()
+	for _, s := range fixtureRoots(rx, pod) {
+		if !objects[attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name")] {
+			continue
+		}
+		for k, want := range map[string]string{
+			"k8s.namespace.name": pod.Namespace, "k8s.pod.name": pod.Name, "k8s.container.name": "manager",
+			"k8s.pod.uid": string(pod.UID), "k8s.node.name": nodeName,
+		} {
+			if got := attrStr(s.resource, k); got != want {
+				t.Errorf("span %s: resource %s = %q, want %q", s.span.GetName(), k, got, want)
+			}
+		}
+	}
+}
+
+// fixtureBinInPod is the fixture's executable as the host sees it: /proc/PID/exe of the pod's
+// process.
+func fixtureBinInPod(t *testing.T, pod *corev1.Pod) string {
+	t.Helper()
+	return "/scripted-controller"
+}
+
+// checkNoLinks fails t when a uprobe link on the node names the executable exe.
+func checkNoLinks(t *testing.T, exe string) {
+	t.Helper()
+	waitFor(t, "no uprobe link left on the node", 30*time.Second, func() (bool, string) {
+		links, err := bpftest.UprobeLinks()
+		if err != nil {
+			return false, err.Error()
+		}
+		var left []string
+		for _, l := range links {
+			if strings.HasSuffix(l.File, exe) {
+				left = append(left, fmt.Sprintf("%+v", l))
+			}
+		}
+		return len(left) == 0, strings.Join(left, "; ")
+	})
+}
