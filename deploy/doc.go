@@ -5,7 +5,7 @@
 // the kustomization make the same agent, that promtool accepts the rules and their unit tests
 // pass, that the manifests parse, keep the
 // security properties of DESIGN.md §7 (RBAC get/list/watch on pods only; ALL capabilities
-// dropped and five added back, each with a comment saying why; hostPID; read-only root
+// dropped and four added back, each with a comment saying why; hostPID; read-only root
 // filesystem), that a real kube-apiserver accepts them, and that the dashboard queries only
 // metrics the agent exports.
 package deploy

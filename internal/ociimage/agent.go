@@ -9,7 +9,7 @@ const AgentStage = "bin/image"
 // Agent is the spec of reconscope-agent's image, built by `make image` (mkimage --spec agent)
 // and described by the Dockerfile: a static binary and the CA certificates, nothing else (no
 // shell, no package manager, nothing writable, no base image). The agent runs as UID 0: the
-// DaemonSet drops every capability and adds five back, and Kubernetes puts added capabilities
+// DaemonSet drops every capability and adds four back, and Kubernetes puts added capabilities
 // in the effective set of a UID 0 process only (see deploy/daemonset.yaml). Ref is the
 // Makefile's default; `make image IMAGE=...` names another.
 var Agent = Spec{
