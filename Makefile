@@ -81,7 +81,7 @@ compat: controlplane ## Go toolchains x controller-runtime releases, traced (roo
 	  $(GO) test -tags compat -count=1 -timeout 4h -v -run 'TestGoToolchains|TestControllerRuntime|TestStrippedSites|TestMainModuleVersion|TestDevelVersionOneLayout' ./test/compat/ ./pkg/probes/ || status=$$?; \
 	$(GO) run ./test/compat/docgen -report $(COMPAT_REPORT) -doc docs/compatibility.md -controller-runtime $(COMPAT_CR); exit $$status
 
-fuzz: ## run each fuzz target briefly (FUZZTIME=10s)
+fuzz: ## run each fuzz target briefly (FUZZTIME=10s, or a count like 30000x)
 	@for t in $$(grep -rhoE '^func (Fuzz[A-Za-z0-9_]+)' --include=*_test.go pkg | sed 's/func //'); do \
 	  pkg=$$(grep -rlE "^func $$t\(" --include=*_test.go pkg | head -1 | xargs dirname); \
 	  echo "fuzz $$t in ./$$pkg"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-10s} ./$$pkg || exit 1; \
