@@ -199,8 +199,23 @@ func TestRunDaemonSetMode(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	body := httpGet(t, "http://"+metrics+"/metrics")
+	// The fixture's series names its pod and container (the series also carries the other
+	// workload labels: service_name, k8s_workload_name, k8s_workload_kind).
+	series := false
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, "reconscope_reconcile_total{") {
+			continue
+		}
+		all := true
+		for _, l := range []string{`controller="scripted"`, `k8s_container_name="manager"`, `k8s_namespace_name="default"`, `k8s_pod_name="operator-0"`, `result="success"`} {
+			all = all && strings.Contains(line, l)
+		}
+		series = series || all
+	}
+	if !series {
+		t.Errorf("/metrics lacks reconscope_reconcile_total of controller scripted, pod default/operator-0, container manager, result success:\n%s", body)
+	}
 	for _, want := range []string{
-		`reconscope_reconcile_total{controller="scripted",k8s_container_name="manager",k8s_namespace_name="default",k8s_pod_name="operator-0",result="success"}`,
 		"reconscope_processes_traced 2",
 		"reconscope_events_lost_total 0",
 	} {

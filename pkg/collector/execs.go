@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -96,9 +97,18 @@ func (c *Collector) FileID(name string) (dev, ino uint64, err error) {
 	defer munmap(m)
 	c.execProgs.identify.Lock()
 	defer c.execProgs.identify.Unlock()
-	ret, err := coll.Programs[rbpf.TraceProgIdentify].Run(&ebpf.RunOptions{Context: []uint64{uint64(uintptr(unsafe.Pointer(&m[0])))}})
-	if err != nil {
-		return 0, 0, fmt.Errorf("identify executable %s: %w", name, err)
+	// bpf_find_vma only try-locks this process's memory map: another thread mapping or unmapping
+	// memory at that moment (the Go runtime, another identification) makes it fail. Try again.
+	var ret uint32
+	for attempt := 0; ; attempt++ {
+		ret, err = coll.Programs[rbpf.TraceProgIdentify].Run(&ebpf.RunOptions{Context: []uint64{uint64(uintptr(unsafe.Pointer(&m[0])))}})
+		if err != nil {
+			return 0, 0, fmt.Errorf("identify executable %s: %w", name, err)
+		}
+		if ret == 0 || attempt == 50 {
+			break
+		}
+		time.Sleep(time.Millisecond)
 	}
 	if ret != 0 {
 		return 0, 0, fmt.Errorf("identify executable %s: the kernel found no mapping of it", name)

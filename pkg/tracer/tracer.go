@@ -282,7 +282,10 @@ func (t *Tracer) TracePID(pid int) (*probes.Plan, error) {
 	link := filepath.Join(t.procRoot, strconv.Itoa(pid), "exe")
 	dev, ino, err := t.col.FileID(link)
 	if errors.Is(err, os.ErrPermission) {
-		return nil, fmt.Errorf("process %d: %w (another user's process: run as root, or with CAP_SYS_PTRACE)", pid, err)
+		// Opening another user's /proc/PID/exe needs the ptrace access check (CAP_SYS_PTRACE),
+		// and a file that user alone may read needs CAP_DAC_READ_SEARCH: the same two that
+		// symbols.OpenPID names, checked first here.
+		return nil, fmt.Errorf("process %d: %w (another user's process: run as root, or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)", pid, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("process %d: %w", pid, err)
