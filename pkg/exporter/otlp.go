@@ -66,6 +66,7 @@ const (
 	attrObjectNamespace = attribute.Key("k8s.object.namespace")
 	attrObjectName      = attribute.Key("k8s.object.name")
 	attrObjectUID       = attribute.Key("k8s.object.uid")
+	attrObjectRV        = attribute.Key("k8s.object.resource_version")
 	attrCallPath        = attribute.Key("reconscope.call.path_template")
 	attrReconcileID     = attribute.Key("reconscope.reconcile_id")
 	attrResult          = attribute.Key("reconscope.result")
@@ -754,6 +755,9 @@ func rootAttributes(s *span.Span) []attribute.KeyValue {
 	if s.UID != "" {
 		attrs = append(attrs, attrObjectUID.String(s.UID))
 	}
+	if s.ResourceVersion != "" {
+		attrs = append(attrs, attrObjectRV.String(s.ResourceVersion))
+	}
 	if s.ReconcileID != "" {
 		attrs = append(attrs, attrReconcileID.String(s.ReconcileID))
 	}
@@ -832,6 +836,9 @@ func callAttributes(c *span.Call) []attribute.KeyValue {
 	}
 	if c.UID != "" {
 		attrs = append(attrs, attrObjectUID.String(c.UID))
+	}
+	if c.ResourceVersion != "" {
+		attrs = append(attrs, attrObjectRV.String(c.ResourceVersion))
 	}
 	return attrs
 }

@@ -194,13 +194,13 @@ func testSpans() []*span.Span {
 	}
 	return []*span.Span{
 		manager(&span.Span{
-			Controller: "configmap", Namespace: "default", Name: "cm-a", UID: "uid-a",
+			Controller: "configmap", Namespace: "default", Name: "cm-a", UID: "uid-a", ResourceVersion: "41",
 			ReconcileID: "11111111-aaaa", Goid: 318, Start: 1000 * ms, Duration: 5 * time.Millisecond,
 			Result: span.ResultSuccess,
 			Calls: []span.Call{
-				{CallInfo: span.CallInfo{Kind: span.CallCacheGet, Verb: "GET", Resource: "configmaps", Namespace: "default", Name: "cm-a", UID: "uid-a"},
+				{CallInfo: span.CallInfo{Kind: span.CallCacheGet, Verb: "GET", Resource: "configmaps", Namespace: "default", Name: "cm-a", UID: "uid-a", ResourceVersion: "41"},
 					Start: 1000*ms + 100_000, Duration: 50 * time.Microsecond},
-				{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "PUT", Resource: "configmaps", Namespace: "default", Name: "cm-a", Status: 200},
+				{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "PUT", Resource: "configmaps", Namespace: "default", Name: "cm-a", Status: 200, UID: "uid-a", ResourceVersion: "42"},
 					Start: 1001 * ms, Duration: 2 * time.Millisecond},
 			},
 			Phases: span.Phases{Read: 50 * time.Microsecond, Write: 2 * time.Millisecond, Compute: 2950 * time.Microsecond},
@@ -375,6 +375,7 @@ func TestOTLPExport(t *testing.T) {
 			wantStr(t, a, "k8s.object.namespace", "default")
 			wantStr(t, a, "k8s.object.name", "cm-a")
 			wantStr(t, a, "k8s.object.uid", "uid-a")
+			wantStr(t, a, "k8s.object.resource_version", "41")
 			wantStr(t, a, "reconscope.reconcile_id", "11111111-aaaa")
 			wantStr(t, a, "reconscope.result", "success")
 			wantBool(t, a, "reconscope.noop", false)
@@ -421,12 +422,15 @@ func TestOTLPExport(t *testing.T) {
 			wantAbsent(t, ga, "k8s.namespace.name", "reconscope.call.path_template")
 			wantStr(t, ga, "k8s.object.name", "cm-a")
 			wantStr(t, ga, "k8s.object.uid", "uid-a")
+			wantStr(t, ga, "k8s.object.resource_version", "41")
 			wantAbsent(t, ga, "http.request.method", "http.response.status_code")
 			if put.GetName() != "PUT configmaps" || put.GetKind() != tracepb.Span_SPAN_KIND_CLIENT {
 				t.Errorf("write: name %q kind %v", put.GetName(), put.GetKind())
 			}
 			wantTimes(t, put, spans[0].Calls[1].Start, spans[0].Calls[1].Duration)
 			pa := attrMap(put.GetAttributes())
+			wantStr(t, pa, "k8s.object.uid", "uid-a")
+			wantStr(t, pa, "k8s.object.resource_version", "42") // the version the write made
 			wantStr(t, pa, "reconscope.call.kind", "api")
 			wantStr(t, pa, "http.request.method", "PUT")
 			wantInt(t, pa, "http.response.status_code", 200)

@@ -47,27 +47,29 @@ func Monotonic() uint64 {
 
 // JSONSpan is the JSON-lines contract (docs/json.md): one object per finished reconcile.
 type JSONSpan struct {
-	Controller     string     `json:"controller"`
-	Namespace      string     `json:"namespace"`
-	Name           string     `json:"name"`
-	UID            string     `json:"uid"`
-	ReconcileID    string     `json:"reconcile_id"`
-	Start          time.Time  `json:"start"`
-	DurationNS     int64      `json:"duration_ns"`
-	Result         string     `json:"result"`
-	RequeueAfterNS int64      `json:"requeue_after_ns"`
-	ErrorType      string     `json:"error_type"`
-	Error          string     `json:"error"`
-	PID            uint32     `json:"pid"`
-	Goid           int64      `json:"goid"`
-	Exe            string     `json:"exe"`
-	Pod            string     `json:"pod"`
-	Container      string     `json:"container"`
-	Phases         JSONPhases `json:"phases"`
-	QueueWaitNS    int64      `json:"queue_wait_ns"`
-	Calls          []JSONCall `json:"calls"`
-	Noop           bool       `json:"noop"`
-	Incomplete     bool       `json:"incomplete"`
+	Controller string `json:"controller"`
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	UID        string `json:"uid"`
+	// ResourceVersion is the object's resourceVersion as the reconcile first read it.
+	ResourceVersion string     `json:"resource_version"`
+	ReconcileID     string     `json:"reconcile_id"`
+	Start           time.Time  `json:"start"`
+	DurationNS      int64      `json:"duration_ns"`
+	Result          string     `json:"result"`
+	RequeueAfterNS  int64      `json:"requeue_after_ns"`
+	ErrorType       string     `json:"error_type"`
+	Error           string     `json:"error"`
+	PID             uint32     `json:"pid"`
+	Goid            int64      `json:"goid"`
+	Exe             string     `json:"exe"`
+	Pod             string     `json:"pod"`
+	Container       string     `json:"container"`
+	Phases          JSONPhases `json:"phases"`
+	QueueWaitNS     int64      `json:"queue_wait_ns"`
+	Calls           []JSONCall `json:"calls"`
+	Noop            bool       `json:"noop"`
+	Incomplete      bool       `json:"incomplete"`
 }
 
 // JSONPhases is the phases object of a JSON span.
@@ -79,21 +81,25 @@ type JSONPhases struct {
 
 // JSONCall is one call of a JSON span.
 type JSONCall struct {
-	Kind        string    `json:"kind"`
-	Verb        string    `json:"verb"`
-	Resource    string    `json:"resource"`
-	Subresource string    `json:"subresource"`
-	Namespace   string    `json:"namespace"`
-	Name        string    `json:"name"`
-	Status      int       `json:"status"`
-	Start       time.Time `json:"start"`
-	DurationNS  int64     `json:"duration_ns"`
+	Kind        string `json:"kind"`
+	Verb        string `json:"verb"`
+	Resource    string `json:"resource"`
+	Subresource string `json:"subresource"`
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	// UID and ResourceVersion are the object's as read, or as an API call returned it (after
+	// a write: the version it made); "" when not seen.
+	UID             string    `json:"uid"`
+	ResourceVersion string    `json:"resource_version"`
+	Status          int       `json:"status"`
+	Start           time.Time `json:"start"`
+	DurationNS      int64     `json:"duration_ns"`
 }
 
 // ToJSON converts a span to its JSON form.
 func ToJSON(s *span.Span, clock Clock) JSONSpan {
 	j := JSONSpan{
-		Controller: s.Controller, Namespace: s.Namespace, Name: s.Name, UID: s.UID,
+		Controller: s.Controller, Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion,
 		ReconcileID: s.ReconcileID, Start: clock.Wall(s.Start), DurationNS: int64(s.Duration),
 		Result: string(s.Result), RequeueAfterNS: int64(s.RequeueAfter), ErrorType: s.ErrorType,
 		Error: s.Error, PID: s.PID, Goid: s.Goid, Exe: s.Exe, Pod: s.Pod, Container: s.Container,
@@ -105,7 +111,8 @@ func ToJSON(s *span.Span, clock Clock) JSONSpan {
 	for _, c := range s.Calls {
 		j.Calls = append(j.Calls, JSONCall{
 			Kind: string(c.Kind), Verb: c.Verb, Resource: c.Resource, Subresource: c.Subresource,
-			Namespace: c.Namespace, Name: c.Name, Status: c.Status, Start: clock.Wall(c.Start),
+			Namespace: c.Namespace, Name: c.Name, UID: c.UID, ResourceVersion: c.ResourceVersion,
+			Status: c.Status, Start: clock.Wall(c.Start),
 			DurationNS: int64(c.Duration),
 		})
 	}

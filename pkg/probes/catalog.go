@@ -154,6 +154,18 @@ const (
 	typeMetaSize = 32
 )
 
+// meta reads a string field of the ObjectMeta of the Kubernetes object that base points to.
+func meta(base int, path string) StringArg {
+	return StringArg{Ptr: None, Len: None, Base: base, Field: FieldRef{Type: objectMeta, Path: path, Add: typeMetaSize}}
+}
+
+// objectReturn reads an object's namespace, name, UID and resourceVersion (strings 0-3) from
+// the object base points to.
+func objectReturn(base int) Layout {
+	return layout().str(0, meta(base, "Namespace")).str(1, meta(base, "Name")).
+		str(2, meta(base, "UID")).str(3, meta(base, "ResourceVersion"))
+}
+
 // Slots of the reconcile request {Namespace, Name} strings, by layout.
 var (
 	crGenericEntry = layout().str(0, field(0, crController, "Name")).str(1, str(4, 5)).str(2, str(6, 7)).ctx(3)
@@ -191,7 +203,7 @@ var Catalog = []*Probe{
 	{ID: "controller-runtime/cache-get", Module: controllerRuntime, Role: RoleCall,
 		Symbol:      regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/cache\.\(\*informerCache\)\.Get$`),
 		Entry:       layout().str(0, str(3, 4)).str(1, str(5, 6)).save(8).itab(7),
-		Return:      layout().str(0, StringArg{Ptr: None, Len: None, Base: Saved, Field: FieldRef{Type: objectMeta, Path: "UID", Add: typeMetaSize}}).err(0),
+		Return:      layout().str(0, meta(Saved, "UID")).str(1, meta(Saved, "ResourceVersion")).err(0),
 		DecodeEntry: decodeCacheEntry(span.CallCacheGet), DecodeReturn: decodeCallReturn},
 	{ID: "controller-runtime/cache-list", Module: controllerRuntime, Role: RoleCall,
 		Symbol:      regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/cache\.\(\*informerCache\)\.List$`),
@@ -208,6 +220,25 @@ var Catalog = []*Probe{
 			str(4, field(0, restRequest, "subresource")),
 		Return:      layout().err(0),
 		DecodeEntry: decodeRequestEntry, DecodeReturn: decodeCallReturn},
+	// ... and the object an API call returned: Do(ctx).Into(obj) decodes the response into
+	// obj right after request returns (controller-runtime's client and client-go's typed
+	// clients alike: a write's object is updated from the response). Result is passed by
+	// value on the stack; obj (runtime.Object) is in slots 0-1. Its metadata is read at the
+	// return through the data word kept at the entry, and given to the API call just ended.
+	{ID: "client-go/result-object", Module: clientGo, Role: RoleCall,
+		Symbol:      regexp.MustCompile(`^k8s\.io/client-go/rest\.Result\.Into$`),
+		Entry:       layout().save(1),
+		Return:      objectReturn(Saved).err(0),
+		DecodeEntry: decodeIgnore, DecodeReturn: decodeResultObject},
+	// client-go listers (generated listers of client-go v0.31+ are listers.ResourceIndexer[T]):
+	// Get(name) (T, error), one generic shape body for every pointer type. The object's
+	// metadata is read at the return from the result in slot 0: kube-controller-manager's
+	// controllers read the object of their key this way, first thing in their sync handler.
+	{ID: "client-go/lister-get", Module: clientGo, Role: RoleCall,
+		Symbol:      regexp.MustCompile(`^k8s\.io/client-go/listers\.ResourceIndexer\[go\.shape\.\*uint8\]\.Get$`),
+		Entry:       layout(),
+		Return:      objectReturn(0).err(1),
+		DecodeEntry: decodeListerEntry, DecodeReturn: decodeObjectReturn},
 	// ... and its HTTP status: transformResponse(ctx, resp *http.Response, req) runs inside it.
 	{ID: "client-go/response", Module: clientGo, Role: RoleCall,
 		Symbol:      regexp.MustCompile(`^k8s\.io/client-go/rest\.\(\*Request\)\.transformResponse$`),

@@ -121,9 +121,71 @@ func decodeCacheEntry(kind span.CallKind) Decoder {
 
 func decodeCallReturn(r *Raw) span.Event {
 	e := base(r, span.CallEnd)
-	e.Call.UID = r.Str[0]
 	if r.ErrorType != "" {
 		e.Call.Error = r.ErrorType
+	} else if IsUID(r.Str[0]) {
+		e.Call.UID, e.Call.ResourceVersion = r.Str[0], r.Str[1]
+	}
+	return e
+}
+
+// IsUID reports whether s is the text form of a UUID, as the API server makes every object's
+// UID. A UID read through a pointer to something that is not a typed Kubernetes object (an
+// Unstructured, a store that holds other values) is garbage and fails this check.
+func IsUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f', 'A' <= c && c <= 'F':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// readObject fills the call's object from the strings an objectReturn layout read, when they
+// are those of a Kubernetes object.
+func readObject(r *Raw, c *span.CallInfo) {
+	if !IsUID(r.Str[2]) {
+		return
+	}
+	c.Namespace, c.Name, c.UID, c.ResourceVersion = r.Str[0], r.Str[1], r.Str[2], r.Str[3]
+}
+
+func decodeListerEntry(r *Raw) span.Event {
+	e := base(r, span.CallStart)
+	e.Call = span.CallInfo{Kind: span.CallCacheGet, Verb: "GET"}
+	return e
+}
+
+// decodeObjectReturn is the return of a read that returns the object (a lister's Get).
+func decodeObjectReturn(r *Raw) span.Event {
+	e := base(r, span.CallEnd)
+	if r.ErrorType != "" {
+		e.Call.Error = r.ErrorType
+		return e
+	}
+	readObject(r, &e.Call)
+	return e
+}
+
+// decodeResultObject is the object an API call's response was decoded into.
+func decodeResultObject(r *Raw) span.Event {
+	if r.ErrorType != "" {
+		return span.Event{}
+	}
+	e := base(r, span.CallObject)
+	readObject(r, &e.Call)
+	if e.Call.UID == "" {
+		return span.Event{}
 	}
 	return e
 }

@@ -80,3 +80,49 @@ func TestResourceOf(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeObject(t *testing.T) {
+	const uid = "0c1680f0-7819-471a-ba2b-7406fbd29909"
+	obj := [6]string{"ns", "web", uid, "235"}
+	tests := []struct {
+		name string
+		dec  Decoder
+		raw  Raw
+		want span.Event
+	}{
+		{"lister read", decodeObjectReturn, Raw{Str: obj},
+			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Namespace: "ns", Name: "web", UID: uid, ResourceVersion: "235"}}},
+		{"lister read failed (not found)", decodeObjectReturn, Raw{Str: obj, ErrorType: "*errors.StatusError"},
+			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Error: "*errors.StatusError"}}},
+		{"no object behind the pointer: no UUID, nothing read", decodeObjectReturn, Raw{Str: [6]string{"x", "y", "\x01\x02garbage", "1"}},
+			span.Event{Kind: span.CallEnd}},
+		{"response object", decodeResultObject, Raw{Str: obj},
+			span.Event{Kind: span.CallObject, Call: span.CallInfo{Namespace: "ns", Name: "web", UID: uid, ResourceVersion: "235"}}},
+		{"response object of a failed call: no event", decodeResultObject, Raw{Str: obj, ErrorType: "*errors.StatusError"}, span.Event{}},
+		{"response decoded into something that is not an object: no event", decodeResultObject, Raw{Str: [6]string{"", "", "", ""}}, span.Event{}},
+		{"cache read", decodeCallReturn, Raw{Str: [6]string{uid, "9"}},
+			span.Event{Kind: span.CallEnd, Call: span.CallInfo{UID: uid, ResourceVersion: "9"}}},
+		{"cache read into an Unstructured: garbage dropped", decodeCallReturn, Raw{Str: [6]string{"abc", "9"}},
+			span.Event{Kind: span.CallEnd}},
+	}
+	for _, tc := range tests {
+		if got := tc.dec(&tc.raw); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestIsUID(t *testing.T) {
+	for in, want := range map[string]bool{
+		"0c1680f0-7819-471a-ba2b-7406fbd29909": true,
+		"0C1680F0-7819-471A-BA2B-7406FBD29909": true,
+		"0c1680f0-7819-471a-ba2b-7406fbd2990":  false,
+		"0c1680f0x7819-471a-ba2b-7406fbd29909": false,
+		"0c1680f0-7819-471a-ba2b-7406fbd2990g": false,
+		"":                                     false,
+	} {
+		if got := IsUID(in); got != want {
+			t.Errorf("IsUID(%q) = %v, want %v", in, got, want)
+		}
+	}
+}

@@ -52,6 +52,9 @@ type openSpan struct {
 	// calls begun and not yet ended, innermost last, per goroutine: the span's own and those
 	// of goroutines it started (which the kernel lets join it).
 	calls map[goroutineKey][]openCall
+	// last is, per goroutine, the index in span.Calls of the call that ended last, while no
+	// other call has begun since (the call a CallObject event describes).
+	last map[goroutineKey]int
 }
 
 type objectKey struct {
@@ -126,12 +129,17 @@ func (a *Assembler) Add(e Event) {
 			return
 		}
 		o.calls[k] = append(o.calls[k], openCall{info: e.Call, start: e.Time})
+		delete(o.last, k)
 	case CallEnd:
 		a.callEnd(k, e)
 	case QueueAdd:
 		ok := objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}
 		if _, seen := a.queued[ok]; !seen && len(a.queued) < a.opts.MaxOpen {
 			a.queued[ok] = e.Time + uint64(max(e.RequeueAfter, 0))
+		}
+	case CallObject:
+		if o := a.spanOf(k, &e); o != nil {
+			a.callObject(o, k, e.Call)
 		}
 	case CallStatus:
 		if o := a.spanOf(k, &e); o != nil && len(o.calls[k]) > 0 {
@@ -185,6 +193,7 @@ func (a *Assembler) newOpen(e Event) *openSpan {
 	return &openSpan{
 		depth: 1,
 		calls: map[goroutineKey][]openCall{},
+		last:  map[goroutineKey]int{},
 		span: Span{
 			Controller:  e.Controller,
 			Namespace:   e.Namespace,
@@ -217,7 +226,7 @@ func (a *Assembler) end(k goroutineKey, e Event) {
 		}
 		// The entry event was lost, but the kernel kept its time: a span without the
 		// entry's fields, marked incomplete.
-		o = &openSpan{depth: 1, calls: map[goroutineKey][]openCall{}, span: Span{PID: e.PID, Goid: e.Goid, Start: e.SpanStartTime, Incomplete: true}}
+		o = &openSpan{depth: 1, calls: map[goroutineKey][]openCall{}, last: map[goroutineKey]int{}, span: Span{PID: e.PID, Goid: e.Goid, Start: e.SpanStartTime, Incomplete: true}}
 		a.finish(o, e)
 		return
 	}
@@ -283,9 +292,37 @@ func (a *Assembler) callEnd(k goroutineKey, e Event) {
 		d = time.Duration(e.Time - c.start)
 	}
 	o.span.Calls = append(o.span.Calls, Call{CallInfo: info, Start: c.start, Duration: d, Depth: len(o.calls[k]), Goroutine: k.goid})
-	if info.UID != "" && o.span.UID == "" && info.Name == o.span.Name && info.Namespace == o.span.Namespace {
+	o.last[k] = len(o.span.Calls) - 1
+	o.learnObject(info)
+}
+
+// learnObject takes the reconciled object's UID from any call that names it, and its
+// resourceVersion from the first read of it.
+func (o *openSpan) learnObject(info CallInfo) {
+	if info.UID == "" || info.Name != o.span.Name || info.Namespace != o.span.Namespace {
+		return
+	}
+	if o.span.UID == "" {
 		o.span.UID = info.UID
 	}
+	if o.span.ResourceVersion == "" && !info.IsWrite() && info.UID == o.span.UID {
+		o.span.ResourceVersion = info.ResourceVersion
+	}
+}
+
+// callObject gives the object an API call returned to the call that just ended on goroutine k.
+func (a *Assembler) callObject(o *openSpan, k goroutineKey, obj CallInfo) {
+	i, ok := o.last[k]
+	if !ok || i >= len(o.span.Calls) {
+		return
+	}
+	delete(o.last, k)
+	c := &o.span.Calls[i]
+	if c.Kind != CallAPI || c.UID != "" || (c.Name != "" && c.Name != obj.Name) {
+		return
+	}
+	c.Namespace, c.Name, c.UID, c.ResourceVersion = obj.Namespace, obj.Name, obj.UID, obj.ResourceVersion
+	o.learnObject(c.CallInfo)
 }
 
 // mergeCallInfo fills what the call's return learnt (status, UID) into what its entry knew.
@@ -295,6 +332,7 @@ func mergeCallInfo(dst *CallInfo, ret CallInfo) {
 	}
 	if ret.UID != "" {
 		dst.UID = ret.UID
+		dst.ResourceVersion = ret.ResourceVersion
 	}
 	if ret.Error != "" {
 		dst.Error = ret.Error

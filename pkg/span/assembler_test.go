@@ -251,3 +251,52 @@ func TestQueueWait(t *testing.T) {
 		}
 	}
 }
+
+// TestCallObject: the object an API call returned is given to that call (a create learns its
+// name), the reconciled object's UID comes from any call naming it and its resourceVersion
+// from the first read; an object event after another call began is not misattributed.
+func TestCallObject(t *testing.T) {
+	const uid, other = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
+	call := func(kind EventKind, ti uint64, c CallInfo) Event {
+		return Event{Kind: kind, PID: 1, Goid: 10, Time: ti, Call: c}
+	}
+	var got []Span
+	a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+	for _, e := range []Event{
+		start(1, 10, 100, "a"),
+		call(CallStart, 110, CallInfo{Kind: CallCacheGet, Verb: "GET"}),
+		call(CallEnd, 120, CallInfo{Namespace: "ns", Name: "a", UID: uid, ResourceVersion: "5"}),
+		call(CallStart, 130, CallInfo{Kind: CallAPI, Verb: "POST", Resource: "configmaps", Namespace: "ns"}),
+		call(CallEnd, 140, CallInfo{Status: 201}),
+		call(CallObject, 141, CallInfo{Namespace: "ns", Name: "made", UID: other, ResourceVersion: "6"}),
+		call(CallStart, 150, CallInfo{Kind: CallAPI, Verb: "PUT", Resource: "configmaps", Namespace: "ns", Name: "a"}),
+		call(CallEnd, 160, CallInfo{Status: 200}),
+		call(CallObject, 161, CallInfo{Namespace: "ns", Name: "a", UID: uid, ResourceVersion: "7"}),
+		call(CallStart, 170, CallInfo{Kind: CallAPI, Verb: "DELETE", Resource: "configmaps", Namespace: "ns", Name: "b"}),
+		call(CallEnd, 180, CallInfo{Status: 200}),
+		call(CallStart, 190, CallInfo{Kind: CallAPI, Verb: "GET", Resource: "secrets", Namespace: "ns", Name: "s"}),
+		// an object event of the DELETE arriving after the GET began must not land anywhere
+		call(CallObject, 191, CallInfo{Namespace: "ns", Name: "b", UID: other, ResourceVersion: "8"}),
+		call(CallEnd, 200, CallInfo{Status: 404}),
+		end(1, 10, 300, ResultSuccess),
+	} {
+		a.Add(e)
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d spans", len(got))
+	}
+	s := got[0]
+	if s.UID != uid || s.ResourceVersion != "5" {
+		t.Errorf("span uid %q rv %q, want %q and the read's 5", s.UID, s.ResourceVersion, uid)
+	}
+	want := []struct{ name, uid, rv string }{{"a", uid, "5"}, {"made", other, "6"}, {"a", uid, "7"}, {"b", "", ""}, {"s", "", ""}}
+	if len(s.Calls) != len(want) {
+		t.Fatalf("%d calls: %+v", len(s.Calls), s.Calls)
+	}
+	for i, w := range want {
+		c := s.Calls[i]
+		if c.Name != w.name || c.UID != w.uid || c.ResourceVersion != w.rv {
+			t.Errorf("call %d: %s %s uid %q rv %q, want %+v", i, c.Verb, c.Name, c.UID, c.ResourceVersion, w)
+		}
+	}
+}

@@ -31,6 +31,9 @@ const (
 	CallEnd                         // it returned
 	CallStatus                      // the innermost open call learnt its HTTP status
 	QueueAdd                        // a key was added to a work queue (Namespace, Name; RequeueAfter: its delay)
+	// CallObject: the API call that just ended on this goroutine returned this object
+	// (Call.Namespace, Name, UID, ResourceVersion: for a write, the object after it).
+	CallObject
 )
 
 // CallKind names what a call inside a reconcile does.
@@ -92,7 +95,10 @@ type CallInfo struct {
 	Namespace   string
 	Name        string
 	Status      int
-	UID         string
+	// UID and ResourceVersion are the object's: as read (cache and lister reads), or as the
+	// API server returned it (API calls; for a write, the version the write made).
+	UID             string
+	ResourceVersion string
 	// Error is the concrete type of the error the call returned, "" when none.
 	Error string
 }
@@ -111,21 +117,24 @@ type Call struct {
 
 // Span is one finished reconcile.
 type Span struct {
-	Controller   string
-	Namespace    string
-	Name         string
-	UID          string
-	ReconcileID  string
-	PID          uint32
-	Goid         int64
-	Start        uint64 // monotonic ns
-	Duration     time.Duration
-	Result       Result
-	RequeueAfter time.Duration
-	ErrorType    string
-	Error        string
-	Calls        []Call
-	Phases       Phases
+	Controller string
+	Namespace  string
+	Name       string
+	UID        string
+	// ResourceVersion is the reconciled object's resourceVersion as the reconcile first read it
+	// (from its cache or lister), "" when no read of it was seen.
+	ResourceVersion string
+	ReconcileID     string
+	PID             uint32
+	Goid            int64
+	Start           uint64 // monotonic ns
+	Duration        time.Duration
+	Result          Result
+	RequeueAfter    time.Duration
+	ErrorType       string
+	Error           string
+	Calls           []Call
+	Phases          Phases
 	// QueueWait is how long the object waited in its work queue: from the first add (plus
 	// its delay) not yet served by an earlier reconcile, to this reconcile's start. Zero when
 	// no add was seen.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
 )
 
 // TestCallsInsideReconcile: the scripted Get/List/Create/Update/Patch/Delete and status
@@ -67,21 +68,64 @@ func TestCallsInsideReconcile(t *testing.T) {
 			if first.UID != string(live.UID) {
 				t.Errorf("span uid %q, object's uid %q", first.UID, live.UID)
 			}
+			// The fixture's own record of this reconcile: the UID and resourceVersion it read, and
+			// those its objects held after each call (the API server's responses).
+			var rec *groundtruth.Record
+			for i := range recs {
+				if recs[i].ReconcileID == first.ReconcileID {
+					rec = &recs[i]
+				}
+			}
+			if rec == nil || len(rec.Calls) != 7 {
+				t.Fatalf("no ground truth with 7 calls for reconcile %q: %+v", first.ReconcileID, rec)
+			}
+			if first.ResourceVersion != rec.ResourceVersion {
+				t.Errorf("span resource_version %q, the reconcile read %q", first.ResourceVersion, rec.ResourceVersion)
+			}
 			type want struct {
 				kind                          span.CallKind
 				verb, resource, ns, name, sub string
 				status                        int
+				// uid and rv the call must carry ("": none); rv "*": any non-empty one
+				uid, rv string
 			}
+			truth := func(i int) (string, string) { return rec.Calls[i].UID, rec.Calls[i].ResourceVersion }
+			uidOf := func(i int) string { return rec.Calls[i].UID }
+			targetUID, targetRV := truth(0)
+			madeUID, madeRV := truth(2)
+			updUID, updRV := truth(3)
+			patchUID, patchRV := truth(4)
+			svcUID, svcRV := truth(6)
 			wants := []want{
-				{span.CallCacheGet, "GET", "configmaps", ns, "calls", "", 0},
-				{span.CallCacheGet, "GET", "configmaps", ns, "target", "", 0},
-				{span.CallCacheList, "LIST", "configmaps", "", "", "", 0},
-				{span.CallAPI, "POST", "configmaps", ns, "", "", 201},
-				{span.CallAPI, "GET", "configmaps", ns, "target", "", 200},
-				{span.CallAPI, "PUT", "configmaps", ns, "target", "", 200},
-				{span.CallAPI, "PATCH", "configmaps", ns, "target", "", 200},
-				{span.CallAPI, "DELETE", "configmaps", ns, "del-me", "", 200},
-				{span.CallAPI, "PATCH", "services", ns, "svc", "status", 200},
+				{span.CallCacheGet, "GET", "configmaps", ns, "calls", "", 0, rec.UID, rec.ResourceVersion},
+				{span.CallCacheGet, "GET", "configmaps", ns, "target", "", 0, targetUID, targetRV},
+				{span.CallCacheList, "LIST", "configmaps", "", "", "", 0, "", ""},
+				// a create's name comes from the object the API server returned
+				{span.CallAPI, "POST", "configmaps", ns, "made", "", 201, madeUID, madeRV},
+				// the update's read of the live object (its version is not recorded by the fixture)
+				{span.CallAPI, "GET", "configmaps", ns, "target", "", 200, uidOf(0), "*"},
+				{span.CallAPI, "PUT", "configmaps", ns, "target", "", 200, updUID, updRV},
+				{span.CallAPI, "PATCH", "configmaps", ns, "target", "", 200, patchUID, patchRV},
+				{span.CallAPI, "DELETE", "configmaps", ns, "del-me", "", 200, "", ""},
+				{span.CallAPI, "PATCH", "services", ns, "svc", "status", 200, svcUID, svcRV},
+			}
+			for i, w := range wants {
+				if w.uid == "" && w.rv != "" || (w.kind == span.CallAPI && w.verb != "DELETE" && w.verb != "LIST" && w.uid == "") {
+					t.Fatalf("ground truth lacks the object of call %d (%+v): %+v", i, w, rec.Calls)
+				}
+			}
+			if updRV == patchRV || madeUID == targetUID {
+				t.Fatalf("ground truth: update and patch made one version, or two objects share a UID: %+v", rec.Calls)
+			}
+			// and the API server itself: the last write of target and of the service made their
+			// current versions
+			var target corev1.ConfigMap
+			var svc corev1.Service
+			must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "target"}, &target))
+			must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "svc"}, &svc))
+			if string(target.UID) != patchUID || target.ResourceVersion != patchRV || string(svc.UID) != svcUID || svc.ResourceVersion != svcRV {
+				t.Errorf("API server: target %s@%s, svc %s@%s; fixture saw %s@%s, %s@%s",
+					target.UID, target.ResourceVersion, svc.UID, svc.ResourceVersion, patchUID, patchRV, svcUID, svcRV)
 			}
 			var got []string
 			var top []span.Call
@@ -89,7 +133,7 @@ func TestCallsInsideReconcile(t *testing.T) {
 				if cl.Depth == 0 {
 					top = append(top, cl)
 				}
-				got = append(got, fmt.Sprintf("%d:%s %s %s %s/%s/%s %d", cl.Depth, cl.Kind, cl.Verb, cl.Resource, cl.Namespace, cl.Name, cl.Subresource, cl.Status))
+				got = append(got, fmt.Sprintf("%d:%s %s %s %s/%s/%s %d uid=%s rv=%s", cl.Depth, cl.Kind, cl.Verb, cl.Resource, cl.Namespace, cl.Name, cl.Subresource, cl.Status, cl.UID, cl.ResourceVersion))
 			}
 			if len(top) != len(wants) {
 				t.Fatalf("span has %d top-level calls, want %d:\n%s", len(top), len(wants), strings.Join(got, "\n"))
@@ -98,6 +142,9 @@ func TestCallsInsideReconcile(t *testing.T) {
 				g := top[i]
 				if g.Kind != w.kind || g.Verb != w.verb || g.Resource != w.resource || g.Namespace != w.ns || g.Name != w.name || g.Subresource != w.sub || g.Status != w.status {
 					t.Errorf("call %d = %s, want %+v", i, got[i], w)
+				}
+				if g.UID != w.uid || (w.rv == "*" && g.ResourceVersion == "") || (w.rv != "*" && g.ResourceVersion != w.rv) {
+					t.Errorf("call %d = %s, want uid %q resource_version %q", i, got[i], w.uid, w.rv)
 				}
 			}
 			sum := first.Phases.Read + first.Phases.Write + first.Phases.Compute

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,9 +14,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/testenv"
 )
@@ -57,6 +61,9 @@ func TestKubeControllerManager(t *testing.T) {
 			if err := c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 				t.Fatal(err)
 			}
+			// Ground truth for UIDs and resourceVersions: every version of the namespace's
+			// deployments, replicasets and pods, as the API server's watches deliver them.
+			seen := watchVersions(t, env, ns)
 			labels := map[string]string{"app": "web"}
 			replicas := int32(2)
 			dep := &appsv1.Deployment{
@@ -89,14 +96,34 @@ func TestKubeControllerManager(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			var live appsv1.Deployment
+			if err := c.Get(bg, client.ObjectKeyFromObject(dep), &live); err != nil {
+				t.Fatal(err)
+			}
+			versions := seen()
 			var depSpans, rsSpans, waited int
-			podCreates, rsCreates, statusUpdates := 0, 0, 0
+			podCreates, rsCreates, statusUpdates, writes := 0, 0, 0, 0
 			var lines []string
 			for _, sp := range s.snapshot() {
 				if sp.Namespace != ns {
 					continue
 				}
-				lines = append(lines, fmt.Sprintf("%s %s/%s %s calls=%d queued=%v", sp.Controller, sp.Namespace, sp.Name, sp.Result, len(sp.Calls), sp.QueueWait))
+				lines = append(lines, fmt.Sprintf("%s %s/%s uid=%s rv=%s %s calls=%d queued=%v", sp.Controller, sp.Namespace, sp.Name, sp.UID, sp.ResourceVersion, sp.Result, len(sp.Calls), sp.QueueWait))
+				// The object each span reconciles, as its lister read it: the API server's UID,
+				// and a version the API server had.
+				wantUID := string(live.UID)
+				if sp.Controller == "replicaset" {
+					wantUID = string(rsList.Items[0].UID)
+				}
+				// A sync may fail before reading its object (kube-controller-manager refuses to act
+				// on a cache older than its own last write): no read, no UID.
+				unread := sp.UID == "" && len(sp.Calls) == 0 && sp.Result == span.ResultError
+				if !unread && sp.UID != wantUID {
+					t.Errorf("%s span of %s: uid %q, the API server's is %q", sp.Controller, sp.Name, sp.UID, wantUID)
+				}
+				if !unread && !versions[objectVersion{sp.UID, sp.ResourceVersion}] {
+					t.Errorf("%s span of %s read resourceVersion %q of %s: no such version was watched", sp.Controller, sp.Name, sp.ResourceVersion, sp.UID)
+				}
 				if sp.QueueWait > 0 {
 					waited++
 				}
@@ -113,7 +140,14 @@ func TestKubeControllerManager(t *testing.T) {
 					rsSpans++
 				}
 				for _, cl := range sp.Calls {
-					lines = append(lines, fmt.Sprintf("    %s %s %s/%s/%s %d", cl.Verb, cl.Resource, cl.Namespace, cl.Name, cl.Subresource, cl.Status))
+					lines = append(lines, fmt.Sprintf("    %s %s %s %s/%s/%s %d uid=%s rv=%s", cl.Kind, cl.Verb, cl.Resource, cl.Namespace, cl.Name, cl.Subresource, cl.Status, cl.UID, cl.ResourceVersion))
+					// A successful create, update or patch carries the version it made.
+					if cl.Kind == span.CallAPI && cl.IsWrite() && cl.Verb != "DELETE" && cl.Status/100 == 2 {
+						writes++
+						if !versions[objectVersion{cl.UID, cl.ResourceVersion}] {
+							t.Errorf("%s %s %s/%s: uid %q resourceVersion %q is no version the API server had", cl.Verb, cl.Resource, cl.Name, cl.Subresource, cl.UID, cl.ResourceVersion)
+						}
+					}
 					switch {
 					case sp.Controller == "replicaset" && cl.Verb == "POST" && cl.Resource == "pods" && cl.Status == 201:
 						podCreates++
@@ -139,6 +173,9 @@ func TestKubeControllerManager(t *testing.T) {
 			if waited < (depSpans+rsSpans)/2 {
 				t.Errorf("only %d of %d spans have a queue wait from the work queue's adds", waited, depSpans+rsSpans)
 			}
+			if writes == 0 {
+				t.Error("no write call checked")
+			}
 			if statusUpdates == 0 {
 				t.Error("no status update nested in any span")
 			}
@@ -160,4 +197,59 @@ func waitPods(t *testing.T, c client.Client, ns string, n int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("no %d pods in %s after 30s", n, ns)
+}
+
+// objectVersion is one version of one object.
+type objectVersion struct{ uid, resourceVersion string }
+
+// watchVersions watches the deployments, replicasets and pods of namespace ns from now on and
+// returns a function that stops the watches and gives every version they delivered.
+func watchVersions(t *testing.T, env *testenv.Env, ns string) func() map[objectVersion]bool {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		mu       sync.Mutex
+		versions = map[objectVersion]bool{}
+		wg       sync.WaitGroup
+	)
+	for _, w := range []func(context.Context, metav1.ListOptions) (watch.Interface, error){
+		cs.AppsV1().Deployments(ns).Watch, cs.AppsV1().ReplicaSets(ns).Watch, cs.CoreV1().Pods(ns).Watch,
+	} {
+		wi, err := w(ctx, metav1.ListOptions{})
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer wi.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case ev, ok := <-wi.ResultChan():
+					if !ok {
+						t.Error("a watch ended early: versions may be missing")
+						return
+					}
+					if o, ok := ev.Object.(metav1.Object); ok {
+						mu.Lock()
+						versions[objectVersion{string(o.GetUID()), o.GetResourceVersion()}] = true
+						mu.Unlock()
+					}
+				}
+			}
+		}()
+	}
+	return func() map[objectVersion]bool {
+		time.Sleep(500 * time.Millisecond) // the last events arrive
+		cancel()
+		wg.Wait()
+		return versions
+	}
 }
