@@ -11,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -202,7 +203,8 @@ func waitPods(t *testing.T, c client.Client, ns string, n int) {
 // objectVersion is one version of one object.
 type objectVersion struct{ uid, resourceVersion string }
 
-// watchVersions watches the deployments, replicasets and pods of namespace ns from now on and
+// watchVersions watches the deployments, replicasets, pods, statefulsets, daemonsets,
+// controllerrevisions and jobs of namespace ns from now on and
 // returns a function that stops the watches and gives every version they delivered.
 func watchVersions(t *testing.T, env *testenv.Env, ns string) func() map[objectVersion]bool {
 	t.Helper()
@@ -218,6 +220,8 @@ func watchVersions(t *testing.T, env *testenv.Env, ns string) func() map[objectV
 	)
 	for _, w := range []func(context.Context, metav1.ListOptions) (watch.Interface, error){
 		cs.AppsV1().Deployments(ns).Watch, cs.AppsV1().ReplicaSets(ns).Watch, cs.CoreV1().Pods(ns).Watch,
+		cs.AppsV1().StatefulSets(ns).Watch, cs.AppsV1().DaemonSets(ns).Watch, cs.AppsV1().ControllerRevisions(ns).Watch,
+		cs.BatchV1().Jobs(ns).Watch,
 	} {
 		wi, err := w(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -251,5 +255,124 @@ func watchVersions(t *testing.T, env *testenv.Env, ns string) func() map[objectV
 		cancel()
 		wg.Wait()
 		return versions
+	}
+}
+
+// TestKubeControllerManagerWorkloads: the statefulset, daemonset and job controllers of a
+// stripped kube-controller-manager read their object through client-go's listers: their spans
+// carry the object's UID as the API server has it, and a version the API server had; their
+// writes carry the versions they made.
+func TestKubeControllerManagerWorkloads(t *testing.T) {
+	bpftest.Require(t)
+	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"statefulset", "daemonset", "job"}, StrippedControllerManager: true})
+	s := &sink{}
+	tr, err := tracer.New(tracer.Options{Writer: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if _, err := tr.TracePID(env.ControllerManagerPID); err != nil {
+		t.Fatalf("trace kube-controller-manager: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+
+	const ns = "kcm-workloads"
+	c, bg := env.Client, context.Background()
+	if err := c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	seen := watchVersions(t, env, ns)
+	one := int32(1)
+	template := func(app string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": app}},
+			Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: app, Image: "busybox"}}}}
+	}
+	always := func(app string) corev1.PodTemplateSpec {
+		pt := template(app)
+		pt.Spec.RestartPolicy = corev1.RestartPolicyAlways
+		return pt
+	}
+	selector := func(app string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{"app": app}}
+	}
+	objs := map[string]client.Object{
+		"statefulset": &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+			Spec: appsv1.StatefulSetSpec{Replicas: &one, Selector: selector("db"), Template: always("db")}},
+		"daemonset": &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "agent"},
+			Spec: appsv1.DaemonSetSpec{Selector: selector("agent"), Template: always("agent")}},
+		"job": &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "once"},
+			Spec: batchv1.JobSpec{Template: template("once")}},
+	}
+	for _, o := range objs {
+		if err := c.Create(bg, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each controller reconciles its object at least once, and the first syncs' writes settle.
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		got := map[string]bool{}
+		for _, sp := range s.snapshot() {
+			if sp.Namespace == ns && sp.UID != "" {
+				got[sp.Controller] = true
+			}
+		}
+		if len(got) == len(objs) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	versions := seen()
+
+	spans := map[string]int{}
+	writes := 0
+	var lines []string
+	for _, sp := range s.snapshot() {
+		if sp.Namespace != ns {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s %s/%s uid=%s rv=%s %s calls=%d", sp.Controller, sp.Namespace, sp.Name, sp.UID, sp.ResourceVersion, sp.Result, len(sp.Calls)))
+		for _, cl := range sp.Calls {
+			lines = append(lines, fmt.Sprintf("    %s %s %s %s/%s/%s %d uid=%s rv=%s", cl.Kind, cl.Verb, cl.Resource, cl.Namespace, cl.Name, cl.Subresource, cl.Status, cl.UID, cl.ResourceVersion))
+			if cl.Kind == span.CallAPI && cl.IsWrite() && cl.Verb != "DELETE" && cl.Status/100 == 2 {
+				writes++
+				if !versions[objectVersion{cl.UID, cl.ResourceVersion}] {
+					t.Errorf("%s span: %s %s %s/%s: uid %q resourceVersion %q is no version the API server had", sp.Controller, cl.Verb, cl.Resource, cl.Name, cl.Subresource, cl.UID, cl.ResourceVersion)
+				}
+			}
+		}
+		o, ok := objs[sp.Controller]
+		if !ok || sp.Name != o.GetName() {
+			t.Errorf("%s span for %q", sp.Controller, sp.Name)
+			continue
+		}
+		spans[sp.Controller]++
+		if sp.UID == "" && len(sp.Calls) == 0 && sp.Result == span.ResultError {
+			continue // failed before reading its object (see TestKubeControllerManager)
+		}
+		if sp.UID != string(o.GetUID()) {
+			t.Errorf("%s span of %s: uid %q, the API server's is %q", sp.Controller, sp.Name, sp.UID, o.GetUID())
+		}
+		if !versions[objectVersion{sp.UID, sp.ResourceVersion}] {
+			t.Errorf("%s span of %s read resourceVersion %q: no such version was watched", sp.Controller, sp.Name, sp.ResourceVersion)
+		}
+	}
+	for ctl := range objs {
+		if spans[ctl] == 0 {
+			t.Errorf("no %s span", ctl)
+		}
+	}
+	if writes == 0 {
+		t.Error("no write call checked")
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("spans:\n%s", strings.Join(lines, "\n"))
 	}
 }
