@@ -18,6 +18,9 @@ type moduledata struct {
 	sects         []textSect
 	itablinks     uint64 // address of the []*itab backing array; 0 if not found
 	nitabs        uint64
+	// itabs, itabsEnd: Go 1.27+ has no itablinks: the linker lays the itabs out one after
+	// another in the type data, at types+itaboffset for itabsize bytes.
+	itabs, itabsEnd uint64
 }
 
 func (md *moduledata) textMapper() textMapper {
@@ -62,21 +65,40 @@ func (b *Binary) readModuledata() (*moduledata, error) {
 		return nil, fmt.Errorf("%w: runtime.firstmoduledata has no text range", ErrTruncated)
 	}
 
-	// types, etypes: after gcbss. Go 1.20+ has covctrs/ecovctrs before end.
+	// Go 1.27+: types, typedesclen, etypes, itaboffset, itabsize after gcbss (word 36), then
+	// rodata, gofunc, epclntab and textsectmap; typelinks and itablinks are gone.
+	go127 := false
+	if b.goMinor >= 27 || b.goMinor == 0 {
+		t, e, off, size := w(37), w(39), w(40), w(41)
+		if t != 0 && t <= e && e-t <= uint64(b.size) && b.mapped(t) && off+size <= e-t && w(38) <= e-t {
+			md.types, md.etypes = t, e
+			if size > 0 {
+				md.itabs, md.itabsEnd = t+off, t+off+size
+			}
+			go127 = true
+		}
+	}
+	// Before: types, etypes after gcbss. Go 1.20+ has covctrs/ecovctrs before end.
 	typesIdx := []int{37, 35}
 	if b.goMinor >= 17 && b.goMinor < 20 {
 		typesIdx = []int{35, 37}
 	}
 	for _, i := range typesIdx {
+		if go127 {
+			break
+		}
 		t, e := w(i), w(i+1)
 		if t != 0 && t <= e && e-t <= uint64(b.size) && b.mapped(t) {
 			md.types, md.etypes = t, e
 			break
 		}
 	}
-	// textsectmap, then typelinks, then itablinks (three slice headers in a row).
+	// textsectmap, then typelinks, then itablinks (three slice headers in a row; Go 1.27+:
+	// textsectmap only).
 	var tsIdx []int
 	switch {
+	case go127:
+		tsIdx = []int{45}
 	case b.goMinor >= 20 || b.goMinor == 0:
 		tsIdx = []int{42, 41, 39, 37}
 	case b.goMinor >= 18:
@@ -108,6 +130,9 @@ func (b *Binary) readModuledata() (*moduledata, error) {
 			continue
 		}
 		md.sects = sects
+		if go127 {
+			break
+		}
 		ip, il, ic := w(i+6), w(i+7), w(i+8)
 		if ip != 0 && il == ic && il <= uint64(b.size)/8 && b.mapped(ip) {
 			md.itablinks, md.nitabs = ip, il

@@ -18,6 +18,11 @@ func TestOlderGo(t *testing.T) {
 	if versions == "" {
 		t.Skip("set RECONSCOPE_OLD_GO to a comma-separated list of Go versions to build fixtures with")
 	}
+	testGoReleases(t, strings.Split(versions, ","))
+}
+
+// testGoReleases runs TestOlderGo's checks on the fixture program built with each release.
+func testGoReleases(t *testing.T, versions []string) {
 	src := t.TempDir()
 	for _, f := range []string{"main.go", "nocgo.go"} {
 		data, err := os.ReadFile(filepath.Join("testdata", "prog", f))
@@ -31,7 +36,7 @@ func TestOlderGo(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module oldprog\n\ngo 1.18\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, v := range strings.Split(versions, ",") {
+	for _, v := range versions {
 		for _, arch := range []string{"amd64", "arm64"} {
 			t.Run(v+"-"+arch, func(t *testing.T) {
 				buildOld := func(name string, flags ...string) string {
@@ -75,6 +80,11 @@ func TestOlderGo(t *testing.T) {
 					for _, it := range list {
 						if it.Interface == "error" {
 							names[stripped] = append(names[stripped], it.Type)
+							// As the collector names an error's type: through the itab's
+							// type pointer in the process memory (here the file's bytes).
+							if name, err := b.ItabTypeName(memOf(t, b), 0, it.Addr); err != nil || name != it.Type {
+								t.Errorf("ItabTypeName(%#x) = %q, %v; want %q", it.Addr, name, err, it.Type)
+							}
 						}
 					}
 					// Unstripped: from DWARF. Stripped: from the table if it has this release

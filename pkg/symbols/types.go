@@ -200,6 +200,9 @@ func (b *Binary) itablinks() ([]uint64, error) {
 		if err != nil {
 			return nil, err
 		}
+		if md.itabs != 0 {
+			return b.itabRegion(md.itabs, md.itabsEnd)
+		}
 		start, n = md.itablinks, md.nitabs
 	}
 	if n == 0 {
@@ -217,6 +220,47 @@ func (b *Binary) itablinks() ([]uint64, error) {
 		if p != 0 {
 			out = append(out, p)
 		}
+	}
+	return out, nil
+}
+
+// abi.ITab on 64-bit targets: Inter *InterfaceType; Type *Type; Hash uint32; Fun [1]uintptr
+// (variable sized: one word per method of the interface, one when Fun[0] is 0). The
+// interface's method count is the length of abi.InterfaceType.Methods, after the embedded
+// abi.Type and PkgPath.
+const (
+	abiITabSize          = 32
+	abiInterMethodsLenAt = abiTypeSize + 8 + 8
+)
+
+// itabRegion lists the itabs laid out one after another in [start, end) (Go 1.27+).
+func (b *Binary) itabRegion(start, end uint64) ([]uint64, error) {
+	if end-start > uint64(b.size) {
+		return nil, fmt.Errorf("%w: itab region of %d bytes", ErrTruncated, end-start)
+	}
+	var out []uint64
+	for p := start; p+abiITabSize <= end; {
+		inter, err := b.readPtr(p)
+		if err != nil {
+			return nil, err
+		}
+		fun0, err := b.readPtr(p + 24)
+		if err != nil {
+			return nil, err
+		}
+		size := uint64(abiITabSize)
+		if fun0 != 0 {
+			n, err := b.readPtr(inter + abiInterMethodsLenAt)
+			if err != nil {
+				return nil, fmt.Errorf("itab at %#x: interface: %w", p, err)
+			}
+			if n == 0 || n > 1<<16 {
+				return nil, fmt.Errorf("%w: itab at %#x: interface of %d methods", ErrTruncated, p, n)
+			}
+			size += (n - 1) * 8
+		}
+		out = append(out, p)
+		p += size
 	}
 	return out, nil
 }
