@@ -3,10 +3,12 @@ package exporter
 import (
 	"container/list"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -32,6 +34,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
+	"github.com/reconscope/reconscope/pkg/lifeline"
 	"github.com/reconscope/reconscope/pkg/span"
 )
 
@@ -87,8 +90,22 @@ const (
 	attrLinkType        = attribute.Key("reconscope.link.type")
 )
 
-// linkPreviousReconcile is the reconscope.link.type of the link to the previous reconcile.
-const linkPreviousReconcile = "previous_reconcile"
+// reconscope.link.type values.
+const (
+	// linkPreviousReconcile: from a reconcile to the previous reconcile of its object.
+	linkPreviousReconcile = "previous_reconcile"
+	// linkReadVersion: from a reconcile to the lifeline span of the version of its object it
+	// read (its trigger).
+	linkReadVersion = "read_version"
+	// linkWroteVersion: from a reconcile and from a write call to the lifeline span of the
+	// version the write made.
+	linkWroteVersion = "wrote_version"
+	// linkWriter: from a lifeline span to the call span that made its version.
+	linkWriter = "writer"
+)
+
+// attrLifelineWriterController names, on a lifeline span, the controller that wrote the version.
+const attrLifelineWriterController = attribute.Key("reconscope.lifeline.writer")
 
 // RetryOptions tunes the OTLP exporter's retries of a failed batch (exponential backoff).
 type RetryOptions struct {
@@ -241,7 +258,12 @@ type OTLPExporter struct {
 	mu        sync.Mutex
 	providers *lru[processKey, trace.Tracer]
 	links     *lru[objectKey, trace.SpanContext]
+	// versions are the object versions whose lifeline span was exported, so a write that
+	// returns a version already seen (a no-op update or patch) does not export its ID twice.
+	versions *lru[objectVersion, struct{}]
 }
+
+type objectVersion struct{ uid, resourceVersion string }
 
 type processKey struct {
 	pid                 uint32
@@ -310,6 +332,7 @@ func NewOTLP(ctx context.Context, opts OTLPOptions) (*OTLPExporter, error) {
 		acct:      acct,
 		providers: newLRU[processKey, trace.Tracer](positive(opts.MaxResources, DefaultOTLPMaxResources)),
 		links:     newLRU[objectKey, trace.SpanContext](positive(opts.MaxLinks, DefaultOTLPMaxLinks)),
+		versions:  newLRU[objectVersion, struct{}](positive(opts.MaxLinks, DefaultOTLPMaxLinks)),
 	}, nil
 }
 
@@ -517,7 +540,18 @@ func newOTLPClient(proto Protocol, opts OTLPOptions) (otlptrace.Client, error) {
 // for the network. A reconcile that does not fit in the queue is dropped whole, counted in
 // Stats().Dropped, and Write returns nil (a full queue is not the caller's error).
 func (e *OTLPExporter) Write(s *span.Span) error {
-	n := 1 + len(s.Calls)
+	writes := versionWrites(s)
+	e.mu.Lock()
+	var made []int // the writes whose lifeline span this exporter makes
+	for _, i := range writes {
+		v := objectVersion{s.Calls[i].UID, s.Calls[i].ResourceVersion}
+		if _, seen := e.versions.get(v); !seen {
+			e.versions.put(v, struct{}{})
+			made = append(made, i)
+		}
+	}
+	e.mu.Unlock()
+	n := 1 + len(s.Calls) + len(made)
 	e.life.RLock()
 	defer e.life.RUnlock()
 	if e.closed {
@@ -549,10 +583,19 @@ func (e *OTLPExporter) Write(s *span.Span) error {
 			Attributes:  []attribute.KeyValue{attrLinkType.String(linkPreviousReconcile)},
 		}))
 	}
+	if s.UID != "" && s.ResourceVersion != "" {
+		startOpts = append(startOpts, trace.WithLinks(versionLink(s.UID, s.ResourceVersion, linkReadVersion)))
+	}
+	for _, i := range writes {
+		startOpts = append(startOpts, trace.WithLinks(versionLink(s.Calls[i].UID, s.Calls[i].ResourceVersion, linkWroteVersion)))
+	}
 	ctx, root := tracer.Start(context.Background(), "reconcile "+s.Controller, startOpts...)
 
 	if len(s.Calls) > 0 {
-		e.writeCalls(ctx, tracer, root, s.Calls)
+		calls := e.writeCalls(ctx, tracer, root, s.Calls, writes)
+		for _, i := range made {
+			e.writeVersion(tracer, s, &s.Calls[i], calls[i])
+		}
 	}
 
 	switch s.Result {
@@ -586,7 +629,98 @@ func (e *OTLPExporter) Write(s *span.Span) error {
 // writeCalls makes a span per call, nested as the calls were: a call of depth d is the child of
 // the enclosing call of depth d-1 on the same goroutine, a call of depth 0 the child of the
 // reconcile (also when a goroutine the reconcile started made it).
-func (e *OTLPExporter) writeCalls(ctx context.Context, tracer trace.Tracer, root trace.Span, calls []span.Call) {
+// versionWrites returns the indexes of the calls that made a new version of an object: API
+// writes whose response gave the object's UID and resourceVersion. A write of the reconciled
+// object that returned the very version the reconcile read changed nothing (a no-op update or
+// patch) and made no version.
+func versionWrites(s *span.Span) []int {
+	var w []int
+	for i := range s.Calls {
+		c := &s.Calls[i]
+		if c.Kind != span.CallAPI || !c.IsWrite() || c.UID == "" || c.ResourceVersion == "" || c.Status >= 300 {
+			continue
+		}
+		if c.UID == s.UID && c.ResourceVersion == s.ResourceVersion {
+			continue
+		}
+		w = append(w, i)
+	}
+	return w
+}
+
+func versionLink(uid, resourceVersion, typ string) trace.Link {
+	return trace.Link{
+		SpanContext: lifeline.Version(uid, resourceVersion),
+		Attributes: []attribute.KeyValue{attrLinkType.String(typ), attrObjectUID.String(uid),
+			attrObjectRV.String(resourceVersion)},
+	}
+}
+
+// writeVersion makes the lifeline span of the version call c made: in the object's lifeline
+// trace, with the IDs derived from (UID, resourceVersion), linked to the call's span.
+func (e *OTLPExporter) writeVersion(tracer trace.Tracer, s *span.Span, c *span.Call, call trace.Span) {
+	v := lifeline.Version(c.UID, c.ResourceVersion)
+	ctx := context.WithValue(context.Background(), derivedIDsKey{}, v)
+	attrs := []attribute.KeyValue{
+		attrLifelineWriterController.String(s.Controller),
+		attrController.String(s.Controller),
+		attrCallVerb.String(c.Verb),
+		attrCallResource.String(c.Resource),
+		attrObjectName.String(c.Name),
+		attrObjectUID.String(c.UID),
+		attrObjectRV.String(c.ResourceVersion),
+	}
+	if c.Subresource != "" {
+		attrs = append(attrs, attrCallSubres.String(c.Subresource))
+	}
+	if c.Namespace != "" {
+		attrs = append(attrs, attrObjectNamespace.String(c.Namespace))
+	}
+	if s.ReconcileID != "" {
+		attrs = append(attrs, attrReconcileID.String(s.ReconcileID))
+	}
+	start := e.clock.Wall(c.Start)
+	_, sp := tracer.Start(ctx, callSpanName(c),
+		trace.WithNewRoot(),
+		trace.WithTimestamp(start),
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attrs...),
+		trace.WithLinks(trace.Link{SpanContext: call.SpanContext(), Attributes: []attribute.KeyValue{attrLinkType.String(linkWriter)}}))
+	sp.End(trace.WithTimestamp(start.Add(c.Duration)))
+}
+
+// derivedIDsKey marks a context whose next root span takes the IDs of the span context it
+// holds (a lifeline version), instead of random ones.
+type derivedIDsKey struct{}
+
+// idGenerator gives random IDs, except to a root span started with derivedIDsKey.
+type idGenerator struct{}
+
+func (idGenerator) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
+	if v, ok := ctx.Value(derivedIDsKey{}).(trace.SpanContext); ok {
+		return v.TraceID(), v.SpanID()
+	}
+	var t trace.TraceID
+	binary.NativeEndian.PutUint64(t[:8], rand.Uint64())
+	binary.NativeEndian.PutUint64(t[8:], rand.Uint64())
+	return t, randomSpanID()
+}
+
+func (idGenerator) NewSpanID(context.Context, trace.TraceID) trace.SpanID { return randomSpanID() }
+
+func randomSpanID() trace.SpanID {
+	var s trace.SpanID
+	for !s.IsValid() {
+		binary.NativeEndian.PutUint64(s[:], rand.Uint64())
+	}
+	return s
+}
+
+func (e *OTLPExporter) writeCalls(ctx context.Context, tracer trace.Tracer, root trace.Span, calls []span.Call, writes []int) []trace.Span {
+	wrote := map[int]bool{}
+	for _, i := range writes {
+		wrote[i] = true
+	}
 	order := make([]int, len(calls))
 	for i := range order {
 		order[i] = i
@@ -616,10 +750,15 @@ func (e *OTLPExporter) writeCalls(ctx context.Context, tracer trace.Tracer, root
 		if c.Kind != span.CallAPI && c.Kind != "" {
 			kind = trace.SpanKindInternal // served from the informer cache, in process
 		}
-		_, spans[i] = tracer.Start(parent, callSpanName(c),
+		opts := []trace.SpanStartOption{
 			trace.WithTimestamp(e.clock.Wall(c.Start)),
 			trace.WithSpanKind(kind),
-			trace.WithAttributes(callAttributes(c)...))
+			trace.WithAttributes(callAttributes(c)...),
+		}
+		if wrote[i] {
+			opts = append(opts, trace.WithLinks(versionLink(c.UID, c.ResourceVersion, linkWroteVersion)))
+		}
+		_, spans[i] = tracer.Start(parent, callSpanName(c), opts...)
 		stacks[c.Goroutine] = append(stack, i)
 	}
 	// End inner calls first, so each span ends before its parent.
@@ -632,6 +771,7 @@ func (e *OTLPExporter) writeCalls(ctx context.Context, tracer trace.Tracer, root
 		}
 		spans[i].End(trace.WithTimestamp(e.clock.Wall(c.Start).Add(c.Duration)))
 	}
+	return spans
 }
 
 // tracerLocked returns the tracer of s's process, making its TracerProvider on first use.
@@ -651,6 +791,7 @@ func (e *OTLPExporter) tracerLocked(s *span.Span, service string) trace.Tracer {
 		// reconscope samples by what a reconcile did (NewSampler), after the fact; the SDK's
 		// head sampler (OTEL_TRACES_SAMPLER) would drop errors at random, so it is not used.
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithIDGenerator(idGenerator{}),
 	)
 	t := tp.Tracer(instrumentationScope)
 	e.providers.put(k, t)

@@ -1,0 +1,229 @@
+package integration
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+// otlpReceiver is an OTLP/gRPC trace server that keeps every span it receives.
+type otlpReceiver struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans []*tracepb.Span
+}
+
+func (r *otlpReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			r.spans = append(r.spans, ss.GetSpans()...)
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+func startReceiver(t *testing.T) (*otlpReceiver, string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &otlpReceiver{}
+	s := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(s, r)
+	go func() { _ = s.Serve(l) }()
+	t.Cleanup(s.Stop)
+	return r, l.Addr().String()
+}
+
+// tee writes each span to every writer.
+type tee []exporter.Writer
+
+func (w tee) Write(s *span.Span) error {
+	for _, x := range w {
+		if err := x.Write(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func attrs(kvs []*commonpb.KeyValue) map[string]string {
+	m := map[string]string{}
+	for _, kv := range kvs {
+		m[kv.GetKey()] = kv.GetValue().GetStringValue()
+	}
+	return m
+}
+
+// The documented derivation (docs/lifelines.md), computed here independently of pkg/lifeline.
+func lifelineTraceID(uid string) string {
+	sum := sha256.Sum256([]byte("reconscope.lifeline.v1\x00" + uid))
+	return hex.EncodeToString(sum[:16])
+}
+
+func versionSpanID(uid, rv string) string {
+	sum := sha256.Sum256([]byte("reconscope.version.v1\x00" + uid + "\x00" + rv))
+	return hex.EncodeToString(sum[:8])
+}
+
+// TestLifelinesAcrossControllers traces a stripped kube-controller-manager exporting over OTLP
+// to a real gRPC receiver while a Deployment is created: the deployment controller's create of
+// the ReplicaSet is a span in the ReplicaSet's lifeline trace (IDs derived from the API
+// server's UID and the version the create made), and the replicaset controller's reconcile
+// that read that version links to it: one causal graph across two controllers, joined by
+// derived IDs only.
+func TestLifelinesAcrossControllers(t *testing.T) {
+	bpftest.Require(t)
+	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: true})
+	recv, addr := startReceiver(t)
+	s := &sink{}
+	var w tee
+	tr, err := tracer.New(tracer.Options{Writer: &w, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	otlp, err := exporter.NewOTLP(context.Background(), exporter.OTLPOptions{Endpoint: addr, Protocol: exporter.ProtocolGRPC,
+		Insecure: true, Clock: tr.Clock(), BatchTimeout: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w = tee{s, otlp}
+	if _, err := tr.TracePID(env.ControllerManagerPID); err != nil {
+		t.Fatalf("trace kube-controller-manager: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+
+	const ns = "lifelines"
+	c, bg := env.Client, context.Background()
+	if err := c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	seen := watchVersions(t, env, ns)
+	labels := map[string]string{"app": "web"}
+	replicas := int32(2)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}},
+	}
+	if err := c.Create(bg, dep); err != nil {
+		t.Fatal(err)
+	}
+	waitPods(t, c, ns, 2)
+	time.Sleep(1500 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(bg, 30*time.Second)
+	defer scancel()
+	if err := otlp.Shutdown(sctx); err != nil {
+		t.Fatalf("flush OTLP: %v", err)
+	}
+	versions := seen()
+	var rsList appsv1.ReplicaSetList
+	if err := c.List(bg, &rsList, client.InNamespace(ns)); err != nil || len(rsList.Items) != 1 {
+		t.Fatalf("replicasets: %v (%d)", err, len(rsList.Items))
+	}
+	rsUID := string(rsList.Items[0].UID)
+
+	recv.mu.Lock()
+	got := append([]*tracepb.Span(nil), recv.spans...)
+	recv.mu.Unlock()
+	byID := map[string]*tracepb.Span{}
+	for _, sp := range got {
+		byID[hex.EncodeToString(sp.GetSpanId())] = sp
+	}
+	linksOf := func(sp *tracepb.Span, typ string) []*tracepb.Span_Link {
+		var ls []*tracepb.Span_Link
+		for _, l := range sp.GetLinks() {
+			if attrs(l.GetAttributes())["reconscope.link.type"] == typ {
+				ls = append(ls, l)
+			}
+		}
+		return ls
+	}
+	var lines []string
+	var rsCreate *tracepb.Span
+	lifelines := 0
+	for _, sp := range got {
+		a := attrs(sp.GetAttributes())
+		if sp.GetKind() != tracepb.Span_SPAN_KIND_PRODUCER {
+			continue
+		}
+		lifelines++
+		uid, rv := a["k8s.object.uid"], a["k8s.object.resource_version"]
+		lines = append(lines, fmt.Sprintf("lifeline %s by %s: %s@%s trace %x span %x", sp.GetName(), a["reconscope.lifeline.writer"], uid, rv, sp.GetTraceId(), sp.GetSpanId()))
+		// Every lifeline span is a version the API server had, under the derived IDs.
+		if !versions[objectVersion{uid, rv}] {
+			t.Errorf("lifeline span %s: %s@%s is no version the API server had", sp.GetName(), uid, rv)
+		}
+		if hex.EncodeToString(sp.GetTraceId()) != lifelineTraceID(uid) || hex.EncodeToString(sp.GetSpanId()) != versionSpanID(uid, rv) {
+			t.Errorf("lifeline span %s of %s@%s: IDs %x/%x, want the derived %s/%s", sp.GetName(), uid, rv, sp.GetTraceId(), sp.GetSpanId(), lifelineTraceID(uid), versionSpanID(uid, rv))
+		}
+		// ... linked to the call span that wrote it.
+		w := linksOf(sp, "writer")
+		if len(w) != 1 || byID[hex.EncodeToString(w[0].GetSpanId())] == nil || byID[hex.EncodeToString(w[0].GetSpanId())].GetName() != sp.GetName() {
+			t.Errorf("lifeline span %s of %s@%s: writer links %v", sp.GetName(), uid, rv, w)
+		}
+		if uid == rsUID && sp.GetName() == "POST replicasets" && a["reconscope.lifeline.writer"] == "deployment" {
+			rsCreate = sp
+		}
+	}
+	if rsCreate == nil {
+		t.Fatalf("no lifeline span of the deployment controller's create of ReplicaSet %s among %d:\n%s", rsUID, lifelines, strings.Join(lines, "\n"))
+	}
+	// The replicaset controller's reconcile of the version the create made links to it.
+	triggered := 0
+	for _, sp := range got {
+		a := attrs(sp.GetAttributes())
+		if sp.GetName() != "reconcile replicaset" {
+			continue
+		}
+		if a["k8s.object.uid"] != rsUID {
+			t.Errorf("replicaset reconcile with uid %q, the API server's is %q", a["k8s.object.uid"], rsUID)
+		}
+		for _, l := range linksOf(sp, "read_version") {
+			lines = append(lines, fmt.Sprintf("reconcile replicaset read %s@%s", attrs(l.GetAttributes())["k8s.object.uid"], attrs(l.GetAttributes())["k8s.object.resource_version"]))
+			if string(l.GetTraceId()) == string(rsCreate.GetTraceId()) && string(l.GetSpanId()) == string(rsCreate.GetSpanId()) {
+				triggered++
+			}
+		}
+	}
+	if triggered == 0 {
+		t.Errorf("no replicaset reconcile links to the deployment controller's create (%x/%x)", rsCreate.GetTraceId(), rsCreate.GetSpanId())
+	}
+	if t.Failed() || testing.Verbose() {
+		t.Logf("%d spans received:\n%s", len(got), strings.Join(lines, "\n"))
+	}
+}
