@@ -210,6 +210,9 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 		if sp.GetName() != "reconcile replicaset" {
 			continue
 		}
+		if a["k8s.object.uid"] == "" && sp.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR && len(childrenOf(got, sp)) == 0 {
+			continue // failed before reading its object (see TestKubeControllerManager)
+		}
 		if a["k8s.object.uid"] != rsUID {
 			t.Errorf("replicaset reconcile with uid %q, the API server's is %q", a["k8s.object.uid"], rsUID)
 		}
@@ -226,4 +229,15 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 	if t.Failed() || testing.Verbose() {
 		t.Logf("%d spans received:\n%s", len(got), strings.Join(lines, "\n"))
 	}
+}
+
+// childrenOf returns the spans whose parent is sp.
+func childrenOf(all []*tracepb.Span, sp *tracepb.Span) []*tracepb.Span {
+	var out []*tracepb.Span
+	for _, c := range all {
+		if string(c.GetParentSpanId()) == string(sp.GetSpanId()) && string(c.GetTraceId()) == string(sp.GetTraceId()) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
