@@ -75,7 +75,9 @@ func TestOTLPLifelines(t *testing.T) {
 		}
 		return ids
 	}
-	ref := func(uid, rv string) string { return lifeline.TraceID(uid).String() + "/" + lifeline.SpanID(uid, rv).String() }
+	ref := func(uid, rv string) string {
+		return lifeline.TraceID(uid).String() + "/" + lifeline.SpanID(uid, rv).String()
+	}
 
 	// The deployment controller's writes made rs@6 and dep@7.
 	rs6, dep7 := lifelineSpan(rs, "6"), lifelineSpan(dep, "7")
