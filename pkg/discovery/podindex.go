@@ -26,7 +26,8 @@ type PodInfo struct {
 	Name string
 	// UID is the pod's UID (metadata.uid).
 	UID string
-	// Container is the container's name in the pod spec; "" from [PodIndex.LookupPod].
+	// Container is the container's name in the pod spec. [PodIndex.LookupPod] knows it only
+	// for a pod with one container and no init or ephemeral containers; else "".
 	Container string
 	// Labels are the pod's labels. The map is the caller's own copy.
 	Labels map[string]string
@@ -229,7 +230,10 @@ func (x *PodIndex) Lookup(containerID string) (PodInfo, bool) {
 	return info, true
 }
 
-// LookupPod returns the pod whose UID is uid, with Container left empty.
+// LookupPod returns the pod whose UID is uid. Container is the name of the pod's only
+// container when it has one and no init or ephemeral containers (then any process in the pod
+// runs in it, known before the kubelet reports the container's ID: a restarted controller's
+// first reconciles are named), else "".
 func (x *PodIndex) LookupPod(uid string) (PodInfo, bool) {
 	if x.informer == nil || uid == "" {
 		return PodInfo{}, false
@@ -242,7 +246,11 @@ func (x *PodIndex) LookupPod(uid string) (PodInfo, bool) {
 	if !ok {
 		return PodInfo{}, false
 	}
-	return podInfo(pod), true
+	info := podInfo(pod)
+	if len(pod.Spec.Containers) == 1 && len(pod.Spec.InitContainers) == 0 && len(pod.Spec.EphemeralContainers) == 0 {
+		info.Container = pod.Spec.Containers[0].Name
+	}
+	return info, true
 }
 
 // report records the outcome of one list or watch call: the first failure after success is
@@ -330,6 +338,29 @@ func indexPodUID(obj any) ([]string, error) {
 // slimPod keeps only what the index needs of a pod, so the cache of a busy node stays small:
 // identity, labels, the resource.opentelemetry.io/ annotations, the controller owner
 // reference, node, and the name and ID of each container status. It is idempotent.
+// containerNames keeps the names of cs, the one field of a container spec the index reads.
+func containerNames(cs []corev1.Container) []corev1.Container {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.Container{Name: c.Name}
+	}
+	return out
+}
+
+func ephemeralNames(cs []corev1.EphemeralContainer) []corev1.EphemeralContainer {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make([]corev1.EphemeralContainer, len(cs))
+	for i, c := range cs {
+		out[i] = corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: c.Name}}
+	}
+	return out
+}
+
 func slimPod(obj any) (any, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -361,7 +392,12 @@ func slimPod(obj any) (any, error) {
 			OwnerReferences:   owners,
 			DeletionTimestamp: pod.DeletionTimestamp,
 		},
-		Spec: corev1.PodSpec{NodeName: pod.Spec.NodeName},
+		Spec: corev1.PodSpec{
+			NodeName:            pod.Spec.NodeName,
+			Containers:          containerNames(pod.Spec.Containers),
+			InitContainers:      containerNames(pod.Spec.InitContainers),
+			EphemeralContainers: ephemeralNames(pod.Spec.EphemeralContainers),
+		},
 		Status: corev1.PodStatus{
 			ContainerStatuses:          slim(pod.Status.ContainerStatuses),
 			InitContainerStatuses:      slim(pod.Status.InitContainerStatuses),

@@ -141,6 +141,7 @@ func TestPodIndexLookup(t *testing.T) {
 	if _, ok := x.Lookup(""); ok {
 		t.Error("Lookup of an empty ID found a pod")
 	}
+	// A pod with an init container: a process found by its pod UID alone may run in either.
 	if got, ok := x.LookupPod("uid-1"); !ok || !reflect.DeepEqual(got, base) {
 		t.Errorf("LookupPod = %+v, %v; want %+v", got, ok, base)
 	}
@@ -164,6 +165,45 @@ func TestPodIndexLookup(t *testing.T) {
 	waitFor(t, "deleted pod gone from index", func() bool { _, ok := x.Lookup(strings.Repeat("1a", 32)); return !ok })
 }
 
+// TestPodIndexLookupPodOneContainer: before the kubelet reports a container's ID, a process
+// found by its pod UID is named with the pod's container when the pod has only one; with two
+// containers, an init container or an ephemeral container it stays unnamed.
+func TestPodIndexLookupPodOneContainer(t *testing.T) {
+	starting := func(name string, edit func(*corev1.Pod)) *corev1.Pod {
+		p := testPod("ns", name, "uid-"+name, "node-a", '1')
+		p.Spec.InitContainers = nil
+		p.Status = corev1.PodStatus{Phase: corev1.PodPending}
+		if edit != nil {
+			edit(p)
+		}
+		return p
+	}
+	client := fake.NewClientset(
+		starting("one", nil),
+		starting("two", func(p *corev1.Pod) { p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "sidecar"}) }),
+		starting("init", func(p *corev1.Pod) { p.Spec.InitContainers = []corev1.Container{{Name: "setup"}} }),
+		starting("debugged", func(p *corev1.Pod) {
+			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger"}}}
+		}),
+	)
+	x, err := NewPodIndex(PodIndexOptions{Client: client, NodeName: "node-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runIndex(t, x)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !x.WaitSynced(ctx) {
+		t.Fatal("index did not sync")
+	}
+	for name, want := range map[string]string{"one": "manager", "two": "", "init": "", "debugged": ""} {
+		got, ok := x.LookupPod("uid-" + name)
+		if !ok || got.Container != want || got.Name != name {
+			t.Errorf("LookupPod(uid-%s) = %+v, %v; want container %q", name, got, ok, want)
+		}
+	}
+}
+
 func TestPodIndexSlimsPods(t *testing.T) {
 	in := testPod("ns", "p", "u", "n", '1')
 	out, err := slimPod(in)
@@ -171,12 +211,13 @@ func TestPodIndexSlimsPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := out.(*corev1.Pod)
-	if len(p.Annotations) != 1 || len(p.OwnerReferences) != 1 || len(p.Spec.Containers) != 0 || p.Status.Phase != "" || p.Status.ContainerStatuses[0].Image != "" {
+	if len(p.Annotations) != 1 || len(p.OwnerReferences) != 1 || p.Spec.Containers[0].Image != "" || p.Status.Phase != "" || p.Status.ContainerStatuses[0].Image != "" {
 		t.Errorf("slimPod kept fields it does not need: %+v", p)
 	}
 	if p.Name != "p" || p.Namespace != "ns" || p.UID != "u" || p.Spec.NodeName != "n" || p.Labels["app"] != "p" ||
 		p.Status.ContainerStatuses[0].ContainerID != in.Status.ContainerStatuses[0].ContainerID ||
-		p.Annotations["resource.opentelemetry.io/deployment.environment.name"] != "test" || p.OwnerReferences[0].Name != "p-set" {
+		p.Annotations["resource.opentelemetry.io/deployment.environment.name"] != "test" || p.OwnerReferences[0].Name != "p-set" ||
+		p.Spec.Containers[0].Name != "manager" || p.Spec.InitContainers[0].Name != "init" {
 		t.Errorf("slimPod lost fields it needs: %+v", p)
 	}
 	again, _ := slimPod(p)

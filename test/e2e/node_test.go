@@ -96,8 +96,15 @@ func TestDaemonSetOnNode(t *testing.T) {
 	kcm := waitPodReady(t, cs, "kube-system", "kube-controller-manager-"+nodeName, 120*time.Second)
 	t.Logf("kube-controller-manager runs as a static pod: %s uid %s", kcm.Name, kcm.UID)
 
-	// Spans go where the manifest says: OTEL_EXPORTER_OTLP_ENDPOINT, verbatim.
-	rx, _ := startOTLPReceiverOn(t, node.IP+":4317")
+	// Spans go where the manifest says (OTEL_EXPORTER_OTLP_ENDPOINT, verbatim): to a real
+	// OpenTelemetry Collector running deploy/otel-collector's configuration, which forwards them
+	// to a real Jaeger; the test reads them back through Jaeger's API.
+	jaeger := testenv.StartJaeger(t)
+	startExampleCollector(t, jaeger)
+	src := jaegerSpans{t: t, j: jaeger, from: began}
+	// Metrics go where Prometheus finds them: the usual kubernetes-pods job discovers the pods
+	// by their prometheus.io annotations (the manifest's, and the fixture's).
+	prom := startPodDiscoveryPrometheus(t, env)
 
 	// kubectl apply -k: deploy/ with the image overridden.
 	overlay := writeOverlay(t, node.IP)
@@ -105,6 +112,8 @@ func TestDaemonSetOnNode(t *testing.T) {
 	agentPod := waitDaemonSetPod(t, cs, "", 120*time.Second)
 	checkSecurityContext(t, agentPod)
 	t.Logf("agent pod %s Running and Ready on %s", agentPod.Name, agentPod.Spec.NodeName)
+	waitScraped(t, prom, agentPod)
+	agentUse := startUsage(t, agentPod)
 
 	// The fixture as a Deployment of its own namespace.
 	truthDir := t.TempDir()
@@ -124,7 +133,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 			createScripted(t, cs, fmt.Sprintf("warm-up-%d", warmups), "success")
 			last = time.Now()
 		}
-		for _, s := range fixtureRoots(rx, fixturePod) {
+		for _, s := range fixtureRoots(src, fixturePod) {
 			if attrStr(s.resource, "k8s.container.name") != "" {
 				return true, ""
 			}
@@ -147,12 +156,12 @@ func TestDaemonSetOnNode(t *testing.T) {
 			}
 		}
 		var spans []recvSpan
-		for _, s := range fixtureRoots(rx, fixturePod) {
+		for _, s := range fixtureRoots(src, fixturePod) {
 			if scripted[attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name")] {
 				spans = append(spans, s)
 			}
 		}
-		received, requests := rx.all()
+		received, requests := src.all()
 		pods := map[string]int{}
 		for _, s := range received {
 			pods[attrStr(s.resource, "k8s.pod.name")+" "+s.span.GetName()]++
@@ -160,7 +169,24 @@ func TestDaemonSetOnNode(t *testing.T) {
 		return len(recs) > 0 && len(spans) == len(recs), fmt.Sprintf("%d ground-truth records of the scripted objects, %d spans of them naming pod %s (received %d spans in %d requests: %v)",
 			len(recs), len(spans), fixturePod.Name, len(received), requests, pods)
 	})
-	checkPodIdentity(t, rx, fixturePod, scripted)
+	checkPodIdentity(t, src, fixturePod, scripted)
+	// Through Jaeger's API, as a user finds them: "calls" reconciled once with its calls under
+	// it; "fail" three times (two errors, then success), each linked to the one before.
+	truth, _ := groundtruth.ReadFile(truthPath)
+	checkJaegerTrace(t, jaeger, src, fixturePod, "calls", truth)
+	checkJaegerTrace(t, jaeger, src, fixturePod, "fail", truth)
+	waitScraped(t, prom, fixturePod)
+	agentUse.report(t, "tracing kube-controller-manager and the fixture")
+
+	// Restart the operator: the Deployment's next pod is a new process of an executable the
+	// agent has attached, admitted in the kernel at exec. All of its first reconciles (the
+	// initial sync of every ConfigMap of its namespace) are traced: its own
+	// controller_runtime_reconcile_total and reconscope's count for it agree by result, both
+	// as Prometheus scrapes them through pod discovery, and Jaeger holds one span each.
+	fixturePod = restartFixture(t, cs, fixturePod)
+	waitScraped(t, prom, fixturePod)
+	checkRestartedFixture(t, prom, src, fixturePod)
+	checkPodIdentity(t, src, fixturePod, nil)
 
 	// Delete the agent's pod: its links go with it; the DaemonSet's next pod traces again.
 	var zero int64 = 30
@@ -170,7 +196,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	waitGonePod(t, cs, agentPod)
 	checkNoLinks(t, fixtureBinInPod(t, fixturePod))
 	newAgent := waitDaemonSetPod(t, cs, agentPod.Name, 120*time.Second)
-	before := len(fixtureRoots(rx, fixturePod))
+	before := len(fixtureRoots(src, fixturePod))
 	// Ready means serving; the new agent attaches to the running fixture right after its first
 	// /proc scan. A new reconcile every few seconds until one is traced.
 	created, last := 0, time.Time{}
@@ -180,7 +206,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 			createScripted(t, cs, fmt.Sprintf("after-restart-%d", created), "success")
 			last = time.Now()
 		}
-		n := len(fixtureRoots(rx, fixturePod))
+		n := len(fixtureRoots(src, fixturePod))
 		return n > before, fmt.Sprintf("%d spans, %d before the agent's pod %s replaced %s", n, before, newAgent.Name, agentPod.Name)
 	})
 
@@ -444,7 +470,10 @@ func startFixtureDeployment(t *testing.T, cs *kubernetes.Clientset, truthDir str
 			Replicas: &one,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				// Scraped by Prometheus's pod discovery, like the agent: its own
+				// controller_runtime_reconcile_total is the count to compare with.
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
+					"prometheus.io/scrape": "true", "prometheus.io/port": "8080", "prometheus.io/path": "/metrics"}},
 				Spec: corev1.PodSpec{
 					Containers: []corev1.Container{{
 						Name: "manager", Image: fixtureImage, ImagePullPolicy: corev1.PullNever,
@@ -480,8 +509,8 @@ func createScripted(t *testing.T, cs *kubernetes.Clientset, name, script string)
 }
 
 // fixtureRoots returns the reconcile spans (roots) the receiver got from the fixture's pod.
-func fixtureRoots(rx *otlpReceiver, pod *corev1.Pod) []recvSpan {
-	all, _ := rx.all()
+func fixtureRoots(src spanSource, pod *corev1.Pod) []recvSpan {
+	all, _ := src.all()
 	var out []recvSpan
 	for _, s := range all {
 		if len(s.span.GetParentSpanId()) == 0 && attrStr(s.resource, "k8s.pod.name") == pod.Name {
@@ -491,12 +520,12 @@ func fixtureRoots(rx *otlpReceiver, pod *corev1.Pod) []recvSpan {
 	return out
 }
 
-// checkPodIdentity checks that the fixture's spans of the given objects name its pod as the
-// kubelet made it.
-func checkPodIdentity(t *testing.T, rx *otlpReceiver, pod *corev1.Pod, objects map[string]bool) {
+// checkPodIdentity checks that the fixture's spans of the given objects (nil: all) name its pod
+// as the kubelet made it.
+func checkPodIdentity(t *testing.T, src spanSource, pod *corev1.Pod, objects map[string]bool) {
 	t.Helper()
-	for _, s := range fixtureRoots(rx, pod) {
-		if !objects[attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name")] {
+	for _, s := range fixtureRoots(src, pod) {
+		if objects != nil && !objects[attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name")] {
 			continue
 		}
 		for k, want := range map[string]string{
@@ -533,4 +562,140 @@ func checkNoLinks(t *testing.T, exe string) {
 		}
 		return len(left) == 0, strings.Join(left, "; ")
 	})
+}
+
+// restartFixture deletes the fixture's pod, as `kubectl delete pod` does, and returns the
+// Deployment's next pod once it is Ready.
+func restartFixture(t *testing.T, cs *kubernetes.Clientset, old *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	var grace int64 = 30
+	if err := cs.CoreV1().Pods(old.Namespace).Delete(context.Background(), old.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+		t.Fatal(err)
+	}
+	var pod *corev1.Pod
+	waitFor(t, "the fixture's next pod Running and Ready", 120*time.Second, func() (bool, string) {
+		pods, err := cs.CoreV1().Pods(old.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app=scripted"})
+		if err != nil {
+			return false, err.Error()
+		}
+		var states []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Name == old.Name {
+				continue
+			}
+			if podReady(p) {
+				pod = p
+				return true, ""
+			}
+			states = append(states, p.Name+" "+podState(p))
+		}
+		return false, fmt.Sprint(states)
+	})
+	t.Logf("fixture pod %s deleted; its Deployment's next pod is %s", old.Name, pod.Name)
+	return pod
+}
+
+// checkRestartedFixture waits until the restarted fixture's reconciles have settled (its own
+// count unchanged for 3 s) and checks that every one was traced: the fixture's
+// controller_runtime_reconcile_total and reconscope_reconcile_total for its pod, both as
+// Prometheus scraped them through pod discovery, agree by result, and the trace backend holds
+// one reconcile span of the pod for each.
+func checkRestartedFixture(t *testing.T, prom string, src spanSource, pod *corev1.Pod) {
+	t.Helper()
+	own := fmt.Sprintf(`sum by (result) (controller_runtime_reconcile_total{job="kubernetes-pods",namespace=%q,pod=%q,controller="scripted"})`, pod.Namespace, pod.Name)
+	ours := fmt.Sprintf(`sum by (result) (reconscope_reconcile_total{job="kubernetes-pods",k8s_namespace_name=%q,k8s_pod_name=%q,controller="scripted"})`, pod.Namespace, pod.Name)
+	var last counts
+	var since time.Time
+	waitFor(t, "every reconcile of the restarted fixture traced", 120*time.Second, func() (bool, string) {
+		want, err := promCounts(prom, own, "result")
+		if err != nil {
+			return false, err.Error()
+		}
+		got, err := promCounts(prom, ours, "result")
+		if err != nil {
+			return false, err.Error()
+		}
+		if last == nil || len(diffCounts(want, last)) > 0 {
+			last, since = want, time.Now()
+		}
+		total := 0
+		for _, n := range want {
+			total += n
+		}
+		spans := len(fixtureRoots(src, pod))
+		d := diffCounts(got, want)
+		settled := time.Since(since) >= 3*time.Second
+		return total > 0 && settled && len(d) == 0 && spans == total,
+			fmt.Sprintf("controller_runtime_reconcile_total %v (unchanged for %s); reconscope_reconcile_total differs by %v; %d spans in Jaeger",
+				want, time.Since(since).Round(time.Second), d, spans)
+	})
+	t.Logf("restarted fixture %s: all %v of its reconciles since its start traced (its own controller_runtime_reconcile_total, reconscope_reconcile_total and the spans in Jaeger agree)", pod.Name, last)
+}
+
+// usage follows the CPU time and memory of the agent's process in its pod.
+type usage struct {
+	pid   int
+	cpu0  float64 // CPU seconds (user+system) at the start
+	start time.Time
+}
+
+// startUsage finds the agent's process (the one in the pod's cgroup) and notes its CPU time.
+func startUsage(t *testing.T, pod *corev1.Pod) *usage {
+	t.Helper()
+	uid := string(pod.UID)
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		cg, err := os.ReadFile(filepath.Join(d, "cgroup"))
+		if err != nil || !strings.Contains(string(cg), uid) && !strings.Contains(string(cg), strings.ReplaceAll(uid, "-", "_")) {
+			continue
+		}
+		exe, _ := os.Readlink(filepath.Join(d, "exe"))
+		if filepath.Base(exe) != "reconscope-agent" {
+			continue
+		}
+		var pid int
+		fmt.Sscan(filepath.Base(d), &pid)
+		u := &usage{pid: pid, start: time.Now()}
+		u.cpu0, _ = u.cpu()
+		return u
+	}
+	t.Fatalf("no reconscope-agent process in the cgroup of pod %s", pod.Name)
+	return nil
+}
+
+// cpu is the process's user+system CPU time in seconds (/proc/PID/stat, clock ticks of 1/100 s).
+func (u *usage) cpu() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", u.pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	var ut, st float64
+	fmt.Sscan(f[11], &ut)
+	fmt.Sscan(f[12], &st)
+	return (ut + st) / 100, nil
+}
+
+// report logs the agent's CPU use since startUsage and its resident memory now and at peak.
+func (u *usage) report(t *testing.T, while string) {
+	t.Helper()
+	cpu, err := u.cpu()
+	if err != nil {
+		t.Errorf("agent's CPU time: %v", err)
+		return
+	}
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", u.pid))
+	field := func(k string) string {
+		for _, l := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(l, k+":"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+		return "?"
+	}
+	wall := time.Since(u.start)
+	t.Logf("agent pod's process (pid %d) while %s: %.2f s of CPU in %s (%.1f%% of one core), RSS %s (peak %s)",
+		u.pid, while, cpu-u.cpu0, wall.Round(time.Second), 100*(cpu-u.cpu0)/wall.Seconds(), field("VmRSS"), field("VmHWM"))
 }

@@ -59,13 +59,7 @@ func (r *otlpReceiver) all() ([]recvSpan, int) {
 // startOTLPReceiver serves OTLP/gRPC on a free loopback port and returns it with its address.
 func startOTLPReceiver(t *testing.T) (*otlpReceiver, string) {
 	t.Helper()
-	return startOTLPReceiverOn(t, "127.0.0.1:0")
-}
-
-// startOTLPReceiverOn serves OTLP/gRPC on addr and returns it with its address.
-func startOTLPReceiverOn(t *testing.T, addr string) (*otlpReceiver, string) {
-	t.Helper()
-	l, err := net.Listen("tcp", addr)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,265 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+// spanSource is where a test reads the spans the agent sent: the test's own OTLP receiver, or
+// the trace backend behind a real collector.
+type spanSource interface {
+	// all returns every span received so far and how many requests (or queries) it took.
+	all() ([]recvSpan, int)
+}
+
+// collectorBackend is the placeholder in deploy/otel-collector's configuration for the
+// backend's OTLP endpoint, which a user replaces with theirs (and the test with Jaeger's).
+const collectorBackend = "tracing-backend.example.invalid:4317"
+
+// exampleCollectorConfig returns the collector configuration of deploy/otel-collector (the
+// ConfigMap's config.yaml) with the backend placeholder replaced by backend, as a user does.
+func exampleCollectorConfig(t *testing.T, backend string) string {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/otel-collector/collector.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
+	for {
+		doc, err := r.Read()
+		if err != nil {
+			t.Fatalf("deploy/otel-collector/collector.yaml: no ConfigMap with config.yaml (%v)", err)
+		}
+		var cm corev1.ConfigMap
+		if err := yaml.Unmarshal(doc, &cm); err != nil {
+			t.Fatalf("deploy/otel-collector/collector.yaml: %v", err)
+		}
+		if cm.Kind != "ConfigMap" || cm.Data["config.yaml"] == "" {
+			continue
+		}
+		cfg := cm.Data["config.yaml"]
+		if strings.Count(cfg, collectorBackend) != 1 {
+			t.Fatalf("deploy/otel-collector's configuration names %s %d times, want once", collectorBackend, strings.Count(cfg, collectorBackend))
+		}
+		return strings.Replace(cfg, collectorBackend, backend, 1)
+	}
+}
+
+// startExampleCollector runs the real OpenTelemetry Collector with deploy/otel-collector's
+// configuration, forwarding to Jaeger. Its receivers listen where the configuration says
+// (0.0.0.0:4317 and :4318); the one override turns its own metrics port off (the test bed's
+// ports are not the cluster's).
+func startExampleCollector(t *testing.T, jaeger *testenv.Jaeger) *testenv.Collector {
+	t.Helper()
+	c := testenv.StartCollector(t, exampleCollectorConfig(t, jaeger.OTLPAddr), "service: {telemetry: {metrics: {level: none}}}\n")
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(c.StderrPath())
+			if len(b) > 8<<10 {
+				b = b[len(b)-8<<10:]
+			}
+			t.Logf("collector log (tail):\n%s", b)
+		}
+	})
+	return c
+}
+
+// jaegerSpans reads the agent's spans back from Jaeger: every service's traces since from.
+type jaegerSpans struct {
+	t    *testing.T
+	j    *testenv.Jaeger
+	from time.Time
+}
+
+func (s jaegerSpans) all() ([]recvSpan, int) {
+	services, err := s.j.Services()
+	if err != nil {
+		s.t.Logf("jaeger services: %v", err)
+		return nil, 0
+	}
+	seen := map[string]bool{}
+	var out []recvSpan
+	queries := 1
+	for _, svc := range services {
+		rss, err := s.j.FindTraces(svc, s.from, time.Now().Add(time.Minute))
+		queries++
+		if err != nil {
+			s.t.Logf("jaeger traces of %s: %v", svc, err)
+			continue
+		}
+		for _, rs := range rss {
+			res := attrMap(rs.GetResource().GetAttributes())
+			for _, ss := range rs.GetScopeSpans() {
+				for _, sp := range ss.GetSpans() {
+					id := hex.EncodeToString(sp.GetTraceId()) + hex.EncodeToString(sp.GetSpanId())
+					if seen[id] {
+						continue
+					}
+					seen[id] = true
+					out = append(out, recvSpan{resource: res, span: sp})
+				}
+			}
+		}
+	}
+	return out, queries
+}
+
+// checkJaegerTrace finds the reconciles of object name of the fixture's pod through Jaeger's
+// API and checks what a user looks at there: each reconcile is a trace whose root is the
+// reconcile span and whose other spans are its calls, children of the root (the fixture's Get
+// of the object, then the calls its script makes: the ground truth's), and every reconcile
+// after the first links to the one before it.
+func checkJaegerTrace(t *testing.T, j *testenv.Jaeger, src spanSource, pod *corev1.Pod, name string, truth []groundtruth.Record) {
+	t.Helper()
+	wantReconciles, wantCalls := 0, 0
+	for _, r := range truth {
+		if r.Name == name {
+			wantReconciles++
+			wantCalls += 1 + len(r.Calls)
+		}
+	}
+	var roots []recvSpan
+	for _, s := range fixtureRoots(src, pod) {
+		if attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name") == name {
+			roots = append(roots, s)
+		}
+	}
+	slices.SortFunc(roots, func(a, b recvSpan) int { return int(a.span.GetStartTimeUnixNano() - b.span.GetStartTimeUnixNano()) })
+	if len(roots) != wantReconciles {
+		t.Errorf("jaeger: %d reconcile spans of %s, want %d", len(roots), name, wantReconciles)
+		return
+	}
+	totalCalls := 0
+	var callNames []string
+	for i, r := range roots {
+		tid := hex.EncodeToString(r.span.GetTraceId())
+		rss, err := j.GetTrace(tid)
+		if err != nil {
+			t.Errorf("jaeger: trace %s of %s: %v", tid, name, err)
+			continue
+		}
+		var others []string
+		calls := 0
+		for _, rs := range rss {
+			for _, ss := range rs.GetScopeSpans() {
+				for _, sp := range ss.GetSpans() {
+					switch {
+					case bytes.Equal(sp.GetSpanId(), r.span.GetSpanId()):
+					case bytes.Equal(sp.GetParentSpanId(), r.span.GetSpanId()):
+						calls++
+						callNames = append(callNames, sp.GetName())
+					default:
+						others = append(others, sp.GetName())
+					}
+				}
+			}
+		}
+		if len(others) > 0 {
+			t.Errorf("jaeger: trace %s of %s has spans that are neither its reconcile nor that reconcile's calls: %v", tid, name, others)
+		}
+		totalCalls += calls
+		if i == 0 {
+			continue
+		}
+		prev := roots[i-1].span
+		var linked bool
+		for _, l := range r.span.GetLinks() {
+			if bytes.Equal(l.GetTraceId(), prev.GetTraceId()) && bytes.Equal(l.GetSpanId(), prev.GetSpanId()) &&
+				attrStr(attrMap(l.GetAttributes()), "reconscope.link.type") == "previous_reconcile" {
+				linked = true
+			}
+		}
+		if !linked {
+			t.Errorf("jaeger: reconcile %d of %s (trace %s) has no previous_reconcile link to reconcile %d (trace %s): links %v",
+				i+1, name, tid, i, hex.EncodeToString(prev.GetTraceId()), r.span.GetLinks())
+		}
+	}
+	if totalCalls != wantCalls {
+		t.Errorf("jaeger: the reconciles of %s have %d call spans %v, want %d", name, totalCalls, callNames, wantCalls)
+	}
+	t.Logf("jaeger: %d traces of %s, each linked to the one before, with %d call spans under their reconciles: %v", len(roots), name, totalCalls, callNames)
+}
+
+// startPodDiscoveryPrometheus runs Debian's Prometheus with the usual kubernetes-pods job:
+// pods found through the API server (kubernetes_sd_configs, role pod), kept when annotated
+// prometheus.io/scrape: "true", scraped at their prometheus.io/port and prometheus.io/path,
+// labelled with their namespace and pod. It returns the base URL once it answers.
+func startPodDiscoveryPrometheus(t *testing.T, env *testenv.Env) string {
+	t.Helper()
+	bin := requirePrometheus(t)
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: kubernetes-pods
+    kubernetes_sd_configs:
+      - role: pod
+        kubeconfig_file: %q
+    relabel_configs:
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
+        action: keep
+        regex: "true"
+      - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_path]
+        action: replace
+        target_label: __metrics_path__
+        regex: (.+)
+      - source_labels: [__address__, __meta_kubernetes_pod_annotation_prometheus_io_port]
+        action: replace
+        regex: ([^:]+)(?::\d+)?;(\d+)
+        replacement: $1:$2
+        target_label: __address__
+      - source_labels: [__meta_kubernetes_namespace]
+        target_label: namespace
+      - source_labels: [__meta_kubernetes_pod_name]
+        target_label: pod
+`, env.Kubeconfig)
+	path := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	p := testenv.StartProcess(t, "prometheus", exec.Command(bin,
+		"--config.file="+path,
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr,
+	))
+	base := "http://" + addr
+	waitFor(t, "Prometheus ready", 60*time.Second, func() (bool, string) {
+		mustRun(t, p, "prometheus")
+		_, err := httpGet(base + "/-/ready")
+		return err == nil, fmt.Sprint(err)
+	})
+	return base
+}
+
+// waitScraped waits until Prometheus's pod discovery scrapes pod successfully.
+func waitScraped(t *testing.T, base string, pod *corev1.Pod) {
+	t.Helper()
+	q := fmt.Sprintf(`up{job="kubernetes-pods",namespace=%q,pod=%q}`, pod.Namespace, pod.Name)
+	waitFor(t, "Prometheus discovers and scrapes pod "+pod.Namespace+"/"+pod.Name, 90*time.Second, func() (bool, string) {
+		s, err := promQuery(base, q)
+		if err != nil || len(s) != 1 {
+			return false, fmt.Sprintf("%s: %v %v", q, s, err)
+		}
+		return s[0].Value == 1, fmt.Sprintf("%s = %v", q, s[0].Value)
+	})
+}
