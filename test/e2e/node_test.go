@@ -32,6 +32,7 @@ import (
 const (
 	agentImage   = "reconscope.test/reconscope-agent:e2e"
 	fixtureImage = "reconscope.test/scripted-controller:e2e"
+	builtinsImage = "reconscope.test/controller-runtime-builtins:e2e"
 	kcmImage     = "reconscope.test/kube-controller-manager:e2e"
 	nodeName     = "e2e-node"
 )
@@ -60,11 +61,14 @@ func TestDaemonSetOnNode(t *testing.T) {
 	agentBin := buildStatic(t, "./cmd/agent", "reconscope-agent")
 	stageFile(t, agentBin, filepath.Join(stage, ociimage.AgentStage, "linux_"+runtime.GOARCH, "reconscope-agent"))
 	stageFile(t, "/etc/ssl/certs/ca-certificates.crt", filepath.Join(stage, ociimage.AgentStage, "ca-certificates.crt"))
+	builtinsBin := installBuiltins(t)
 	fixtureBin := buildStatic(t, "./test/fixtures/scripted-controller", "scripted-controller")
 	images := []string{
 		testenv.BuildImage(t, testenv.ImageSpec{Ref: agentImage, Spec: "agent", Dir: stage, Platforms: []string{"linux/" + runtime.GOARCH}}),
 		testenv.BuildImage(t, testenv.ImageSpec{Ref: fixtureImage, Files: []string{fixtureBin + "=/scripted-controller:0555"},
 			Entrypoint: []string{"/scripted-controller"}, User: "65532"}),
+		testenv.BuildImage(t, testenv.ImageSpec{Ref: builtinsImage, Files: []string{builtinsBin() + "=/builtins:0555"},
+			Entrypoint: []string{"/builtins"}, User: "65532"}),
 		testenv.BuildImage(t, testenv.ImageSpec{Ref: kcmImage, Files: []string{filepath.Join(bins, "kube-controller-manager-stripped") + "=/kube-controller-manager:0555"},
 			Entrypoint: []string{"/kube-controller-manager"}}),
 	}
@@ -183,10 +187,20 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// initial sync of every ConfigMap of its namespace) are traced: its own
 	// controller_runtime_reconcile_total and reconscope's count for it agree by result, both
 	// as Prometheus scrapes them through pod discovery, and Jaeger holds one span each.
-	fixturePod = restartFixture(t, cs, fixturePod)
+	fixturePod = restartPod(t, cs, fixturePod, "app=scripted")
 	waitScraped(t, prom, fixturePod)
-	checkRestartedFixture(t, prom, src, fixturePod)
+	checkRestarted(t, prom, src, fixturePod, fixtureController)
 	checkPodIdentity(t, src, fixturePod, nil)
+
+	// controller-runtime's own builtins example, an operator nobody here wrote, as a
+	// Deployment: restarted the same way, its first reconciles (the ReplicaSets of the node's
+	// Deployments) are all traced too.
+	builtinsPod := startBuiltinsDeployment(t, cs)
+	waitScraped(t, prom, builtinsPod)
+	builtinsPod = restartPod(t, cs, builtinsPod, "app=builtins")
+	waitScraped(t, prom, builtinsPod)
+	checkRestarted(t, prom, src, builtinsPod, builtinsController)
+	agentUse.report(t, "tracing kube-controller-manager, the fixture and builtins, through two operator restarts")
 
 	// Delete the agent's pod: its links go with it; the DaemonSet's next pod traces again.
 	var zero int64 = 30
@@ -564,17 +578,17 @@ func checkNoLinks(t *testing.T, exe string) {
 	})
 }
 
-// restartFixture deletes the fixture's pod, as `kubectl delete pod` does, and returns the
-// Deployment's next pod once it is Ready.
-func restartFixture(t *testing.T, cs *kubernetes.Clientset, old *corev1.Pod) *corev1.Pod {
+// restartPod deletes an operator's pod, as `kubectl delete pod` does, and returns its
+// Deployment's next pod (labels selector) once it is Ready.
+func restartPod(t *testing.T, cs *kubernetes.Clientset, old *corev1.Pod, selector string) *corev1.Pod {
 	t.Helper()
 	var grace int64 = 30
 	if err := cs.CoreV1().Pods(old.Namespace).Delete(context.Background(), old.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
 		t.Fatal(err)
 	}
 	var pod *corev1.Pod
-	waitFor(t, "the fixture's next pod Running and Ready", 120*time.Second, func() (bool, string) {
-		pods, err := cs.CoreV1().Pods(old.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app=scripted"})
+	waitFor(t, "the next pod of "+old.Name+" Running and Ready", 120*time.Second, func() (bool, string) {
+		pods, err := cs.CoreV1().Pods(old.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -592,22 +606,22 @@ func restartFixture(t *testing.T, cs *kubernetes.Clientset, old *corev1.Pod) *co
 		}
 		return false, fmt.Sprint(states)
 	})
-	t.Logf("fixture pod %s deleted; its Deployment's next pod is %s", old.Name, pod.Name)
+	t.Logf("pod %s deleted; its Deployment's next pod is %s", old.Name, pod.Name)
 	return pod
 }
 
-// checkRestartedFixture waits until the restarted fixture's reconciles have settled (its own
-// count unchanged for 3 s) and checks that every one was traced: the fixture's
+// checkRestarted waits until a restarted operator's reconciles have settled (its own count
+// unchanged for 3 s) and checks that every one was traced: its
 // controller_runtime_reconcile_total and reconscope_reconcile_total for its pod, both as
 // Prometheus scraped them through pod discovery, agree by result, and the trace backend holds
 // one reconcile span of the pod for each.
-func checkRestartedFixture(t *testing.T, prom string, src spanSource, pod *corev1.Pod) {
+func checkRestarted(t *testing.T, prom string, src spanSource, pod *corev1.Pod, controller string) {
 	t.Helper()
-	own := fmt.Sprintf(`sum by (result) (controller_runtime_reconcile_total{job="kubernetes-pods",namespace=%q,pod=%q,controller="scripted"})`, pod.Namespace, pod.Name)
-	ours := fmt.Sprintf(`sum by (result) (reconscope_reconcile_total{job="kubernetes-pods",k8s_namespace_name=%q,k8s_pod_name=%q,controller="scripted"})`, pod.Namespace, pod.Name)
+	own := fmt.Sprintf(`sum by (result) (controller_runtime_reconcile_total{job="kubernetes-pods",namespace=%q,pod=%q,controller=%q})`, pod.Namespace, pod.Name, controller)
+	ours := fmt.Sprintf(`sum by (result) (reconscope_reconcile_total{job="kubernetes-pods",k8s_namespace_name=%q,k8s_pod_name=%q,controller=%q})`, pod.Namespace, pod.Name, controller)
 	var last counts
 	var since time.Time
-	waitFor(t, "every reconcile of the restarted fixture traced", 120*time.Second, func() (bool, string) {
+	waitFor(t, "every reconcile of restarted "+pod.Name+" traced", 120*time.Second, func() (bool, string) {
 		want, err := promCounts(prom, own, "result")
 		if err != nil {
 			return false, err.Error()
@@ -630,7 +644,7 @@ func checkRestartedFixture(t *testing.T, prom string, src spanSource, pod *corev
 			fmt.Sprintf("controller_runtime_reconcile_total %v (unchanged for %s); reconscope_reconcile_total differs by %v; %d spans in Jaeger",
 				want, time.Since(since).Round(time.Second), d, spans)
 	})
-	t.Logf("restarted fixture %s: all %v of its reconciles since its start traced (its own controller_runtime_reconcile_total, reconscope_reconcile_total and the spans in Jaeger agree)", pod.Name, last)
+	t.Logf("restarted %s: all %v of its reconciles since its start traced (its own controller_runtime_reconcile_total, reconscope_reconcile_total and the spans in Jaeger agree)", pod.Name, last)
 }
 
 // usage follows the CPU time and memory of the agent's process in its pod.
@@ -698,4 +712,56 @@ func (u *usage) report(t *testing.T, while string) {
 	wall := time.Since(u.start)
 	t.Logf("agent pod's process (pid %d) while %s: %.2f s of CPU in %s (%.1f%% of one core), RSS %s (peak %s)",
 		u.pid, while, cpu-u.cpu0, wall.Round(time.Second), 100*(cpu-u.cpu0)/wall.Seconds(), field("VmRSS"), field("VmHWM"))
+}
+
+// startBuiltinsDeployment runs controller-runtime's builtins example as a one-replica
+// Deployment in namespace ns (whose default service account is cluster-admin), scraped by
+// Prometheus's pod discovery, and returns its pod once Ready. Its webhook server needs a
+// serving certificate in $TMPDIR/k8s-webhook-server/serving-certs: a hostPath volume.
+func startBuiltinsDeployment(t *testing.T, cs *kubernetes.Clientset) *corev1.Pod {
+	t.Helper()
+	tmp := t.TempDir()
+	writeServingCert(t, filepath.Join(tmp, "k8s-webhook-server", "serving-certs"))
+	if err := filepath.Walk(tmp, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chmod(p, 0o755) // read by UID 65532
+	}); err != nil {
+		t.Fatal(err)
+	}
+	one := int32(1)
+	labels := map[string]string{"app": "builtins"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "builtins", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
+					"prometheus.io/scrape": "true", "prometheus.io/port": builtinsPorts[0], "prometheus.io/path": "/metrics"}},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{
+						Name: "manager", Image: builtinsImage, ImagePullPolicy: corev1.PullNever,
+						Env:          []corev1.EnvVar{{Name: "TMPDIR", Value: "/webhook"}},
+						VolumeMounts: []corev1.VolumeMount{{Name: "webhook", MountPath: "/webhook", ReadOnly: true}},
+					}},
+					Volumes: []corev1.Volume{{Name: "webhook", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: tmp}}}},
+				},
+			},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments(ns).Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var pod *corev1.Pod
+	waitFor(t, "builtins' pod Running and Ready", 120*time.Second, func() (bool, string) {
+		pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=builtins"})
+		if err != nil || len(pods.Items) == 0 {
+			return false, fmt.Sprint("no pod yet ", err)
+		}
+		pod = &pods.Items[0]
+		return podReady(pod), podState(pod)
+	})
+	return pod
 }

@@ -47,7 +47,8 @@ func installBuiltins(t *testing.T) func() string {
 	done := make(chan result, 1)
 	cmd := exec.Command("go", "install", builtinsModule)
 	cmd.Dir = t.TempDir() // outside reconscope's module: the example builds with its own go.mod
-	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=", "GOWORK=off")
+	// Static (no cgo): it runs on the host and in an image with nothing else.
+	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0")
 	go func() {
 		start := time.Now()
 		out, err := cmd.CombinedOutput()
