@@ -6,17 +6,24 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
@@ -199,21 +206,26 @@ func checkJaegerTrace(t *testing.T, j *testenv.Jaeger, src spanSource, pod *core
 }
 
 // startPodDiscoveryPrometheus runs Debian's Prometheus with the usual kubernetes-pods job:
-// pods found through the API server (kubernetes_sd_configs, role pod), kept when annotated
-// prometheus.io/scrape: "true", scraped at their prometheus.io/port and prometheus.io/path,
-// labelled with their namespace and pod. It returns the base URL once it answers.
-func startPodDiscoveryPrometheus(t *testing.T, env *testenv.Env) string {
+// pods kept when annotated prometheus.io/scrape: "true", scraped at their prometheus.io/port
+// and prometheus.io/path, labelled with their namespace and pod. Debian builds Prometheus
+// without its Kubernetes service discovery ("field kubernetes_sd_configs not found"), so the
+// pods come from the API server through http_sd_configs (podDiscovery: the same targets and
+// __meta_kubernetes_pod_* labels kubernetes_sd_configs' pod role gives), and the job's
+// relabelling is the one users write for kubernetes_sd_configs. It returns the base URL once
+// Prometheus answers.
+func startPodDiscoveryPrometheus(t *testing.T, cs kubernetes.Interface) string {
 	t.Helper()
 	bin := requirePrometheus(t)
+	sd := podDiscovery(t, cs)
 	dir := t.TempDir()
 	cfg := fmt.Sprintf(`global:
   scrape_interval: 1s
   scrape_timeout: 1s
 scrape_configs:
   - job_name: kubernetes-pods
-    kubernetes_sd_configs:
-      - role: pod
-        kubeconfig_file: %q
+    http_sd_configs:   # in place of kubernetes_sd_configs: [{role: pod}]
+      - url: %s
+        refresh_interval: 1s
     relabel_configs:
       - source_labels: [__meta_kubernetes_pod_annotation_prometheus_io_scrape]
         action: keep
@@ -231,7 +243,7 @@ scrape_configs:
         target_label: namespace
       - source_labels: [__meta_kubernetes_pod_name]
         target_label: pod
-`, env.Kubeconfig)
+`, sd)
 	path := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -249,6 +261,90 @@ scrape_configs:
 		return err == nil, fmt.Sprint(err)
 	})
 	return base
+}
+
+// sdTargetGroup is one entry of Prometheus's HTTP service discovery response.
+type sdTargetGroup struct {
+	Targets []string          `json:"targets"`
+	Labels  map[string]string `json:"labels"`
+}
+
+// podDiscovery serves the API server's running pods as Prometheus HTTP service discovery
+// target groups, one per container port (one per container without ports), with the
+// addresses and __meta_kubernetes_* labels of kubernetes_sd_configs' pod role. It returns the
+// URL.
+func podDiscovery(t *testing.T, cs kubernetes.Interface) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		pods, err := cs.CoreV1().Pods("").List(r.Context(), metav1.ListOptions{})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		groups := []sdTargetGroup{}
+		for _, p := range pods.Items {
+			if p.Status.PodIP == "" {
+				continue
+			}
+			base := map[string]string{
+				"__meta_kubernetes_namespace":     p.Namespace,
+				"__meta_kubernetes_pod_name":      p.Name,
+				"__meta_kubernetes_pod_ip":        p.Status.PodIP,
+				"__meta_kubernetes_pod_uid":       string(p.UID),
+				"__meta_kubernetes_pod_node_name": p.Spec.NodeName,
+				"__meta_kubernetes_pod_phase":     string(p.Status.Phase),
+				"__meta_kubernetes_pod_ready":     strconv.FormatBool(podReady(&p)),
+				"__meta_kubernetes_pod_host_ip":   p.Status.HostIP,
+			}
+			for k, v := range p.Labels {
+				base["__meta_kubernetes_pod_label_"+promName(k)] = v
+				base["__meta_kubernetes_pod_labelpresent_"+promName(k)] = "true"
+			}
+			for k, v := range p.Annotations {
+				base["__meta_kubernetes_pod_annotation_"+promName(k)] = v
+				base["__meta_kubernetes_pod_annotationpresent_"+promName(k)] = "true"
+			}
+			for _, c := range p.Spec.Containers {
+				ports := c.Ports
+				if len(ports) == 0 {
+					ports = []corev1.ContainerPort{{}}
+				}
+				for _, port := range ports {
+					labels := maps.Clone(base)
+					labels["__meta_kubernetes_pod_container_name"] = c.Name
+					labels["__meta_kubernetes_pod_container_image"] = c.Image
+					target := p.Status.PodIP
+					if port.ContainerPort != 0 {
+						target = net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port.ContainerPort)))
+						labels["__meta_kubernetes_pod_container_port_name"] = port.Name
+						labels["__meta_kubernetes_pod_container_port_number"] = strconv.Itoa(int(port.ContainerPort))
+						labels["__meta_kubernetes_pod_container_port_protocol"] = string(port.Protocol)
+					}
+					groups = append(groups, sdTargetGroup{Targets: []string{target}, Labels: labels})
+				}
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(groups)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + l.Addr().String() + "/pods"
+}
+
+// promName is a Kubernetes label or annotation key as kubernetes_sd_configs names its meta
+// label: every character outside [a-zA-Z0-9_] becomes _.
+func promName(k string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' {
+			return r
+		}
+		return '_'
+	}, k)
 }
 
 // waitScraped waits until Prometheus's pod discovery scrapes pod successfully.

@@ -106,9 +106,9 @@ func TestDaemonSetOnNode(t *testing.T) {
 	jaeger := testenv.StartJaeger(t)
 	startExampleCollector(t, jaeger)
 	src := jaegerSpans{t: t, j: jaeger, from: began}
-	// Metrics go where Prometheus finds them: the usual kubernetes-pods job discovers the pods
-	// by their prometheus.io annotations (the manifest's, and the fixture's).
-	prom := startPodDiscoveryPrometheus(t, env)
+	// Metrics go where Prometheus finds them: the usual kubernetes-pods job keeps the pods by
+	// their prometheus.io annotations (the manifest's, and the operators').
+	prom := startPodDiscoveryPrometheus(t, cs)
 
 	// kubectl apply -k: deploy/ with the image overridden.
 	overlay := writeOverlay(t, node.IP)
