@@ -30,11 +30,11 @@ import (
 )
 
 const (
-	agentImage   = "reconscope.test/reconscope-agent:e2e"
-	fixtureImage = "reconscope.test/scripted-controller:e2e"
+	agentImage    = "reconscope.test/reconscope-agent:e2e"
+	fixtureImage  = "reconscope.test/scripted-controller:e2e"
 	builtinsImage = "reconscope.test/controller-runtime-builtins:e2e"
-	kcmImage     = "reconscope.test/kube-controller-manager:e2e"
-	nodeName     = "e2e-node"
+	kcmImage      = "reconscope.test/kube-controller-manager:e2e"
+	nodeName      = "e2e-node"
 )
 
 // TestDaemonSetOnNode runs the user's path on a real node (kubelet, containerd, runc): the
