@@ -93,6 +93,7 @@ type Metrics struct {
 	api        *prometheus.CounterVec
 	noops      *prometheus.CounterVec
 	queueWait  *prometheus.HistogramVec
+	triggerLag *prometheus.HistogramVec
 	inFlight   prometheus.Gauge
 	hot        *hotObjects
 }
@@ -139,6 +140,9 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		}, wl()),
 		queueWait: histogram("reconscope_queue_wait_seconds",
 			"Time an object waited in its controller's work queue before its reconcile started (reconciles whose queue add was seen).", wl()...),
+		triggerLag: histogram("reconscope_trigger_lag_seconds",
+			"Time from the write that made the version a reconcile read to the reconcile's start (watch delivery plus queue), by the controller that wrote it (trigger_controller); reconciles whose trigger write was seen on this node.",
+			wl("trigger_controller")...),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "reconscope_reconciles_in_flight",
 			Help: "Reconciles started and not yet finished, in all traced processes.",
@@ -157,7 +161,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.inFlight, m.hot,
+		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.inFlight, m.hot,
 	)
 	if opts.AgentStats != nil {
 		reg.MustRegister(newAgentCollector(opts.AgentStats))
@@ -225,6 +229,9 @@ func (m *Metrics) Write(s *span.Span) error {
 	}
 	if s.QueueWait > 0 {
 		observe(m.queueWait.WithLabelValues(lv()...), s.QueueWait.Seconds())
+	}
+	if s.TriggerLagKnown {
+		observe(m.triggerLag.WithLabelValues(lv(s.TriggerController)...), s.TriggerLag.Seconds())
 	}
 	if s.Result != span.ResultAbandoned {
 		observe(m.duration.WithLabelValues(lv()...), s.Duration.Seconds())

@@ -478,3 +478,38 @@ func TestMetricsExemplars(t *testing.T) {
 		t.Errorf("exemplars on duration %v, queue wait %v; want both; lines with exemplars:\n%s", dur, wait, strings.Join(withExemplar, "\n"))
 	}
 }
+
+// TestMetricsTriggerLag: reconscope_trigger_lag_seconds observes reconciles whose trigger write
+// was seen, labelled by the writing controller; others are not observed.
+func TestMetricsTriggerLag(t *testing.T) {
+	m, srv, _ := newTestMetrics(t, MetricsOptions{})
+	for _, s := range []*span.Span{
+		{Controller: "replicaset", Result: span.ResultSuccess, TriggerController: "deployment", TriggerLag: 3 * time.Millisecond, TriggerLagKnown: true},
+		{Controller: "replicaset", Result: span.ResultSuccess, TriggerController: "deployment", TriggerLag: 5 * time.Millisecond, TriggerLagKnown: true},
+		{Controller: "replicaset", Result: span.ResultSuccess, TriggerController: "replicaset", TriggerLag: time.Millisecond, TriggerLagKnown: true},
+		{Controller: "deployment", Result: span.ResultSuccess, TriggerController: span.TriggerUnknown},
+		{Controller: "deployment", Result: span.ResultSuccess},
+	} {
+		if err := m.Write(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fams, _ := scrape(t, srv.URL+"/metrics", "")
+	got := series(t, fams, "reconscope_trigger_lag_seconds")
+	want := map[string]struct {
+		n   uint64
+		sum float64
+	}{
+		"controller=replicaset,trigger_controller=deployment": {2, 0.008},
+		"controller=replicaset,trigger_controller=replicaset": {1, 0.001},
+	}
+	if len(got) != len(want) {
+		t.Errorf("series %v, want %d", keys(got), len(want))
+	}
+	for labels, w := range want {
+		h := got[labels].GetHistogram()
+		if h.GetSampleCount() != w.n || h.GetSampleSum() < w.sum-1e-9 || h.GetSampleSum() > w.sum+1e-9 {
+			t.Errorf("%s: count %d sum %v, want %+v", labels, h.GetSampleCount(), h.GetSampleSum(), w)
+		}
+	}
+}

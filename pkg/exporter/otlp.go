@@ -82,6 +82,8 @@ const (
 	attrPhaseComputeNS  = attribute.Key("reconscope.phase.compute_ns")
 	attrCallCount       = attribute.Key("reconscope.call_count")
 	attrQueueWaitNS     = attribute.Key("reconscope.queue_wait_ns")
+	attrTriggerCtl      = attribute.Key("reconscope.trigger.controller")
+	attrTriggerLagNS    = attribute.Key("reconscope.trigger.lag_ns")
 	attrCallKind        = attribute.Key("reconscope.call.kind")
 	attrCallVerb        = attribute.Key("reconscope.call.verb")
 	attrCallResource    = attribute.Key("reconscope.call.resource")
@@ -907,6 +909,12 @@ func rootAttributes(s *span.Span) []attribute.KeyValue {
 	}
 	if s.QueueWait != 0 {
 		attrs = append(attrs, attrQueueWaitNS.Int64(int64(s.QueueWait)))
+	}
+	if s.TriggerController != "" {
+		attrs = append(attrs, attrTriggerCtl.String(s.TriggerController))
+	}
+	if s.TriggerLagKnown {
+		attrs = append(attrs, attrTriggerLagNS.Int64(int64(s.TriggerLag)))
 	}
 	return attrs
 }

@@ -67,9 +67,13 @@ type JSONSpan struct {
 	Container       string     `json:"container"`
 	Phases          JSONPhases `json:"phases"`
 	QueueWaitNS     int64      `json:"queue_wait_ns"`
-	Calls           []JSONCall `json:"calls"`
-	Noop            bool       `json:"noop"`
-	Incomplete      bool       `json:"incomplete"`
+	// TriggerController and TriggerLagNS: who wrote the version read, and the lag from that
+	// write to this reconcile (docs/json.md).
+	TriggerController string     `json:"trigger_controller"`
+	TriggerLagNS      int64      `json:"trigger_lag_ns"`
+	Calls             []JSONCall `json:"calls"`
+	Noop              bool       `json:"noop"`
+	Incomplete        bool       `json:"incomplete"`
 }
 
 // JSONPhases is the phases object of a JSON span.
@@ -103,10 +107,13 @@ func ToJSON(s *span.Span, clock Clock) JSONSpan {
 		ReconcileID: s.ReconcileID, Start: clock.Wall(s.Start), DurationNS: int64(s.Duration),
 		Result: string(s.Result), RequeueAfterNS: int64(s.RequeueAfter), ErrorType: s.ErrorType,
 		Error: s.Error, PID: s.PID, Goid: s.Goid, Exe: s.Exe, Pod: s.Pod, Container: s.Container,
-		QueueWaitNS: int64(s.QueueWait),
-		Phases:      JSONPhases{ReadNS: int64(s.Phases.Read), WriteNS: int64(s.Phases.Write), ComputeNS: int64(s.Phases.Compute)},
-		Calls:       make([]JSONCall, 0, len(s.Calls)),
-		Noop:        s.Noop, Incomplete: s.Incomplete,
+		QueueWaitNS: int64(s.QueueWait), TriggerController: s.TriggerController,
+		Phases: JSONPhases{ReadNS: int64(s.Phases.Read), WriteNS: int64(s.Phases.Write), ComputeNS: int64(s.Phases.Compute)},
+		Calls:  make([]JSONCall, 0, len(s.Calls)),
+		Noop:   s.Noop, Incomplete: s.Incomplete,
+	}
+	if s.TriggerLagKnown {
+		j.TriggerLagNS = int64(s.TriggerLag)
 	}
 	for _, c := range s.Calls {
 		j.Calls = append(j.Calls, JSONCall{

@@ -19,6 +19,9 @@ type Options struct {
 	// ReorderWindow is how long (event time) a return that arrived before its entry waits for
 	// it. Zero means 1 second.
 	ReorderWindow time.Duration
+	// MaxVersions bounds the object versions remembered with their writer, to name the trigger
+	// of a reconcile that reads one; the oldest is forgotten first. Zero means 65536.
+	MaxVersions int
 }
 
 // Stats counts what the Assembler saw that did not become a normal span.
@@ -62,6 +65,14 @@ type objectKey struct {
 	namespace, name string
 }
 
+type version struct{ uid, resourceVersion string }
+
+// written is who made a version, and when its write returned (monotonic ns).
+type written struct {
+	controller string
+	end        uint64
+}
+
 type spanKey struct {
 	pid   uint32
 	start uint64
@@ -80,8 +91,12 @@ type Assembler struct {
 	byStart map[spanKey]*openSpan  // the same spans, by process and entry time
 	queued  map[objectKey]uint64   // first unserved work-queue add per object: when it is ready
 	pending map[goroutineKey]Event // returns that came before their entry
-	stats   Stats
-	emit    func(Span)
+	// versions: the object versions writes made, with their writer; versionOrder is their
+	// insertion order (oldest first), to bound them.
+	versions     map[version]written
+	versionOrder []version
+	stats        Stats
+	emit         func(Span)
 }
 
 // NewAssembler returns an Assembler that hands each finished span to emit.
@@ -98,13 +113,17 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 	if opts.ReorderWindow == 0 {
 		opts.ReorderWindow = time.Second
 	}
+	if opts.MaxVersions == 0 {
+		opts.MaxVersions = 65536
+	}
 	return &Assembler{
-		opts:    opts,
-		open:    make(map[goroutineKey]*openSpan),
-		byStart: make(map[spanKey]*openSpan),
-		queued:  make(map[objectKey]uint64),
-		pending: make(map[goroutineKey]Event),
-		emit:    emit,
+		opts:     opts,
+		open:     make(map[goroutineKey]*openSpan),
+		byStart:  make(map[spanKey]*openSpan),
+		queued:   make(map[objectKey]uint64),
+		pending:  make(map[goroutineKey]Event),
+		versions: make(map[version]written),
+		emit:     emit,
 	}
 }
 
@@ -264,6 +283,7 @@ func (a *Assembler) finish(o *openSpan, e Event) {
 		}
 	}
 	finalize(&s)
+	a.trigger(&s)
 	a.stats.Spans++
 	a.emit(s)
 }
@@ -323,6 +343,41 @@ func (a *Assembler) callObject(o *openSpan, k goroutineKey, obj CallInfo) {
 	}
 	c.Namespace, c.Name, c.UID, c.ResourceVersion = obj.Namespace, obj.Name, obj.UID, obj.ResourceVersion
 	o.learnObject(c.CallInfo)
+	// A write that returned the version the reconcile read changed nothing: it made no version.
+	if c.IsWrite() && c.Status < 300 && !(c.UID == o.span.UID && c.ResourceVersion == o.span.ResourceVersion) {
+		a.remember(version{c.UID, c.ResourceVersion}, written{controller: o.span.Controller, end: c.Start + uint64(max(c.Duration, 0))})
+	}
+}
+
+// remember records who wrote version v, forgetting the oldest version beyond MaxVersions.
+func (a *Assembler) remember(v version, w written) {
+	if _, ok := a.versions[v]; ok {
+		return // a no-op write returned a version someone already made
+	}
+	if len(a.versionOrder) >= a.opts.MaxVersions {
+		delete(a.versions, a.versionOrder[0])
+		a.versionOrder = a.versionOrder[1:]
+	}
+	a.versions[v] = w
+	a.versionOrder = append(a.versionOrder, v)
+}
+
+// trigger names the writer of the version s read, and the lag from that write's return to the
+// start of s, when the write was seen here and returned before s began.
+func (a *Assembler) trigger(s *Span) {
+	if s.UID == "" || s.ResourceVersion == "" {
+		return
+	}
+	w, ok := a.versions[version{s.UID, s.ResourceVersion}]
+	if !ok {
+		s.TriggerController = TriggerUnknown
+		return
+	}
+	s.TriggerController = w.controller
+	if w.end <= s.Start {
+		s.TriggerLag = time.Duration(s.Start - w.end)
+		s.TriggerLagKnown = true
+	}
 }
 
 // mergeCallInfo fills what the call's return learnt (status, UID) into what its entry knew.

@@ -300,3 +300,71 @@ func TestCallObject(t *testing.T) {
 		}
 	}
 }
+
+// TestTrigger: a reconcile that read a version a write seen here made names that write's
+// controller and the lag from its return; a version nobody here wrote is "unknown"; a
+// reconcile that began before the write returned gets no lag; a no-op write (it returned the
+// version read) does not claim the version.
+func TestTrigger(t *testing.T) {
+	const dep, rs = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
+	var got []Span
+	a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+	ev := func(kind EventKind, goid int64, ti uint64, c CallInfo) Event {
+		return Event{Kind: kind, PID: 1, Goid: goid, Time: ti, Call: c}
+	}
+	sp := func(goid int64, ti uint64, ctl, name string) Event {
+		return Event{Kind: SpanStart, PID: 1, Goid: goid, Time: ti, Controller: ctl, Namespace: "ns", Name: name}
+	}
+	read := func(goid int64, ti uint64, name, uid, rv string) []Event {
+		return []Event{ev(CallStart, goid, ti, CallInfo{Kind: CallCacheGet, Verb: "GET"}),
+			ev(CallEnd, goid, ti+1, CallInfo{Namespace: "ns", Name: name, UID: uid, ResourceVersion: rv})}
+	}
+	write := func(goid int64, ti uint64, verb, name, uid, rv string) []Event {
+		return []Event{ev(CallStart, goid, ti, CallInfo{Kind: CallAPI, Verb: verb, Namespace: "ns", Name: name}),
+			ev(CallEnd, goid, ti+10, CallInfo{Status: 200}),
+			ev(CallObject, goid, ti+11, CallInfo{Namespace: "ns", Name: name, UID: uid, ResourceVersion: rv})}
+	}
+	var evs []Event
+	evs = append(evs, sp(10, 100, "deployment", "web"))
+	evs = append(evs, read(10, 101, "web", dep, "5")...)           // written by nobody seen here
+	evs = append(evs, write(10, 110, "PATCH", "web", dep, "5")...) // no-op: returned the version read
+	evs = append(evs, write(10, 130, "POST", "web-1", rs, "6")...) // returns at 140
+	evs = append(evs, sp(11, 135, "replicaset", "web-1"))          // began before that write returned
+	evs = append(evs, read(11, 150, "web-1", rs, "6")...)
+	evs = append(evs, Event{Kind: SpanEnd, PID: 1, Goid: 11, Time: 160, Result: ResultSuccess})
+	evs = append(evs, Event{Kind: SpanEnd, PID: 1, Goid: 10, Time: 200, Result: ResultSuccess})
+	evs = append(evs, sp(12, 1140, "replicaset", "web-1"))
+	evs = append(evs, read(12, 1141, "web-1", rs, "6")...)
+	evs = append(evs, Event{Kind: SpanEnd, PID: 1, Goid: 12, Time: 1150, Result: ResultSuccess})
+	evs = append(evs, sp(13, 2000, "deployment", "web"))
+	evs = append(evs, read(13, 2001, "web", dep, "5")...)
+	evs = append(evs, Event{Kind: SpanEnd, PID: 1, Goid: 13, Time: 2010, Result: ResultSuccess})
+	for _, e := range evs {
+		a.Add(e)
+	}
+	want := []struct {
+		ctl, trigger string
+		lag          time.Duration
+		known        bool
+	}{
+		{"replicaset", "deployment", 0, false}, // read the POST's version, but began before it returned
+		{"deployment", TriggerUnknown, 0, false},
+		{"replicaset", "deployment", 1000, true},
+		{"deployment", TriggerUnknown, 0, false}, // the no-op patch did not claim version 5
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d spans", len(got))
+	}
+	for i, w := range want {
+		s := got[i]
+		if s.Controller != w.ctl || s.TriggerController != w.trigger || s.TriggerLag != w.lag || s.TriggerLagKnown != w.known {
+			t.Errorf("span %d: %s trigger %q lag %v known %v, want %+v", i, s.Controller, s.TriggerController, s.TriggerLag, s.TriggerLagKnown, w)
+		}
+	}
+	// A span that read nothing has no trigger at all.
+	a.Add(sp(14, 3000, "deployment", "web"))
+	a.Add(Event{Kind: SpanEnd, PID: 1, Goid: 14, Time: 3010, Result: ResultError})
+	if s := got[len(got)-1]; s.TriggerController != "" {
+		t.Errorf("span without a read: trigger %q", s.TriggerController)
+	}
+}

@@ -135,6 +135,15 @@ type Span struct {
 	Error           string
 	Calls           []Call
 	Phases          Phases
+	// TriggerController is the controller whose write made the version of the object this
+	// reconcile read (ResourceVersion): TriggerUnknown when that write was not seen on this
+	// node (kubectl, an untraced controller, another node), "" when no read was seen.
+	TriggerController string
+	// TriggerLag is the time from the return of that write to the start of this reconcile
+	// (watch delivery plus queue), when TriggerLagKnown: the write was seen here and returned
+	// before this reconcile began.
+	TriggerLag      time.Duration
+	TriggerLagKnown bool
 	// QueueWait is how long the object waited in its work queue: from the first add (plus
 	// its delay) not yet served by an earlier reconcile, to this reconcile's start. Zero when
 	// no add was seen.
@@ -156,6 +165,10 @@ type Span struct {
 	// dropped, or no OTLP export).
 	TraceID string
 }
+
+// TriggerUnknown is Span.TriggerController when the version read was written by something not
+// seen on this node.
+const TriggerUnknown = "unknown"
 
 // Workload is the Kubernetes identity of a traced process beyond its pod's namespace and name
 // and its container's name, as OpenTelemetry's resource attributes name it.

@@ -226,6 +226,54 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 	if triggered == 0 {
 		t.Errorf("no replicaset reconcile links to the deployment controller's create (%x/%x)", rsCreate.GetTraceId(), rsCreate.GetSpanId())
 	}
+
+	// Trigger and lag, on the spans themselves: the replicaset reconciles that read the version
+	// the deployment controller's create made name it, with the lag from that create's return;
+	// the deployment reconciles that read the version this test's own (untraced) create made
+	// say unknown.
+	var createEnd uint64
+	var createRV string
+	for _, sp := range s.snapshot() {
+		for _, cl := range sp.Calls {
+			if sp.Controller == "deployment" && cl.Verb == "POST" && cl.Resource == "replicasets" && cl.UID == rsUID {
+				createEnd, createRV = cl.Start+uint64(cl.Duration), cl.ResourceVersion
+			}
+		}
+	}
+	if createRV == "" {
+		t.Fatal("no span has the deployment controller's create of the ReplicaSet")
+	}
+	lagged, unknown := 0, 0
+	for _, sp := range s.snapshot() {
+		lines = append(lines, fmt.Sprintf("%s %s@%s trigger %q lag %v (known %v)", sp.Controller, sp.UID, sp.ResourceVersion, sp.TriggerController, sp.TriggerLag, sp.TriggerLagKnown))
+		switch {
+		case sp.Controller == "replicaset" && sp.UID == rsUID && sp.ResourceVersion == createRV:
+			if sp.TriggerController != "deployment" {
+				t.Errorf("replicaset reconcile of the created version: trigger %q, want deployment", sp.TriggerController)
+			}
+			if sp.Start >= createEnd {
+				if want := time.Duration(sp.Start - createEnd); !sp.TriggerLagKnown || sp.TriggerLag != want || want > 10*time.Second {
+					t.Errorf("replicaset reconcile of the created version: lag %v (known %v), want %v", sp.TriggerLag, sp.TriggerLagKnown, want)
+				}
+				lagged++
+			}
+		case sp.Controller == "deployment" && sp.UID == string(dep.UID) && sp.ResourceVersion == dep.ResourceVersion:
+			if sp.TriggerController != span.TriggerUnknown || sp.TriggerLagKnown {
+				t.Errorf("deployment reconcile of the version this test created: trigger %q (lag known %v), want unknown", sp.TriggerController, sp.TriggerLagKnown)
+			}
+			unknown++
+		case sp.UID != "" && sp.ResourceVersion != "" && sp.TriggerController == "":
+			t.Errorf("%s reconcile read %s@%s but has no trigger", sp.Controller, sp.UID, sp.ResourceVersion)
+		}
+	}
+	if lagged == 0 || unknown == 0 {
+		t.Errorf("%d replicaset reconciles triggered by the create with a lag, %d deployment reconciles of the test's version", lagged, unknown)
+	}
+	for _, sp := range got {
+		if sp.GetName() == "reconcile replicaset" && attrs(sp.GetAttributes())["k8s.object.uid"] == rsUID && attrs(sp.GetAttributes())["reconscope.trigger.controller"] == "" {
+			t.Errorf("OTLP replicaset reconcile without reconscope.trigger.controller")
+		}
+	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("%d spans received:\n%s", len(got), strings.Join(lines, "\n"))
 	}
