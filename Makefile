@@ -78,7 +78,7 @@ COMPAT_REPORT ?= $(or $(RECONSCOPE_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)
 compat: controlplane ## Go toolchains x controller-runtime releases, traced (root, slow: builds cached); rewrites docs/compatibility.md's toolchains region
 	@mkdir -p $(dir $(COMPAT_REPORT)) && rm -f $(COMPAT_REPORT)
 	@status=0; $(SUDO) env RECONSCOPE_REQUIRE_BPF=1 RECONSCOPE_COMPAT_GO=all RECONSCOPE_COMPAT_CR=all RECONSCOPE_COMPAT_REPORT=$(COMPAT_REPORT) \
-	  $(GO) test -tags compat -count=1 -timeout 4h -v -run 'TestGoToolchains|TestControllerRuntime|TestStrippedSites|TestMainModuleVersion|TestDevelVersionOneLayout' ./test/compat/ ./pkg/probes/ || status=$$?; \
+	  $(GO) test -tags compat -count=1 -timeout 4h -v -run 'TestGoToolchains|TestControllerRuntime|TestStrippedSites|TestMainModuleVersion|TestDevelVersionOneLayout|TestGo127' ./test/compat/ ./pkg/probes/ ./pkg/symbols/ || status=$$?; \
 	$(GO) run ./test/compat/docgen -report $(COMPAT_REPORT) -doc docs/compatibility.md -controller-runtime $(COMPAT_CR); exit $$status
 
 fuzz: ## run each fuzz target briefly (FUZZTIME=10s, or a count like 30000x)

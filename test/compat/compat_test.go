@@ -26,7 +26,9 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/symbols"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
@@ -49,6 +51,9 @@ const (
 	CRCellsEnv = "RECONSCOPE_COMPAT_CR"
 	// ReportEnv: a file each finished cell appends its result to (JSON lines, Cell).
 	ReportEnv = "RECONSCOPE_COMPAT_REPORT"
+	// CacheEnv: the folder of the cached matrix builds, instead of cacheDir's default (an
+	// empty one measures a cold run; the control plane's cache stays where it is).
+	CacheEnv = "RECONSCOPE_COMPAT_CACHE"
 )
 
 func pick(env string, all, def []string) []string {
@@ -71,9 +76,11 @@ type Cell struct {
 	Stripped   bool   `json:"stripped"`
 	Reconciles int    `json:"reconciles"`
 	Spans      int    `json:"spans"`
-	Pass       bool   `json:"pass"`
-	Detail     string `json:"detail,omitempty"`
-	BuildSecs  int    `json:"build_seconds"`
+	// Sites: the stripped build's probe sites, each checked against its unstripped twin's.
+	Sites     int    `json:"sites,omitempty"`
+	Pass      bool   `json:"pass"`
+	Detail    string `json:"detail,omitempty"`
+	BuildSecs int    `json:"build_seconds"`
 }
 
 var reportMu sync.Mutex
@@ -112,9 +119,12 @@ func report(t *testing.T, c Cell) {
 }
 
 // cacheDir is where matrix builds are kept between runs, keyed by version:
-// ${RECONSCOPE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reconscope}/compat.
+// $RECONSCOPE_COMPAT_CACHE, or ${RECONSCOPE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reconscope}/compat.
 func cacheDir(t *testing.T) string {
 	t.Helper()
+	if d := os.Getenv(CacheEnv); d != "" {
+		return d
+	}
 	base := os.Getenv("RECONSCOPE_CACHE")
 	if base == "" {
 		c, err := os.UserCacheDir()
@@ -203,6 +213,81 @@ func buildCRCell(t *testing.T, version string) (string, time.Duration) {
 	took := time.Since(start)
 	t.Logf("built %s in %s", bin, took.Round(time.Second))
 	return bin, took
+}
+
+// buildTwin builds, next to a cached controller-runtime cell, the same program unstripped: the
+// linker's -n -n is a no-op as long as -s -w, so the recorded build settings and so the code
+// addresses are the same as the stripped build's.
+func buildTwin(t *testing.T, bin string) string {
+	t.Helper()
+	twin := bin + "-unstripped"
+	if _, err := os.Stat(twin); err == nil {
+		return twin
+	}
+	env := []string{"GOTOOLCHAIN=local", "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off"}
+	run(t, filepath.Dir(bin), env, "build", "-trimpath", "-ldflags=-n -n", "-o", twin+".tmp", ".")
+	if err := os.Rename(twin+".tmp", twin); err != nil {
+		t.Fatal(err)
+	}
+	return twin
+}
+
+// checkTwinSites checks the stripped build's probe sites against its unstripped twin's: the
+// same sites (probe, function, kind, address, instruction), every one inside the function it
+// names, no ABI0 wrapper probed, one layout per function. It returns the number of sites.
+func checkTwinSites(t *testing.T, strippedPath, plainPath string) int {
+	t.Helper()
+	plans := make([]*probes.Plan, 2)
+	for i, path := range []string{strippedPath, plainPath} {
+		bin, err := symbols.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { bin.Close() })
+		if bin.Stripped != (i == 0) {
+			t.Fatalf("%s: stripped = %v", path, bin.Stripped)
+		}
+		plans[i], err = probes.NewPlan(bin, probes.Catalog)
+		if err != nil {
+			t.Fatalf("plan of %s: %v", path, err)
+		}
+	}
+	key := func(s probes.Site) string {
+		return fmt.Sprintf("%s %s %v %#x %s", s.Probe.ID, s.Function.Name, s.Kind, s.Addr, s.Insn)
+	}
+	sets := make([]map[string]bool, 2)
+	for i, plan := range plans {
+		sets[i] = map[string]bool{}
+		layouts := map[string]*probes.Probe{}
+		for _, s := range plan.Sites {
+			if s.Addr < s.Function.Entry || s.Addr >= s.Function.End {
+				t.Errorf("%s site %#x of %s is outside [%#x, %#x)", s.Kind, s.Addr, s.Function.Name, s.Function.Entry, s.Function.End)
+			}
+			if strings.HasSuffix(s.Function.Name, ".abi0") || (s.Kind == probes.SiteEntry && strings.HasPrefix(s.Insn, "XORPS X15")) {
+				t.Errorf("%s: probe %s on an ABI0 wrapper (%q)", s.Function.Name, s.Probe.ID, s.Insn)
+			}
+			k := fmt.Sprintf("%s %#x", s.Probe.ID, s.Function.Entry)
+			if p, ok := layouts[k]; ok && p != s.Probe {
+				t.Errorf("%s: two layouts of %s attached", s.Function.Name, s.Probe.ID)
+			}
+			layouts[k] = s.Probe
+			if sets[i][key(s)] {
+				t.Errorf("site listed twice: %s", key(s))
+			}
+			sets[i][key(s)] = true
+		}
+	}
+	for k := range sets[0] {
+		if !sets[1][k] {
+			t.Errorf("stripped build has a site its unstripped twin lacks: %s", k)
+		}
+	}
+	for k := range sets[1] {
+		if !sets[0][k] {
+			t.Errorf("stripped build lacks a site of its unstripped twin: %s", k)
+		}
+	}
+	return len(plans[0].Sites)
 }
 
 type sink struct {
@@ -433,12 +518,13 @@ func TestControllerRuntime(t *testing.T) {
 	for _, v := range versions {
 		t.Run(v, func(t *testing.T) {
 			bin, took := buildCRCell(t, v)
+			sites := checkTwinSites(t, bin, buildTwin(t, bin))
 			recs, spans, clock := traced(t, bin, nil, func(env *testenv.Env) {
 				createConfigMaps(t, env, "compat", crObjects)
 			}, len(crObjects)+1)
 			compare(t, recs, spans, clock)
-			t.Logf("controller-runtime %s: %d reconciles, %d spans", v, len(recs), len(spans))
-			report(t, Cell{Kind: "controller-runtime", Go: goVersion(t, "local"), CR: v, Stripped: true, Reconciles: len(recs), Spans: len(spans), BuildSecs: int(took.Seconds()), ClientGo: clientGoOf(bin)})
+			t.Logf("controller-runtime %s: %d reconciles, %d spans; %d probe sites, the same as the unstripped twin's", v, len(recs), len(spans), sites)
+			report(t, Cell{Kind: "controller-runtime", Go: goVersion(t, "local"), CR: v, Stripped: true, Reconciles: len(recs), Spans: len(spans), Sites: sites, BuildSecs: int(took.Seconds()), ClientGo: clientGoOf(bin)})
 		})
 	}
 }

@@ -33,9 +33,13 @@ type cell struct {
 	Stripped   bool   `json:"stripped"`
 	Reconciles int    `json:"reconciles"`
 	Spans      int    `json:"spans"`
+	Sites      int    `json:"sites"`
 	Pass       bool   `json:"pass"`
+	Detail     string `json:"detail"`
 	BuildSecs  int    `json:"build_seconds"`
 }
+
+var notRunCR *string
 
 func main() {
 	reportPath := flag.String("report", "", "JSON-lines report of test/compat")
@@ -43,6 +47,7 @@ func main() {
 	tablePath := flag.String("table", "pkg/symbols/offsets_table.json", "the offsets table")
 	crVersions := flag.String("controller-runtime", "", "every controller-runtime release of the matrix, comma-separated")
 	goTraced := flag.String("go", "go1.26,go1.27", "Go minor releases the matrix traces here (the others rest on the offsets table)")
+	notRunCR = flag.String("not-run", "not run in this report (run `make compat`); offsets in the table", "what a controller-runtime cell the report lacks says")
 	flag.Parse()
 	if err := run(*reportPath, *docPath, *tablePath, strings.Split(*crVersions, ","), strings.Split(*goTraced, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "docgen:", err)
@@ -99,18 +104,26 @@ func run(reportPath, docPath, tablePath string, crAll, goTraced []string) error 
 	b.WriteString("| go1.19 | – | – | – | stripped: no table entry (go1.19.13 failed to build the generator's program); unstripped: DWARF |\n")
 	b.WriteString("| go1.16 and older | – | – | – | not supported: no register ABI (Go 1.17+ on amd64, 1.18+ on arm64) |\n\n")
 
-	b.WriteString("### controller-runtime × stripped (a small controller per release, `-ldflags=-s -w`)\n\n| controller-runtime | client-go | Go | reconciles | spans | how |\n|---|---|---|---|---|---|\n")
+	b.WriteString("### controller-runtime × stripped (a small controller per release, `-ldflags=-s -w`)\n\n" +
+		"\"probe sites\": the stripped build's entry and return sites of every catalog function it has, each the same " +
+		"(function, address, instruction) as in the same program linked with symbols, every entry site in the function's " +
+		"ABIInternal body, one layout per function.\n\n" +
+		"| controller-runtime | client-go | Go | reconciles | spans | probe sites | how |\n|---|---|---|---|---|---|---|\n")
 	crSeen := map[string]bool{}
 	for _, c := range cells {
 		if c.Kind != "controller-runtime" {
 			continue
 		}
 		crSeen[c.CR] = true
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s |\n", c.CR, c.ClientGo, c.Go, c.Reconciles, c.Spans, verdict(c))
+		sites := "–"
+		if c.Sites > 0 {
+			sites = fmt.Sprintf("%d, as unstripped", c.Sites)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s | %s |\n", c.CR, c.ClientGo, c.Go, c.Reconciles, c.Spans, sites, verdict(c))
 	}
 	for _, v := range crAll {
 		if v != "" && !crSeen[v] {
-			fmt.Fprintf(&b, "| %s | – | – | – | – | not run in this report (run `make compat`); offsets in the table |\n", v)
+			fmt.Fprintf(&b, "| %s | – | – | – | – | – | %s |\n", v, *notRunCR)
 		}
 	}
 	b.WriteString("\nCI (`.ci/run`) runs a sample: Go 1.27 plain and stripped, and the oldest and newest controller-runtime.\n")
@@ -129,7 +142,10 @@ func verdict(c cell) string {
 	if c.Pass {
 		return "traced: exact"
 	}
-	return "**traced: spans did not match** (see the test log)"
+	if c.Detail != "" {
+		return "**traced: failed**: " + c.Detail
+	}
+	return "**traced: failed** (see the test log)"
 }
 
 func someMinor(measured map[string]bool, v string) bool {
