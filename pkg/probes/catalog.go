@@ -100,16 +100,32 @@ type Probe struct {
 	// Symbol matches the functions to probe.
 	Symbol *regexp.Regexp
 	Role   Role
-	// ArgsSize, when set, is the size in bytes of the function's arguments and results in
-	// memory (symbols.Binary.ArgsSize): it decides between the layouts of one probe when the
-	// module's version is unknown (a devel or replaced build).
-	ArgsSize int
+	// Result, when set, decides between the layouts of one probe when the module's version
+	// is unknown (a devel or replaced build): the size of a result type the layout expects.
+	// (The functions' argument sizes cannot: for ABIInternal functions .gopclntab records
+	// the arguments' spill area only, not the results, which are in registers.)
+	Result *ResultSize
 	// EntryOnly probes have no return sites (the function never returns, like runtime.goexit1).
 	EntryOnly bool
 	Entry     Layout
 	Return    Layout
 	// DecodeEntry and DecodeReturn interpret the two sites' events.
 	DecodeEntry, DecodeReturn Decoder
+}
+
+// ResultSize names a result type by an interface method that returns it (symbols.Binary.
+// MethodResultSize): Method's result Out has type Type, of Size bytes for this layout.
+type ResultSize struct {
+	Method string
+	Out    int
+	Type   string
+	Size   int
+}
+
+// reconcileResult is reconcile.Result of a reconciler's Reconcile method: {Requeue,
+// RequeueAfter} (16 bytes) until v0.22, with Priority *int (24 bytes) from v0.23.
+func reconcileResult(size int) *ResultSize {
+	return &ResultSize{Method: "Reconcile", Out: 0, Type: "reconcile.Result", Size: size}
 }
 
 func str(ptr, length int) StringArg { return StringArg{Ptr: ptr, Len: length, Base: None} }
@@ -181,16 +197,15 @@ var Catalog = []*Probe{
 	// controller-runtime: every controller of a manager through one function.
 	{ID: "controller-runtime/reconcile", Module: controllerRuntime, MinVersion: "v0.23.0", Role: RoleSpan,
 		// generic shape body: recv, dict, ctx, req; returns Result{Requeue, RequeueAfter, Priority}, error
-		// (8+8+16+32 bytes of arguments, 24+16 of results)
-		ArgsSize: 104,
-		Symbol:   regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
-		Entry:    crGenericEntry, Return: layout().err(3),
+		Result: reconcileResult(24),
+		Symbol: regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
+		Entry:  crGenericEntry, Return: layout().err(3),
 		DecodeEntry: decodeReconcileEntry, DecodeReturn: decodeReconcileReturn(0, 1)},
 	{ID: "controller-runtime/reconcile", Module: controllerRuntime, MinVersion: "v0.19.0", MaxVersion: "v0.22.99", Role: RoleSpan,
-		// generic; Result{Requeue, RequeueAfter} (8+8+16+32 bytes of arguments, 16+16 of results)
-		ArgsSize: 96,
-		Symbol:   regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
-		Entry:    crGenericEntry, Return: layout().err(2),
+		// generic; Result{Requeue, RequeueAfter}
+		Result: reconcileResult(16),
+		Symbol: regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
+		Entry:  crGenericEntry, Return: layout().err(2),
 		DecodeEntry: decodeReconcileEntry, DecodeReturn: decodeReconcileReturn(0, 1)},
 	{ID: "controller-runtime/reconcile", Module: controllerRuntime, MaxVersion: "v0.18.99", Role: RoleSpan,
 		// not generic: recv, ctx, req

@@ -212,7 +212,7 @@ type candidate struct {
 
 // match finds the functions of each probe whose module (and version) the binary has. Layouts
 // of one probe never share a function: when the module's version is unknown (a devel or
-// replaced build) the function's argument size (Probe.ArgsSize) picks the layout, and a
+// replaced build) the size of a result type (Probe.Result) picks the layout, and a
 // function no single layout fits is refused with a message.
 func (p *Plan) match(bin *symbols.Binary, funcs []symbols.Function, catalog []*Probe) []candidate {
 	var out []candidate
@@ -259,11 +259,24 @@ func (p *Plan) match(bin *symbols.Binary, funcs []symbols.Function, catalog []*P
 			continue
 		}
 		fn := funcByEntry(out[idx[0]].fns, k.entry)
-		size, sizeErr := bin.ArgsSize(fn)
 		var fits []int
+		var shown []string
+		var sizeErr error
 		for _, i := range idx {
-			if sizeErr == nil && out[i].probe.ArgsSize > 0 && out[i].probe.ArgsSize == size {
+			r := out[i].probe.Result
+			if r == nil {
+				continue
+			}
+			size, ok, err := bin.MethodResultSize(r.Method, r.Out, r.Type)
+			switch {
+			case err != nil:
+				sizeErr = err
+			case !ok:
+				shown = append(shown, fmt.Sprintf("no interface method %s returning %s is found", r.Method, r.Type))
+			case int(size) == r.Size:
 				fits = append(fits, i)
+			default:
+				shown = append(shown, fmt.Sprintf("%s is %d bytes, this layout's %d", r.Type, size, r.Size))
 			}
 		}
 		drop[k] = map[int]bool{}
@@ -277,11 +290,14 @@ func (p *Plan) match(bin *symbols.Binary, funcs []symbols.Function, catalog []*P
 		}
 		mod := out[idx[0]].probe.Module
 		v := unknown[out[idx[0]].probe]
-		why := fmt.Sprintf("its arguments and results take %d bytes, which none of them expects", size)
-		if sizeErr != nil {
+		why := "no layout names a result type that tells them apart"
+		switch {
+		case sizeErr != nil:
 			why = sizeErr.Error()
-		} else if len(fits) > 1 {
-			why = fmt.Sprintf("its arguments and results take %d bytes, which more than one of them expects", size)
+		case len(fits) > 1:
+			why = "the result types fit more than one of them"
+		case len(shown) > 0:
+			why = strings.Join(slices.Compact(shown), "; ")
 		}
 		p.refused(k.id, fmt.Sprintf("%s: %s version %s is unknown (a devel or replaced build) and %d layouts of this probe match the function, but the binary does not tell which: %s; not traced rather than read wrongly: build the program with a released %s",
 			fn.Name, mod, v, len(idx), why, mod))

@@ -264,3 +264,101 @@ func (b *Binary) itabRegion(start, end uint64) ([]uint64, error) {
 	}
 	return out, nil
 }
+
+// abi.InterfaceType: abi.Type, PkgPath Name (one pointer), Methods []Imethod; abi.Imethod:
+// Name NameOff, Typ TypeOff (int32 each, relative to the type data). abi.FuncType: abi.Type,
+// InCount, OutCount uint16 (OutCount's top bit: variadic), then (after the UncommonType when
+// the type has one) InCount+OutCount *Type.
+const (
+	abiInterMethodsAt = abiTypeSize + 8
+	abiFuncInCountAt  = abiTypeSize
+	abiFuncParamsAt   = abiTypeSize + 8
+	abiUncommonSize   = 16
+	tflagUncommon     = 1 << 0
+)
+
+// MethodResultSize returns the size in bytes of the type of result out of method method
+// of the binary's interfaces that have it, when that result's type is named typeName: e.g.
+// ("Reconcile", 0, "reconcile.Result") gives the size of controller-runtime's reconcile.Result
+// from the interface type of any reconciler the program converts to an interface (its static
+// itabs name the interfaces). It reads the type descriptors, present in stripped binaries
+// too. ok is false when no such method is found or the interfaces disagree.
+func (b *Binary) MethodResultSize(method string, out int, typeName string) (size uint64, ok bool, err error) {
+	md, err := b.modData()
+	if err != nil {
+		return 0, false, err
+	}
+	list, err := b.itabList()
+	if err != nil {
+		return 0, false, err
+	}
+	seen := map[uint64]bool{}
+	sizes := map[uint64]bool{}
+	for _, it := range list {
+		inter, err := b.readPtr(it.Addr)
+		if err != nil || seen[inter] {
+			continue
+		}
+		seen[inter] = true
+		mptr, err1 := b.readPtr(inter + abiInterMethodsAt)
+		mlen, err2 := b.readPtr(inter + abiInterMethodsAt + 8)
+		if err1 != nil || err2 != nil || mlen > 1<<12 {
+			continue
+		}
+		for i := uint64(0); i < mlen; i++ {
+			raw, err := b.readVA(mptr+8*i, 8)
+			if err != nil {
+				break
+			}
+			nameOff := int32(binary.LittleEndian.Uint32(raw))
+			typOff := int32(binary.LittleEndian.Uint32(raw[4:]))
+			if nameOff <= 0 || typOff <= 0 {
+				continue
+			}
+			if name, err := b.readName(md.types + uint64(nameOff)); err != nil || name != method {
+				continue
+			}
+			s, found := b.funcResultSize(md.types+uint64(typOff), out, typeName)
+			if found {
+				sizes[s] = true
+			}
+		}
+	}
+	if len(sizes) != 1 {
+		return 0, false, nil
+	}
+	for s := range sizes {
+		size = s
+	}
+	return size, true, nil
+}
+
+// funcResultSize reads result out of the abi.FuncType at ft: its size when its type is
+// named typeName.
+func (b *Binary) funcResultSize(ft uint64, out int, typeName string) (uint64, bool) {
+	raw, err := b.readVA(ft, abiFuncParamsAt)
+	if err != nil {
+		return 0, false
+	}
+	in := uint64(binary.LittleEndian.Uint16(raw[abiFuncInCountAt:]))
+	outs := int(binary.LittleEndian.Uint16(raw[abiFuncInCountAt+2:]) & 0x7fff)
+	if out >= outs {
+		return 0, false
+	}
+	params := ft + abiFuncParamsAt
+	if raw[abiTypeTFlagOff]&tflagUncommon != 0 {
+		params += abiUncommonSize
+	}
+	typ, err := b.readPtr(params + 8*(in+uint64(out)))
+	if err != nil {
+		return 0, false
+	}
+	if name, err := b.TypeName(typ); err != nil || name != typeName {
+		return 0, false
+	}
+	size, err := b.readPtr(typ) // abi.Type.Size_
+	if err != nil {
+		return 0, false
+	}
+	return size, true
+}

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/mod/semver"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -230,6 +231,26 @@ func buildTwin(t *testing.T, bin string) string {
 		t.Fatal(err)
 	}
 	return twin
+}
+
+// checkResultSize checks what tells the reconcile layouts apart when a build's version is
+// unknown: the size of reconcile.Result read from the stripped binary's type descriptors
+// (16 bytes until v0.22, 24 with Result.Priority from v0.23).
+func checkResultSize(t *testing.T, path, version string) {
+	t.Helper()
+	bin, err := symbols.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bin.Close()
+	want := uint64(16)
+	if semver.Compare(version, "v0.23.0") >= 0 {
+		want = 24
+	}
+	size, ok, err := bin.MethodResultSize("Reconcile", 0, "reconcile.Result")
+	if err != nil || !ok || size != want {
+		t.Errorf("reconcile.Result of %s: %d bytes (found %v, %v), want %d", version, size, ok, err, want)
+	}
 }
 
 // checkTwinSites checks the stripped build's probe sites against its unstripped twin's: the
@@ -519,6 +540,7 @@ func TestControllerRuntime(t *testing.T) {
 		t.Run(v, func(t *testing.T) {
 			bin, took := buildCRCell(t, v)
 			sites := checkTwinSites(t, bin, buildTwin(t, bin))
+			checkResultSize(t, bin, v)
 			recs, spans, clock := traced(t, bin, nil, func(env *testenv.Env) {
 				createConfigMaps(t, env, "compat", crObjects)
 			}, len(crObjects)+1)
