@@ -710,8 +710,9 @@ func (u *usage) report(t *testing.T, while string) {
 		return "?"
 	}
 	wall := time.Since(u.start)
-	t.Logf("agent pod's process (pid %d) while %s: %.2f s of CPU in %s (%.1f%% of one core), RSS %s (peak %s)",
-		u.pid, while, cpu-u.cpu0, wall.Round(time.Second), 100*(cpu-u.cpu0)/wall.Seconds(), field("VmRSS"), field("VmHWM"))
+	t.Logf("agent pod's process (pid %d) while %s: %.2f s of CPU in %s (%.1f%% of one core), RSS %s (peak %s; anonymous %s, file %s, shared %s)",
+		u.pid, while, cpu-u.cpu0, wall.Round(time.Second), 100*(cpu-u.cpu0)/wall.Seconds(), field("VmRSS"), field("VmHWM"),
+		field("RssAnon"), field("RssFile"), field("RssShmem"))
 }
 
 // startBuiltinsDeployment runs controller-runtime's builtins example as a one-replica
