@@ -4,10 +4,13 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -113,7 +116,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// kubectl apply -k: deploy/ with the image overridden.
 	overlay := writeOverlay(t, node.IP)
 	kubectl(t, env, "apply", "-k", overlay)
-	agentPod := waitDaemonSetPod(t, cs, "", 120*time.Second)
+	agentPod := waitDaemonSetPod(t, cs, "reconscope", "", 120*time.Second)
 	checkSecurityContext(t, agentPod)
 	t.Logf("agent pod %s Running and Ready on %s", agentPod.Name, agentPod.Spec.NodeName)
 	waitScraped(t, prom, agentPod)
@@ -145,9 +148,10 @@ func TestDaemonSetOnNode(t *testing.T) {
 		return false, fmt.Sprintf("%d warm-up objects, no span naming the pod and its container yet", warmups)
 	})
 
-	// Then scripted ConfigMaps: every reconcile of each must be one span naming the fixture's pod.
+	// Then scripted ConfigMaps (success, calls, errors, requeues; no panic): every reconcile of each must
+	// be one span naming the fixture's pod.
 	scripted := map[string]bool{}
-	for _, s := range fixtureScripts[:4] {
+	for _, s := range fixtureScripts[:6] {
 		createScripted(t, cs, s.name, s.script)
 		scripted[s.name] = true
 	}
@@ -201,6 +205,9 @@ func TestDaemonSetOnNode(t *testing.T) {
 	waitScraped(t, prom, builtinsPod)
 	checkRestarted(t, prom, src, builtinsPod, builtinsController)
 	agentUse.report(t, "tracing kube-controller-manager, the fixture and builtins, through two operator restarts")
+	// The dashboard on this data: every panel's query, with the variables set from their own
+	// queries, shows data.
+	checkDashboard(t, prom, began, map[string]string{"job": "kubernetes-pods", "namespace": ns, "workload": "scripted", "controller": fixtureController})
 
 	// Delete the agent's pod: its links go with it; the DaemonSet's next pod traces again.
 	var zero int64 = 30
@@ -209,7 +216,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	}
 	waitGonePod(t, cs, agentPod)
 	checkNoLinks(t, fixtureBinInPod(t, fixturePod))
-	newAgent := waitDaemonSetPod(t, cs, agentPod.Name, 120*time.Second)
+	newAgent := waitDaemonSetPod(t, cs, "reconscope", agentPod.Name, 120*time.Second)
 	before := len(fixtureRoots(src, fixturePod))
 	// Ready means serving; the new agent attaches to the running fixture right after its first
 	// /proc scan. A new reconcile every few seconds until one is traced.
@@ -231,6 +238,25 @@ func TestDaemonSetOnNode(t *testing.T) {
 	if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
 		t.Errorf("namespace %s (not the manifest's) after kubectl delete -k: %v", ns, err)
 	}
+
+	// Then once with Helm, as README says first: the chart with the image and the collector's
+	// address set (the chart has no hostAliases; the test bed has no DNS), into a namespace of
+	// its own. It traces the running fixture, and `helm uninstall` leaves no agent and no link.
+	helmAgent := helmInstall(t, env, cs, node.IP)
+	before = len(fixtureRoots(src, fixturePod))
+	created, last = 0, time.Time{}
+	waitFor(t, "the agent installed with Helm traces the fixture", 90*time.Second, func() (bool, string) {
+		if time.Since(last) > 3*time.Second {
+			created++
+			createScripted(t, cs, fmt.Sprintf("after-helm-%d", created), "success")
+			last = time.Now()
+		}
+		n := len(fixtureRoots(src, fixturePod))
+		return n > before, fmt.Sprintf("%d spans of the fixture, %d before helm install", n, before)
+	})
+	helmRun(t, env, "uninstall", "reconscope", "--namespace", helmNamespace, "--wait", "--timeout", "120s")
+	waitGonePod(t, cs, helmAgent)
+	checkNoLinks(t, fixtureBinInPod(t, fixturePod))
 	t.Logf("node end-to-end test took %s", time.Since(began).Round(time.Millisecond))
 }
 
@@ -389,12 +415,12 @@ func podState(p *corev1.Pod) string {
 	return s
 }
 
-// waitDaemonSetPod waits for a Running and Ready agent pod other than not.
-func waitDaemonSetPod(t *testing.T, cs *kubernetes.Clientset, not string, timeout time.Duration) *corev1.Pod {
+// waitDaemonSetPod waits for a Running and Ready agent pod in namespace other than not.
+func waitDaemonSetPod(t *testing.T, cs *kubernetes.Clientset, namespace, not string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
-	waitFor(t, "an agent pod Running and Ready", timeout, func() (bool, string) {
-		pods, err := cs.CoreV1().Pods("reconscope").List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=reconscope-agent"})
+	waitFor(t, "an agent pod Running and Ready in namespace "+namespace, timeout, func() (bool, string) {
+		pods, err := cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=reconscope-agent"})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -522,12 +548,13 @@ func createScripted(t *testing.T, cs *kubernetes.Clientset, name, script string)
 	}
 }
 
-// fixtureRoots returns the reconcile spans (roots) the receiver got from the fixture's pod.
+// fixtureRoots returns the reconcile spans (roots named "reconcile <controller>"; the other
+// roots are object lifeline spans of writes) the receiver got from an operator's pod.
 func fixtureRoots(src spanSource, pod *corev1.Pod) []recvSpan {
 	all, _ := src.all()
 	var out []recvSpan
 	for _, s := range all {
-		if len(s.span.GetParentSpanId()) == 0 && attrStr(s.resource, "k8s.pod.name") == pod.Name {
+		if len(s.span.GetParentSpanId()) == 0 && strings.HasPrefix(s.span.GetName(), "reconcile ") && attrStr(s.resource, "k8s.pod.name") == pod.Name {
 			out = append(out, s)
 		}
 	}
@@ -765,4 +792,179 @@ func startBuiltinsDeployment(t *testing.T, cs *kubernetes.Clientset) *corev1.Pod
 		return podReady(pod), podState(pod)
 	})
 	return pod
+}
+
+// helmNamespace is where the e2e installs the chart: not the kustomization's namespace, which
+// may still be terminating.
+const helmNamespace = "reconscope-helm"
+
+// helmRun runs Helm (built and cached by test/tools/build-helm.sh) against the test bed.
+func helmRun(t *testing.T, env *testenv.Env, args ...string) {
+	t.Helper()
+	helm := testenv.ToolDir(t, "build-helm.sh")
+	out, err := exec.Command(helm, append([]string{"--kubeconfig", env.Kubeconfig}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	t.Logf("helm %s:\n%s", strings.Join(args, " "), strings.TrimSpace(string(out)))
+}
+
+// helmInstall installs deploy/helm/reconscope as README says, with the test's image and the
+// collector at the node's address, and returns the agent's pod once Running and Ready.
+func helmInstall(t *testing.T, env *testenv.Env, cs *kubernetes.Clientset, nodeIP string) *corev1.Pod {
+	t.Helper()
+	repo, tag, _ := strings.Cut(agentImage, ":")
+	helmRun(t, env, "install", "reconscope", "../../deploy/helm/reconscope", "--namespace", helmNamespace, "--create-namespace",
+		"--set", "image.repository="+repo, "--set", "image.tag="+tag,
+		"--set", "otlp.endpoint=http://"+nodeIP+":4317")
+	pod := waitDaemonSetPod(t, cs, helmNamespace, "", 120*time.Second)
+	checkSecurityContext(t, pod)
+	return pod
+}
+
+// checkDashboard runs every query of deploy/grafana's dashboard through Prometheus's HTTP API
+// as Grafana would over the test's time range: each variable's own query must offer the value
+// given in want (job, namespace, workload, controller), and every panel query, with the
+// variables set to those values, must return at least one number (not NaN) in that range.
+func checkDashboard(t *testing.T, prom string, since time.Time, want map[string]string) {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/grafana/reconscope-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Templating struct {
+			List []struct {
+				Name  string          `json:"name"`
+				Type  string          `json:"type"`
+				Query json.RawMessage `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+		Panels []dashPanel `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	set := map[string]string{}
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		var q struct {
+			Query string `json:"query"`
+		}
+		if err := json.Unmarshal(v.Query, &q); err != nil {
+			t.Fatalf("variable %s: %v", v.Name, err)
+		}
+		value, ok := want[v.Name]
+		if !ok {
+			t.Errorf("dashboard variable %s: the test has no value for it", v.Name)
+			continue
+		}
+		values, err := labelValues(prom, expandVars(q.Query, set), since)
+		if err != nil {
+			t.Errorf("variable %s: %v", v.Name, err)
+		}
+		if !slices.Contains(values, value) {
+			t.Errorf("dashboard variable %s (%s) offers %v, not %q", v.Name, q.Query, values, value)
+		}
+		set[v.Name] = value
+	}
+	var panels []dashPanel
+	for _, p := range d.Panels {
+		panels = append(panels, p)
+		panels = append(panels, p.Panels...)
+	}
+	n := 0
+	for _, p := range panels {
+		for _, tg := range p.Targets {
+			q := expandVars(tg.Expr, set)
+			ok, err := promRangeHasNumber(prom, q, since, time.Now())
+			switch {
+			case err != nil:
+				t.Errorf("dashboard panel %q: %v", p.Title, err)
+			case !ok:
+				t.Errorf("dashboard panel %q shows nothing: %s", p.Title, q)
+			}
+			n++
+		}
+	}
+	t.Logf("dashboard: %d variables offer the test's values; %d panel queries all show data", len(set), n)
+}
+
+type dashPanel struct {
+	Title   string `json:"title"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+	Panels []dashPanel `json:"panels"`
+}
+
+// expandVars replaces Grafana's variables in a query: $__rate_interval by 1m, $name by the
+// value set (a regex of one value, as Grafana writes one selected value).
+func expandVars(q string, set map[string]string) string {
+	q = strings.ReplaceAll(q, "$__rate_interval", "1m")
+	for k, v := range set {
+		q = strings.ReplaceAll(q, "${"+k+"}", regexp.QuoteMeta(v))
+		q = strings.ReplaceAll(q, "$"+k, regexp.QuoteMeta(v))
+	}
+	return q
+}
+
+// labelValues answers a Grafana label_values(selector, label) query through Prometheus's
+// series API.
+func labelValues(prom, q string, since time.Time) ([]string, error) {
+	inner, ok := strings.CutPrefix(q, "label_values(")
+	inner, ok2 := strings.CutSuffix(inner, ")")
+	if !ok || !ok2 {
+		return nil, fmt.Errorf("not a label_values query: %s", q)
+	}
+	i := strings.LastIndex(inner, ",")
+	selector, label := strings.TrimSpace(inner[:i]), strings.TrimSpace(inner[i+1:])
+	u := fmt.Sprintf("%s/api/v1/series?%s", prom, url.Values{"match[]": {selector}, "start": {fmt.Sprint(since.Unix())}, "end": {fmt.Sprint(time.Now().Unix())}}.Encode())
+	body, err := httpGet(u)
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Data []map[string]string `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range r.Data {
+		if v := s[label]; v != "" && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// promRangeHasNumber runs q as a range query over [from, to] (step 5 s) and reports whether
+// any sample is a number.
+func promRangeHasNumber(prom, q string, from, to time.Time) (bool, error) {
+	u := fmt.Sprintf("%s/api/v1/query_range?%s", prom, url.Values{"query": {q}, "start": {fmt.Sprint(from.Unix())}, "end": {fmt.Sprint(to.Unix())}, "step": {"5"}}.Encode())
+	body, err := httpGet(u)
+	if err != nil {
+		return false, fmt.Errorf("%s: %v", q, err)
+	}
+	var r struct {
+		Data struct {
+			Result []struct {
+				Values [][2]any `json:"values"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		return false, err
+	}
+	for _, s := range r.Data.Result {
+		for _, v := range s.Values {
+			if str, ok := v[1].(string); ok && str != "NaN" {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
