@@ -24,7 +24,7 @@ func TestOTLPLifelines(t *testing.T) {
 	}
 	spans := []*span.Span{
 		{Controller: "deployment", Namespace: "ns", Name: "web", UID: dep, ResourceVersion: "5", ReconcileID: "r1",
-			PID: 1, Exe: "/kcm", Start: at(0), Duration: 20 * time.Millisecond, Result: span.ResultSuccess,
+			PID: 1, Exe: "/kcm", Pod: "kube-system/kcm-node-1", Start: at(0), Duration: 20 * time.Millisecond, Result: span.ResultSuccess,
 			Calls: []span.Call{
 				{CallInfo: span.CallInfo{Kind: span.CallCacheGet, Verb: "GET", Namespace: "ns", Name: "web", UID: dep, ResourceVersion: "5"}, Start: at(1)},
 				api("POST", "replicasets", "", "web-1", rs, "6", 201, 2),
@@ -34,11 +34,11 @@ func TestOTLPLifelines(t *testing.T) {
 			}},
 		// The replicaset controller reads the version the deployment controller made.
 		{Controller: "replicaset", Namespace: "ns", Name: "web-1", UID: rs, ResourceVersion: "6", ReconcileID: "r2",
-			PID: 1, Exe: "/kcm", Start: at(30), Duration: 5 * time.Millisecond, Result: span.ResultSuccess,
+			PID: 1, Exe: "/kcm", Pod: "kube-system/kcm-node-1", Start: at(30), Duration: 5 * time.Millisecond, Result: span.ResultSuccess,
 			Calls: []span.Call{api("PUT", "replicasets", "status", "web-1", rs, "9", 200, 31)}},
 		// A later reconcile whose write returned a version already exported (seen twice).
 		{Controller: "replicaset", Namespace: "ns", Name: "web-1", UID: rs, ResourceVersion: "8", ReconcileID: "r3",
-			PID: 1, Exe: "/kcm", Start: at(40), Duration: 5 * time.Millisecond, Result: span.ResultSuccess,
+			PID: 1, Exe: "/kcm", Pod: "kube-system/kcm-node-1", Start: at(40), Duration: 5 * time.Millisecond, Result: span.ResultSuccess,
 			Calls: []span.Call{api("PUT", "replicasets", "status", "web-1", rs, "9", 200, 41)}},
 	}
 	got, _, stats := export(t, ProtocolGRPC, spans, nil)
@@ -49,6 +49,19 @@ func TestOTLPLifelines(t *testing.T) {
 	byID := map[string]*tracepb.Span{}
 	roots := map[string]*tracepb.Span{}
 	for _, r := range got {
+		// Lifeline spans belong to the lifelines service, not to the writing process (so a
+		// process's reconcile spans stay its only root spans); the writer is in attributes.
+		if r.span.GetKind() == tracepb.Span_SPAN_KIND_PRODUCER {
+			wantStr(t, r.resource, "service.name", LifelineService)
+			wantStr(t, r.resource, "k8s.node.name", "node-1")
+			wantAbsent(t, r.resource, "k8s.pod.name", "process.pid")
+			a := attrMap(r.span.GetAttributes())
+			wantStr(t, a, "reconscope.lifeline.writer_service", "kcm")
+			wantInt(t, a, "process.pid", 1)
+			wantStr(t, a, "k8s.pod.name", "kcm-node-1")
+			wantStr(t, a, "k8s.namespace.name", "kube-system")
+			wantStr(t, a, "k8s.node.name", "node-1")
+		}
 		byID[hex.EncodeToString(r.span.GetSpanId())] = r.span
 		a := attrMap(r.span.GetAttributes())
 		if len(r.span.GetParentSpanId()) == 0 && r.span.GetKind() == tracepb.Span_SPAN_KIND_INTERNAL {

@@ -107,7 +107,10 @@ const (
 )
 
 // attrLifelineWriterController names, on a lifeline span, the controller that wrote the version.
-const attrLifelineWriterController = attribute.Key("reconscope.lifeline.writer")
+const (
+	attrLifelineWriterController = attribute.Key("reconscope.lifeline.writer")
+	attrLifelineWriterService    = attribute.Key("reconscope.lifeline.writer_service")
+)
 
 // RetryOptions tunes the OTLP exporter's retries of a failed batch (exponential backoff).
 type RetryOptions struct {
@@ -263,7 +266,14 @@ type OTLPExporter struct {
 	// versions are the object versions whose lifeline span was exported, so a write that
 	// returns a version already seen (a no-op update or patch) does not export its ID twice.
 	versions *lru[objectVersion, struct{}]
+	// lifelines is the tracer of lifeline spans: their resource is the service LifelineService
+	// on this node, not the writing process (named in span attributes), since a lifeline
+	// belongs to an object, not to a process.
+	lifelines trace.Tracer
 }
+
+// LifelineService is the service.name of lifeline spans (docs/lifelines.md).
+const LifelineService = "reconscope-lifelines"
 
 type objectVersion struct{ uid, resourceVersion string }
 
@@ -326,11 +336,23 @@ func NewOTLP(ctx context.Context, opts OTLPOptions) (*OTLPExporter, error) {
 	if clock == (Clock{}) {
 		clock = NewClock()
 	}
+	bsp := sdktrace.NewBatchSpanProcessor(counting, bspOpts...)
+	lifeAttrs := []attribute.KeyValue{semconv.ServiceNameKey.String(LifelineService)}
+	if opts.NodeName != "" {
+		lifeAttrs = append(lifeAttrs, semconv.K8SNodeNameKey.String(opts.NodeName))
+	}
+	lifelines := sdktrace.NewTracerProvider(
+		sdktrace.WithResource(resource.NewWithAttributes(semconv.SchemaURL, lifeAttrs...)),
+		sdktrace.WithSpanProcessor(bsp),
+		sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithIDGenerator(idGenerator{}),
+	).Tracer(instrumentationScope)
 	return &OTLPExporter{
+		lifelines: lifelines,
 		clock:     clock,
 		nodeName:  opts.NodeName,
 		envRes:    envRes,
-		bsp:       sdktrace.NewBatchSpanProcessor(counting, bspOpts...),
+		bsp:       bsp,
 		acct:      acct,
 		providers: newLRU[processKey, trace.Tracer](positive(opts.MaxResources, DefaultOTLPMaxResources)),
 		links:     newLRU[objectKey, trace.SpanContext](positive(opts.MaxLinks, DefaultOTLPMaxLinks)),
@@ -596,7 +618,7 @@ func (e *OTLPExporter) Write(s *span.Span) error {
 	if len(s.Calls) > 0 {
 		calls := e.writeCalls(ctx, tracer, root, s.Calls, writes)
 		for _, i := range made {
-			e.writeVersion(tracer, s, &s.Calls[i], calls[i])
+			e.writeVersion(s, &s.Calls[i], calls[i])
 		}
 	}
 
@@ -660,11 +682,13 @@ func versionLink(uid, resourceVersion, typ string) trace.Link {
 
 // writeVersion makes the lifeline span of the version call c made: in the object's lifeline
 // trace, with the IDs derived from (UID, resourceVersion), linked to the call's span.
-func (e *OTLPExporter) writeVersion(tracer trace.Tracer, s *span.Span, c *span.Call, call trace.Span) {
+func (e *OTLPExporter) writeVersion(s *span.Span, c *span.Call, call trace.Span) {
 	v := lifeline.Version(c.UID, c.ResourceVersion)
 	ctx := context.WithValue(context.Background(), derivedIDsKey{}, v)
 	attrs := []attribute.KeyValue{
 		attrLifelineWriterController.String(s.Controller),
+		attrLifelineWriterService.String(serviceName(s)),
+		semconv.ProcessPIDKey.Int(int(s.PID)),
 		attrController.String(s.Controller),
 		attrCallVerb.String(c.Verb),
 		attrCallResource.String(c.Resource),
@@ -681,8 +705,26 @@ func (e *OTLPExporter) writeVersion(tracer trace.Tracer, s *span.Span, c *span.C
 	if s.ReconcileID != "" {
 		attrs = append(attrs, attrReconcileID.String(s.ReconcileID))
 	}
+	// The writer's pod and node, as span attributes (the resource is the lifelines service).
+	if s.Pod != "" {
+		ns, name, ok := strings.Cut(s.Pod, "/")
+		if !ok {
+			ns, name = "", s.Pod
+		}
+		if ns != "" {
+			attrs = append(attrs, semconv.K8SNamespaceNameKey.String(ns))
+		}
+		attrs = append(attrs, semconv.K8SPodNameKey.String(name))
+	}
+	node := e.nodeName
+	if s.Workload != nil && s.Workload.Node != "" {
+		node = s.Workload.Node
+	}
+	if node != "" {
+		attrs = append(attrs, semconv.K8SNodeNameKey.String(node))
+	}
 	start := e.clock.Wall(c.Start)
-	_, sp := tracer.Start(ctx, callSpanName(c),
+	_, sp := e.lifelines.Start(ctx, callSpanName(c),
 		trace.WithNewRoot(),
 		trace.WithTimestamp(start),
 		trace.WithSpanKind(trace.SpanKindProducer),
