@@ -227,47 +227,56 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 		t.Errorf("no replicaset reconcile links to the deployment controller's create (%x/%x)", rsCreate.GetTraceId(), rsCreate.GetSpanId())
 	}
 
-	// Trigger and lag, on the spans themselves: the replicaset reconciles that read the version
-	// the deployment controller's create made name it, with the lag from that create's return;
-	// the deployment reconciles that read the version this test's own (untraced) create made
-	// say unknown.
-	var createEnd uint64
-	var createRV string
+	// Trigger and lag, on the spans themselves: each reconcile that read a version a traced
+	// write made names that write's controller, with the lag from that write's return to its
+	// start when it began after it (the watch may deliver a version before its writer has the
+	// response: no lag then); a version no traced write made (this test's own create) is
+	// unknown. The replicaset reconcile of the version the deployment controller's create made
+	// names deployment.
+	type write struct {
+		controller string
+		end        uint64
+	}
+	writes := map[objectVersion]write{}
 	for _, sp := range s.snapshot() {
 		for _, cl := range sp.Calls {
-			if sp.Controller == "deployment" && cl.Verb == "POST" && cl.Resource == "replicasets" && cl.UID == rsUID {
-				createEnd, createRV = cl.Start+uint64(cl.Duration), cl.ResourceVersion
+			if cl.Kind == span.CallAPI && cl.IsWrite() && cl.UID != "" && cl.Status < 300 &&
+				!(cl.UID == sp.UID && cl.ResourceVersion == sp.ResourceVersion) {
+				writes[objectVersion{cl.UID, cl.ResourceVersion}] = write{sp.Controller, cl.Start + uint64(cl.Duration)}
 			}
 		}
 	}
-	if createRV == "" {
-		t.Fatal("no span has the deployment controller's create of the ReplicaSet")
-	}
-	lagged, unknown := 0, 0
+	byDeployment, lagged, unknown := 0, 0, 0
 	for _, sp := range s.snapshot() {
 		lines = append(lines, fmt.Sprintf("%s %s@%s trigger %q lag %v (known %v)", sp.Controller, sp.UID, sp.ResourceVersion, sp.TriggerController, sp.TriggerLag, sp.TriggerLagKnown))
+		if sp.UID == "" || sp.ResourceVersion == "" {
+			continue
+		}
+		w, ok := writes[objectVersion{sp.UID, sp.ResourceVersion}]
 		switch {
-		case sp.Controller == "replicaset" && sp.UID == rsUID && sp.ResourceVersion == createRV:
-			if sp.TriggerController != "deployment" {
-				t.Errorf("replicaset reconcile of the created version: trigger %q, want deployment", sp.TriggerController)
-			}
-			if sp.Start >= createEnd {
-				if want := time.Duration(sp.Start - createEnd); !sp.TriggerLagKnown || sp.TriggerLag != want || want > 10*time.Second {
-					t.Errorf("replicaset reconcile of the created version: lag %v (known %v), want %v", sp.TriggerLag, sp.TriggerLagKnown, want)
-				}
-				lagged++
-			}
-		case sp.Controller == "deployment" && sp.UID == string(dep.UID) && sp.ResourceVersion == dep.ResourceVersion:
+		case !ok:
 			if sp.TriggerController != span.TriggerUnknown || sp.TriggerLagKnown {
-				t.Errorf("deployment reconcile of the version this test created: trigger %q (lag known %v), want unknown", sp.TriggerController, sp.TriggerLagKnown)
+				t.Errorf("%s reconcile of %s@%s, a version no traced write made: trigger %q (lag known %v), want unknown", sp.Controller, sp.UID, sp.ResourceVersion, sp.TriggerController, sp.TriggerLagKnown)
 			}
-			unknown++
-		case sp.UID != "" && sp.ResourceVersion != "" && sp.TriggerController == "":
-			t.Errorf("%s reconcile read %s@%s but has no trigger", sp.Controller, sp.UID, sp.ResourceVersion)
+			if sp.UID == string(dep.UID) && sp.ResourceVersion == dep.ResourceVersion {
+				unknown++
+			}
+		case sp.TriggerController != w.controller:
+			t.Errorf("%s reconcile of %s@%s: trigger %q, the version was written by %s", sp.Controller, sp.UID, sp.ResourceVersion, sp.TriggerController, w.controller)
+		case sp.Start >= w.end && (!sp.TriggerLagKnown || sp.TriggerLag != time.Duration(sp.Start-w.end) || sp.TriggerLag > 10*time.Second):
+			t.Errorf("%s reconcile of %s@%s: lag %v (known %v), want %v", sp.Controller, sp.UID, sp.ResourceVersion, sp.TriggerLag, sp.TriggerLagKnown, time.Duration(sp.Start-w.end))
+		case sp.Start < w.end && sp.TriggerLagKnown:
+			t.Errorf("%s reconcile of %s@%s began before the write returned, yet has lag %v", sp.Controller, sp.UID, sp.ResourceVersion, sp.TriggerLag)
+		}
+		if ok && sp.TriggerLagKnown {
+			lagged++
+		}
+		if sp.Controller == "replicaset" && sp.UID == rsUID && w.controller == "deployment" && sp.TriggerController == "deployment" {
+			byDeployment++
 		}
 	}
-	if lagged == 0 || unknown == 0 {
-		t.Errorf("%d replicaset reconciles triggered by the create with a lag, %d deployment reconciles of the test's version", lagged, unknown)
+	if byDeployment == 0 || lagged == 0 || unknown == 0 {
+		t.Errorf("%d replicaset reconciles triggered by the deployment controller, %d reconciles with a lag, %d deployment reconciles of the test's own version", byDeployment, lagged, unknown)
 	}
 	for _, sp := range got {
 		if sp.GetName() == "reconcile replicaset" && attrs(sp.GetAttributes())["k8s.object.uid"] == rsUID && attrs(sp.GetAttributes())["reconscope.trigger.controller"] == "" {
