@@ -572,8 +572,13 @@ func TestDashboard(t *testing.T) {
 	if vars["datasource"] != `datasource "prometheus"` {
 		t.Errorf("datasource variable: %q, want a datasource variable of type prometheus", vars["datasource"])
 	}
-	if !strings.Contains(vars["controller"], "label_values(reconscope_reconcile_total, controller)") {
+	if !strings.Contains(vars["controller"], "label_values(reconscope_reconcile_total{") || !strings.Contains(vars["controller"], "}, controller)") {
 		t.Errorf("controller variable: %q", vars["controller"])
+	}
+	for _, v := range []string{"cluster", "job", "namespace", "workload"} {
+		if vars[v] == "" {
+			t.Errorf("no %s variable", v)
+		}
 	}
 
 	exported := exportedMetrics(t)
@@ -606,6 +611,19 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("panel %q: no query", p.Title)
 		}
 		for _, tg := range p.Targets {
+			// Every selector of a job is one of the chosen cluster's; a quantile reads native
+			// histograms, or the classic buckets when Prometheus has no native ones.
+			if strings.Count(tg.Expr, `job=~"$job"`) != strings.Count(tg.Expr, `cluster=~"$cluster", job=~"$job"`) {
+				t.Errorf("panel %q: a selector without the cluster variable: %s", p.Title, tg.Expr)
+			}
+			// A histogram is read native first, then " or " the classic series (the e2e runs the
+			// part before " or " alone against a Prometheus that ingests native histograms).
+			if classic := strings.Contains(tg.Expr, "_bucket{") || strings.Contains(tg.Expr, "_seconds_sum{") || strings.Contains(tg.Expr, "_seconds_count{"); classic {
+				native, rest, ok := strings.Cut(tg.Expr, " or ")
+				if !ok || strings.Contains(native, "_bucket{") || strings.Contains(native, "_sum{") || strings.Contains(native, "_count{") || strings.Contains(rest, " or ") {
+					t.Errorf("panel %q: classic histogram series without a native reading before them: %s", p.Title, tg.Expr)
+				}
+			}
 			names := metricNames(tg.Expr)
 			if len(names) == 0 {
 				t.Errorf("panel %q: expr %q selects no metric", p.Title, tg.Expr)

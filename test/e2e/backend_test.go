@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,7 +214,10 @@ func checkJaegerTrace(t *testing.T, j *testenv.Jaeger, src spanSource, pod *core
 // __meta_kubernetes_pod_* labels kubernetes_sd_configs' pod role gives), and the job's
 // relabelling is the one users write for kubernetes_sd_configs. It returns the base URL once
 // Prometheus answers.
-func startPodDiscoveryPrometheus(t *testing.T, cs kubernetes.Interface) string {
+//
+// features are Prometheus feature flags: exemplar-storage keeps the exemplars of OpenMetrics
+// scrapes; native-histograms scrapes protobuf and ingests native histograms.
+func startPodDiscoveryPrometheus(t *testing.T, cs kubernetes.Interface, features ...string) string {
 	t.Helper()
 	bin := requirePrometheus(t)
 	sd := podDiscovery(t, cs)
@@ -249,11 +253,11 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	p := testenv.StartProcess(t, "prometheus", exec.Command(bin,
-		"--config.file="+path,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
-	))
+	args := []string{"--config.file=" + path, "--storage.tsdb.path=" + filepath.Join(dir, "data"), "--web.listen-address=" + addr}
+	if len(features) > 0 {
+		args = append(args, "--enable-feature="+strings.Join(features, ","))
+	}
+	p := testenv.StartProcess(t, "prometheus", exec.Command(bin, args...))
 	base := "http://" + addr
 	waitFor(t, "Prometheus ready", 60*time.Second, func() (bool, string) {
 		mustRun(t, p, "prometheus")
@@ -261,6 +265,62 @@ scrape_configs:
 		return err == nil, fmt.Sprint(err)
 	})
 	return base
+}
+
+// checkExemplars checks that the exemplars Prometheus kept for pod's reconcile durations lead
+// to traces: each trace_id is a trace in Jaeger whose root is a reconcile of that pod.
+func checkExemplars(t *testing.T, prom string, j *testenv.Jaeger, pod *corev1.Pod, since time.Time) {
+	t.Helper()
+	q := fmt.Sprintf(`reconscope_reconcile_duration_seconds_bucket{k8s_pod_name=%q}`, pod.Name)
+	var ids []string
+	waitFor(t, "exemplars of "+pod.Name+"'s reconcile durations", 60*time.Second, func() (bool, string) {
+		body, err := httpGet(fmt.Sprintf("%s/api/v1/query_exemplars?%s", prom,
+			url.Values{"query": {q}, "start": {fmt.Sprint(since.Unix())}, "end": {fmt.Sprint(time.Now().Unix())}}.Encode()))
+		if err != nil {
+			return false, err.Error()
+		}
+		var r struct {
+			Data []struct {
+				Exemplars []struct {
+					Labels map[string]string `json:"labels"`
+				} `json:"exemplars"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal([]byte(body), &r); err != nil {
+			return false, err.Error()
+		}
+		ids = ids[:0]
+		for _, s := range r.Data {
+			for _, e := range s.Exemplars {
+				ids = append(ids, e.Labels["trace_id"])
+			}
+		}
+		return len(ids) > 0, "no exemplar yet"
+	})
+	for _, id := range ids {
+		rss, err := j.GetTrace(id)
+		if err != nil {
+			t.Errorf("exemplar trace_id %s: %v", id, err)
+			continue
+		}
+		found := false
+		for _, rs := range rss {
+			if attrStr(attrMap(rs.GetResource().GetAttributes()), "k8s.pod.name") != pod.Name {
+				continue
+			}
+			for _, ss := range rs.GetScopeSpans() {
+				for _, sp := range ss.GetSpans() {
+					if len(sp.GetParentSpanId()) == 0 && strings.HasPrefix(sp.GetName(), "reconcile ") {
+						found = true
+					}
+				}
+			}
+		}
+		if !found {
+			t.Errorf("exemplar trace_id %s: Jaeger has no reconcile of %s in that trace (%d resource spans)", id, pod.Name, len(rss))
+		}
+	}
+	t.Logf("exemplars: %d trace IDs on %s's reconcile durations, each a reconcile's trace in Jaeger", len(ids), pod.Name)
 }
 
 // sdTargetGroup is one entry of Prometheus's HTTP service discovery response.

@@ -111,7 +111,9 @@ func TestDaemonSetOnNode(t *testing.T) {
 	src := jaegerSpans{t: t, j: jaeger, from: began}
 	// Metrics go where Prometheus finds them: the usual kubernetes-pods job keeps the pods by
 	// their prometheus.io annotations (the manifest's, and the operators').
-	prom := startPodDiscoveryPrometheus(t, cs)
+	prom := startPodDiscoveryPrometheus(t, cs, "exemplar-storage")
+	// And a second one that ingests native histograms (the dashboard reads either).
+	promNative := startPodDiscoveryPrometheus(t, cs, "native-histograms")
 
 	// kubectl apply -k: deploy/ with the image overridden.
 	overlay := writeOverlay(t, node.IP)
@@ -207,7 +209,10 @@ func TestDaemonSetOnNode(t *testing.T) {
 	agentUse.report(t, "tracing kube-controller-manager, the fixture and builtins, through two operator restarts")
 	// The dashboard on this data: every panel's query, with the variables set from their own
 	// queries, shows data.
-	checkDashboard(t, prom, began, map[string]string{"job": "kubernetes-pods", "namespace": ns, "workload": "scripted", "controller": fixtureController})
+	vars := map[string]string{"cluster": "", "job": "kubernetes-pods", "namespace": ns, "workload": "scripted", "controller": fixtureController}
+	checkDashboard(t, prom, began, vars, false)
+	checkDashboard(t, promNative, began, vars, true)
+	checkExemplars(t, prom, jaeger, fixturePod, began)
 
 	// Delete the agent's pod: its links go with it; the DaemonSet's next pod traces again.
 	var zero int64 = 30
@@ -824,9 +829,11 @@ func helmInstall(t *testing.T, env *testenv.Env, cs *kubernetes.Clientset, nodeI
 
 // checkDashboard runs every query of deploy/grafana's dashboard through Prometheus's HTTP API
 // as Grafana would over the test's time range: each variable's own query must offer the value
-// given in want (job, namespace, workload, controller), and every panel query, with the
+// given in want ("" is All: the variable's all value, .*), and every panel query, with the
 // variables set to those values, must return at least one number (not NaN) in that range.
-func checkDashboard(t *testing.T, prom string, since time.Time, want map[string]string) {
+// native says Prometheus ingests native histograms: a quantile's native half alone must then
+// show data.
+func checkDashboard(t *testing.T, prom string, since time.Time, want map[string]string, native bool) {
 	t.Helper()
 	b, err := os.ReadFile("../../deploy/grafana/reconscope-dashboard.json")
 	if err != nil {
@@ -861,6 +868,10 @@ func checkDashboard(t *testing.T, prom string, since time.Time, want map[string]
 			t.Errorf("dashboard variable %s: the test has no value for it", v.Name)
 			continue
 		}
+		if value == "" {
+			set[v.Name] = ".*"
+			continue
+		}
 		values, err := labelValues(prom, expandVars(q.Query, set), since)
 		if err != nil {
 			t.Errorf("variable %s: %v", v.Name, err)
@@ -879,6 +890,10 @@ func checkDashboard(t *testing.T, prom string, since time.Time, want map[string]
 	for _, p := range panels {
 		for _, tg := range p.Targets {
 			q := expandVars(tg.Expr, set)
+			// The dashboard reads a histogram native first, then " or " the classic series.
+			if nativeHalf, _, isOr := strings.Cut(q, " or "); native && isOr {
+				q = nativeHalf
+			}
 			ok, err := promRangeHasNumber(prom, q, since, time.Now())
 			switch {
 			case err != nil:
@@ -889,7 +904,7 @@ func checkDashboard(t *testing.T, prom string, since time.Time, want map[string]
 			n++
 		}
 	}
-	t.Logf("dashboard: %d variables offer the test's values; %d panel queries all show data", len(set), n)
+	t.Logf("dashboard (native histograms: %v): %d variables offer the test's values; %d panel queries all show data", native, len(set), n)
 }
 
 type dashPanel struct {
@@ -905,8 +920,11 @@ type dashPanel struct {
 func expandVars(q string, set map[string]string) string {
 	q = strings.ReplaceAll(q, "$__rate_interval", "1m")
 	for k, v := range set {
-		q = strings.ReplaceAll(q, "${"+k+"}", regexp.QuoteMeta(v))
-		q = strings.ReplaceAll(q, "$"+k, regexp.QuoteMeta(v))
+		if v != ".*" {
+			v = regexp.QuoteMeta(v)
+		}
+		q = strings.ReplaceAll(q, "${"+k+"}", v)
+		q = strings.ReplaceAll(q, "$"+k, v)
 	}
 	return q
 }
