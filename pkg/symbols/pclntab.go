@@ -97,10 +97,11 @@ func (b *Binary) pclnFunctions() ([]Function, error) {
 	return funcs, err
 }
 
-// ArgsSize returns the size in bytes of fn's arguments and results as laid out in memory
-// (the stack layout of ABI0, which .gopclntab records for every function whatever its ABI):
-// it tells two layouts of one function apart when a module's version does not, for
-// example a result struct that gained a field.
+// ArgsSize returns the argument size .gopclntab records for fn: for ABI0 functions their
+// arguments and results on the stack; for ABIInternal functions (Go's, since the register
+// ABI) the spill area of the register arguments only: results in registers are not counted,
+// so it does not tell apart two versions of a function whose result struct gained a field
+// (MethodResultSize does).
 func (b *Binary) ArgsSize(fn Function) (int, error) {
 	t, err := b.pclnArgs()
 	if err != nil {
