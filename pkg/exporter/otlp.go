@@ -82,6 +82,8 @@ const (
 	attrPhaseComputeNS  = attribute.Key("reconscope.phase.compute_ns")
 	attrCallCount       = attribute.Key("reconscope.call_count")
 	attrQueueWaitNS     = attribute.Key("reconscope.queue_wait_ns")
+	attrBackoffNS       = attribute.Key("reconscope.backoff_ns")
+	attrCallOutcome     = attribute.Key("reconscope.call.outcome")
 	attrTriggerCtl      = attribute.Key("reconscope.trigger.controller")
 	attrTriggerLagNS    = attribute.Key("reconscope.trigger.lag_ns")
 	attrCallKind        = attribute.Key("reconscope.call.kind")
@@ -952,6 +954,9 @@ func rootAttributes(s *span.Span) []attribute.KeyValue {
 	if s.QueueWait != 0 {
 		attrs = append(attrs, attrQueueWaitNS.Int64(int64(s.QueueWait)))
 	}
+	if s.Backoff != 0 {
+		attrs = append(attrs, attrBackoffNS.Int64(int64(s.Backoff)))
+	}
 	if s.TriggerController != "" {
 		attrs = append(attrs, attrTriggerCtl.String(s.TriggerController))
 	}
@@ -1009,6 +1014,9 @@ func callAttributes(c *span.Call) []attribute.KeyValue {
 		if c.Status != 0 {
 			attrs = append(attrs, semconv.HTTPResponseStatusCodeKey.Int(c.Status))
 		}
+	}
+	if c.Outcome != "" {
+		attrs = append(attrs, attrCallOutcome.String(c.Outcome))
 	}
 	if c.Resource != "" {
 		attrs = append(attrs, attrCallResource.String(c.Resource))

@@ -67,6 +67,9 @@ type JSONSpan struct {
 	Container       string     `json:"container"`
 	Phases          JSONPhases `json:"phases"`
 	QueueWaitNS     int64      `json:"queue_wait_ns"`
+	// BackoffNS is the time the object was held back before it was ready in its queue
+	// (After delays, the rate limiter's backoff).
+	BackoffNS int64 `json:"backoff_ns"`
 	// TriggerController and TriggerLagNS: who wrote the version read, and the lag from that
 	// write to this reconcile (docs/json.md).
 	TriggerController string     `json:"trigger_controller"`
@@ -93,11 +96,13 @@ type JSONCall struct {
 	Name        string `json:"name"`
 	// UID and ResourceVersion are the object's as read, or as an API call returned it (after
 	// a write: the version it made); "" when not seen.
-	UID             string    `json:"uid"`
-	ResourceVersion string    `json:"resource_version"`
-	Status          int       `json:"status"`
-	Start           time.Time `json:"start"`
-	DurationNS      int64     `json:"duration_ns"`
+	UID             string `json:"uid"`
+	ResourceVersion string `json:"resource_version"`
+	Status          int    `json:"status"`
+	// Outcome is a cache read's: hit, not_found or error; "" for other calls.
+	Outcome    string    `json:"outcome,omitempty"`
+	Start      time.Time `json:"start"`
+	DurationNS int64     `json:"duration_ns"`
 }
 
 // ToJSON converts a span to its JSON form.
@@ -107,7 +112,7 @@ func ToJSON(s *span.Span, clock Clock) JSONSpan {
 		ReconcileID: s.ReconcileID, Start: clock.Wall(s.Start), DurationNS: int64(s.Duration),
 		Result: string(s.Result), RequeueAfterNS: int64(s.RequeueAfter), ErrorType: s.ErrorType,
 		Error: s.Error, PID: s.PID, Goid: s.Goid, Exe: s.Exe, Pod: s.Pod, Container: s.Container,
-		QueueWaitNS: int64(s.QueueWait), TriggerController: s.TriggerController,
+		QueueWaitNS: int64(s.QueueWait), BackoffNS: int64(s.Backoff), TriggerController: s.TriggerController,
 		Phases: JSONPhases{ReadNS: int64(s.Phases.Read), WriteNS: int64(s.Phases.Write), ComputeNS: int64(s.Phases.Compute)},
 		Calls:  make([]JSONCall, 0, len(s.Calls)),
 		Noop:   s.Noop, Incomplete: s.Incomplete,
@@ -119,7 +124,7 @@ func ToJSON(s *span.Span, clock Clock) JSONSpan {
 		j.Calls = append(j.Calls, JSONCall{
 			Kind: string(c.Kind), Verb: c.Verb, Resource: c.Resource, Subresource: c.Subresource,
 			Namespace: c.Namespace, Name: c.Name, UID: c.UID, ResourceVersion: c.ResourceVersion,
-			Status: c.Status, Start: clock.Wall(c.Start),
+			Status: c.Status, Outcome: c.Outcome, Start: clock.Wall(c.Start),
 			DurationNS: int64(c.Duration),
 		})
 	}
@@ -179,6 +184,9 @@ func (t *TreeWriter) Write(s *span.Span) error {
 	}
 	if s.QueueWait > 0 {
 		fmt.Fprintf(&b, "  queued=%s", round(s.QueueWait))
+	}
+	if s.Backoff > 0 {
+		fmt.Fprintf(&b, "  backoff=%s", round(s.Backoff))
 	}
 	if s.ReconcileID != "" {
 		fmt.Fprintf(&b, "  id=%s", s.ReconcileID[:min(8, len(s.ReconcileID))])

@@ -219,7 +219,7 @@ var Catalog = []*Probe{
 		Symbol:      regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/cache\.\(\*informerCache\)\.Get$`),
 		Entry:       layout().str(0, str(3, 4)).str(1, str(5, 6)).save(8).itab(7),
 		Return:      layout().str(0, meta(Saved, "UID")).str(1, meta(Saved, "ResourceVersion")).err(0),
-		DecodeEntry: decodeCacheEntry(span.CallCacheGet), DecodeReturn: decodeCallReturn},
+		DecodeEntry: decodeCacheEntry(span.CallCacheGet), DecodeReturn: decodeCacheGetReturn},
 	{ID: "controller-runtime/cache-list", Module: controllerRuntime, Role: RoleCall,
 		Symbol:      regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/cache\.\(\*informerCache\)\.List$`),
 		Entry:       layout().itab(3),
@@ -275,6 +275,13 @@ var QueueProbes = []*Probe{
 			str(1, StringArg{Ptr: None, Len: None, Base: 5, Field: FieldRef{Type: "k8s.io/apimachinery/pkg/types.NamespacedName", Path: "Name"}}),
 		Return:      layout(),
 		DecodeEntry: decodePriorityQueueAdd, DecodeReturn: decodeIgnore},
+	// ... and the delay its rate limiter gives a rate-limited add (AddRateLimited, after an
+	// error): the priority queue asks its limiter on its own goroutine. Its default is client-go's
+	// exponential limiter (5ms·2ⁿ); controller-runtime's default without the priority queue is
+	// a MaxOf of that and a bucket limiter (the outermost answer counts). When(item T)
+	// time.Duration: recv, dict, namespace (2-3), name (4-5); the delay in slot 0 at each RET.
+	rateLimitProbe("TypedItemExponentialFailureRateLimiter"),
+	rateLimitProbe("TypedMaxOfRateLimiter"),
 	{ID: "client-go/queue-add", Module: clientGo, Role: RoleMark,
 		// (*Typed[string]).Add(item string): recv, dict, item (2-3)
 		Symbol:    regexp.MustCompile(`^k8s\.io/client-go/util/workqueue\.\(\*Typed\[go\.shape\.string\]\)\.Add$`),
@@ -287,6 +294,14 @@ var QueueProbes = []*Probe{
 		EntryOnly: true,
 		Entry:     layout().str(0, str(2, 3)).str(1, str(4, 5)), Return: layout(),
 		DecodeEntry: decodeRequestQueueAdd, DecodeReturn: decodeIgnore},
+}
+
+func rateLimitProbe(limiter string) *Probe {
+	return &Probe{ID: "controller-runtime/queue-rate-limit", Module: clientGo, Role: RoleMark,
+		Symbol:      regexp.MustCompile(`^k8s\.io/client-go/util/workqueue\.\(\*` + limiter + `\[go\.shape\.struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}\]\)\.When$`),
+		Entry:       layout().str(0, str(2, 3)).str(1, str(4, 5)),
+		Return:      layout(),
+		DecodeEntry: decodeRateLimitEntry, DecodeReturn: decodeRateLimitReturn}
 }
 
 // GoroutineProbes let goroutines started inside a span (client-go's slowStartBatch creates

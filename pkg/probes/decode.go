@@ -169,12 +169,35 @@ func decodeListerEntry(r *Raw) span.Event {
 // decodeObjectReturn is the return of a read that returns the object (a lister's Get).
 func decodeObjectReturn(r *Raw) span.Event {
 	e := base(r, span.CallEnd)
+	e.Call.Outcome = cacheOutcome(r)
 	if r.ErrorType != "" {
 		e.Call.Error = r.ErrorType
 		return e
 	}
 	readObject(r, &e.Call)
 	return e
+}
+
+// decodeCacheGetReturn is controller-runtime's cache Get's return: the object read, and the
+// read's outcome.
+func decodeCacheGetReturn(r *Raw) span.Event {
+	e := decodeCallReturn(r)
+	e.Call.Outcome = cacheOutcome(r)
+	return e
+}
+
+// cacheOutcome is a cache read's outcome: a hit without an error; not found for the error
+// controller-runtime's cache and client-go's listers return for an object not in the cache
+// (apierrors.NewNotFound: a *errors.StatusError whose message ends in "not found"); any other
+// error (or a StatusError whose message could not be read) is an error.
+func cacheOutcome(r *Raw) string {
+	switch {
+	case r.ErrorType == "":
+		return span.OutcomeHit
+	case r.ErrorType == "*errors.StatusError" && strings.HasSuffix(r.ErrorMsg, " not found"):
+		return span.OutcomeNotFound
+	}
+	return span.OutcomeError
 }
 
 // decodeResultObject is the object an API call's response was decoded into.
@@ -241,7 +264,23 @@ func decodePriorityQueueAdd(r *Raw) span.Event {
 	if r.Args[6] == 0 { // no items
 		return span.Event{}
 	}
-	return queueAdd(r, r.Str[0], r.Str[1], time.Duration(int64(r.Args[2])))
+	e := queueAdd(r, r.Str[0], r.Str[1], time.Duration(int64(r.Args[2])))
+	e.RateLimited = r.Args[3]&0xff != 0
+	return e
+}
+
+// decodeRateLimitEntry: a rate limiter is asked for a key's delay...
+func decodeRateLimitEntry(r *Raw) span.Event {
+	e := base(r, span.QueueLimitStart)
+	e.Namespace, e.Name = r.Str[0], r.Str[1]
+	return e
+}
+
+// ... and decodeRateLimitReturn is its answer.
+func decodeRateLimitReturn(r *Raw) span.Event {
+	e := base(r, span.QueueLimitEnd)
+	e.RequeueAfter = time.Duration(int64(r.Args[0]))
+	return e
 }
 
 func decodeKeyQueueAdd(r *Raw) span.Event {

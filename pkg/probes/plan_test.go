@@ -161,7 +161,7 @@ func TestStrippedSitesMatchUnstripped(t *testing.T) {
 				probed[s.Probe.ID] = true
 			}
 			for _, id := range []string{"controller-runtime/reconcile", "controller-runtime/cache-get", "controller-runtime/cache-list",
-				"client-go/request", "client-go/response", "runtime/goroutine-start", "runtime/goroutine-exit", "controller-runtime/queue-add"} {
+				"client-go/request", "client-go/response", "runtime/goroutine-start", "runtime/goroutine-exit", "controller-runtime/queue-add", "controller-runtime/queue-rate-limit"} {
 				if !probed[id] {
 					t.Errorf("stripped build: probe %s has no site (missing: %v)", id, stripped.Missing)
 				}

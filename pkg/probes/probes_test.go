@@ -91,11 +91,13 @@ func TestDecodeObject(t *testing.T) {
 		want span.Event
 	}{
 		{"lister read", decodeObjectReturn, Raw{Str: obj},
-			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Namespace: "ns", Name: "web", UID: uid, ResourceVersion: "235"}}},
-		{"lister read failed (not found)", decodeObjectReturn, Raw{Str: obj, ErrorType: "*errors.StatusError"},
-			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Error: "*errors.StatusError"}}},
+			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Namespace: "ns", Name: "web", UID: uid, ResourceVersion: "235", Outcome: span.OutcomeHit}}},
+		{"lister read failed (not found)", decodeObjectReturn, Raw{Str: obj, ErrorType: "*errors.StatusError", ErrorMsg: `deployments.apps "web" not found`},
+			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Error: "*errors.StatusError", Outcome: span.OutcomeNotFound}}},
+		{"lister read failed (message unread)", decodeObjectReturn, Raw{Str: obj, ErrorType: "*errors.StatusError"},
+			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Error: "*errors.StatusError", Outcome: span.OutcomeError}}},
 		{"no object behind the pointer: no UUID, nothing read", decodeObjectReturn, Raw{Str: [6]string{"x", "y", "\x01\x02garbage", "1"}},
-			span.Event{Kind: span.CallEnd}},
+			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Outcome: span.OutcomeHit}}},
 		{"response object", decodeResultObject, Raw{Str: obj},
 			span.Event{Kind: span.CallObject, Call: span.CallInfo{Namespace: "ns", Name: "web", UID: uid, ResourceVersion: "235"}}},
 		{"response object of a failed call: no event", decodeResultObject, Raw{Str: obj, ErrorType: "*errors.StatusError"}, span.Event{}},
@@ -104,6 +106,14 @@ func TestDecodeObject(t *testing.T) {
 			span.Event{Kind: span.CallEnd, Call: span.CallInfo{UID: uid, ResourceVersion: "9"}}},
 		{"cache read into an Unstructured: garbage dropped", decodeCallReturn, Raw{Str: [6]string{"abc", "9"}},
 			span.Event{Kind: span.CallEnd}},
+		{"cache get: hit", decodeCacheGetReturn, Raw{Str: [6]string{uid, "9"}},
+			span.Event{Kind: span.CallEnd, Call: span.CallInfo{UID: uid, ResourceVersion: "9", Outcome: span.OutcomeHit}}},
+		{"cache get: not found", decodeCacheGetReturn, Raw{ErrorType: "*errors.StatusError", ErrorMsg: `configmaps "gone" not found`},
+			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Error: "*errors.StatusError", Outcome: span.OutcomeNotFound}}},
+		{"cache get: informer not synced", decodeCacheGetReturn, Raw{ErrorType: "*errors.StatusError", ErrorMsg: "failed waiting for *v1.ConfigMap Informer to sync"},
+			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Error: "*errors.StatusError", Outcome: span.OutcomeError}}},
+		{"cache get: other error", decodeCacheGetReturn, Raw{ErrorType: "*fmt.wrapError", ErrorMsg: "not found"},
+			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Error: "*fmt.wrapError", Outcome: span.OutcomeError}}},
 	}
 	for _, tc := range tests {
 		if got := tc.dec(&tc.raw); got != tc.want {

@@ -78,6 +78,31 @@ type spanKey struct {
 	start uint64
 }
 
+// queued is what the assembler knows of an object waiting in a work queue: the adds not yet
+// served by a reconcile.
+type queued struct {
+	added uint64 // the first such add (monotonic ns)
+	// ready is the earliest moment one of them made the object ready (add time plus its delay),
+	// when readyKnown. The queue keeps the earliest: an add that is ready now absorbs a
+	// delayed one (controller-runtime's priority queue), whichever came first.
+	ready      uint64
+	readyKnown bool
+	// limited counts rate-limited adds whose delay the rate limiter has not yet been seen
+	// to give.
+	limited int
+}
+
+type limiting struct {
+	key   objectKey
+	depth int
+}
+
+func (q *queued) readyAt(t uint64) {
+	if !q.readyKnown || t < q.ready {
+		q.ready, q.readyKnown = t, true
+	}
+}
+
 type openCall struct {
 	info  CallInfo
 	start uint64
@@ -88,9 +113,12 @@ type openCall struct {
 type Assembler struct {
 	opts    Options
 	open    map[goroutineKey]*openSpan
-	byStart map[spanKey]*openSpan  // the same spans, by process and entry time
-	queued  map[objectKey]uint64   // first unserved work-queue add per object: when it is ready
-	pending map[goroutineKey]Event // returns that came before their entry
+	byStart map[spanKey]*openSpan // the same spans, by process and entry time
+	queued  map[objectKey]*queued // unserved work-queue adds per object
+	// limiting: the key whose rate-limiter delay is being computed, per goroutine, and how
+	// deep (a limiter may ask others: MaxOf).
+	limiting map[goroutineKey]limiting
+	pending  map[goroutineKey]Event // returns that came before their entry
 	// versions: the object versions writes made, with their writer; versionOrder is their
 	// insertion order (oldest first), to bound them.
 	versions     map[version]written
@@ -120,7 +148,8 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 		opts:     opts,
 		open:     make(map[goroutineKey]*openSpan),
 		byStart:  make(map[spanKey]*openSpan),
-		queued:   make(map[objectKey]uint64),
+		queued:   make(map[objectKey]*queued),
+		limiting: make(map[goroutineKey]limiting),
 		pending:  make(map[goroutineKey]Event),
 		versions: make(map[version]written),
 		emit:     emit,
@@ -152,9 +181,29 @@ func (a *Assembler) Add(e Event) {
 	case CallEnd:
 		a.callEnd(k, e)
 	case QueueAdd:
+		a.queueAdd(e)
+	case QueueLimitStart:
 		ok := objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}
-		if _, seen := a.queued[ok]; !seen && len(a.queued) < a.opts.MaxOpen {
-			a.queued[ok] = e.Time + uint64(max(e.RequeueAfter, 0))
+		if l, found := a.limiting[k]; found && l.key == ok {
+			l.depth++
+			a.limiting[k] = l
+		} else if found || len(a.limiting) < a.opts.MaxOpen {
+			a.limiting[k] = limiting{key: ok, depth: 1}
+		}
+	case QueueLimitEnd:
+		l, found := a.limiting[k]
+		if !found {
+			return
+		}
+		if l.depth > 1 { // an inner limiter's answer: the outermost one counts
+			l.depth--
+			a.limiting[k] = l
+			return
+		}
+		delete(a.limiting, k)
+		if q := a.queued[l.key]; q != nil && q.limited > 0 {
+			q.limited--
+			q.readyAt(e.Time + uint64(max(e.RequeueAfter, 0)))
 		}
 	case CallObject:
 		if o := a.spanOf(k, &e); o != nil {
@@ -200,12 +249,57 @@ func (a *Assembler) start(k goroutineKey, e Event) {
 	}
 	o := a.newOpen(e)
 	o.key = k
-	if ready, ok := a.queued[objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}]; ok && ready <= e.Time {
-		o.span.QueueWait = time.Duration(e.Time - ready)
-		delete(a.queued, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
-	}
+	a.serve(&o.span, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
 	a.open[k] = o
 	a.byStart[spanKey{pid: e.PID, start: e.Time}] = o
+}
+
+// queueAdd records a work-queue add. A delayed add (After) is ready at its time plus the
+// delay; a rate-limited one when its rate limiter says (QueueLimitEnd), or, with an After
+// too, at the earlier of the two (as controller-runtime's priority queue does).
+func (a *Assembler) queueAdd(e Event) {
+	ok := objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}
+	q := a.queued[ok]
+	if q == nil {
+		if len(a.queued) >= a.opts.MaxOpen {
+			return
+		}
+		q = &queued{added: e.Time}
+		a.queued[ok] = q
+	}
+	if e.RateLimited {
+		q.limited++
+		if e.RequeueAfter > 0 {
+			q.readyAt(e.Time + uint64(e.RequeueAfter))
+		}
+		return
+	}
+	q.readyAt(e.Time + uint64(max(e.RequeueAfter, 0)))
+}
+
+// serve gives s, a reconcile of the object ok that began at s.Start, the wait of the adds it
+// serves: those that made the object ready by then. An object not ready yet at the start is
+// another queue's (one process may run controllers whose keys coincide) or its ready add was
+// not seen: its adds stay for a later reconcile. An object whose only adds are rate-limited
+// ones whose delay was not seen (a rate limiter reconscope does not probe) is served too: all
+// its wait counts as backoff, for its ready time is not known.
+func (a *Assembler) serve(s *Span, ok objectKey) {
+	q := a.queued[ok]
+	if q == nil {
+		return
+	}
+	switch {
+	case q.readyKnown && q.ready <= s.Start:
+		s.QueueWait = time.Duration(s.Start - q.ready)
+		if q.ready > q.added {
+			s.Backoff = time.Duration(q.ready - q.added)
+		}
+	case !q.readyKnown && q.added <= s.Start:
+		s.Backoff = time.Duration(s.Start - q.added)
+	default:
+		return
+	}
+	delete(a.queued, ok)
 }
 
 func (a *Assembler) newOpen(e Event) *openSpan {
@@ -392,6 +486,9 @@ func mergeCallInfo(dst *CallInfo, ret CallInfo) {
 	if ret.Error != "" {
 		dst.Error = ret.Error
 	}
+	if ret.Outcome != "" {
+		dst.Outcome = ret.Outcome
+	}
 	if dst.Verb == "" {
 		dst.Verb = ret.Verb
 	}
@@ -447,8 +544,12 @@ func (a *Assembler) Expire(now uint64) {
 	}) {
 		a.abandon(k, a.open[k])
 	}
-	for k, ready := range a.queued {
-		if now > ready && time.Duration(now-ready) > a.opts.AbandonAfter {
+	for k, q := range a.queued {
+		ref := q.added
+		if q.readyKnown {
+			ref = q.ready
+		}
+		if now > ref && time.Duration(now-ref) > a.opts.AbandonAfter {
 			delete(a.queued, k) // an add no reconcile served (another controller's queue)
 		}
 	}
@@ -475,6 +576,11 @@ func (a *Assembler) ProcessExited(pid uint32) {
 	for k := range a.queued {
 		if k.pid == pid {
 			delete(a.queued, k)
+		}
+	}
+	for k := range a.limiting {
+		if k.pid == pid {
+			delete(a.limiting, k)
 		}
 	}
 }

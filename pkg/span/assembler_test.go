@@ -368,3 +368,79 @@ func TestTrigger(t *testing.T) {
 		t.Errorf("span without a read: trigger %q", s.TriggerController)
 	}
 }
+
+// TestQueueWaitAbsorbedDelay: a plain add of an object that a delayed add already put in the
+// queue makes it ready now (the priority queue keeps the earliest ready time), whichever came
+// first; the reconcile it triggers serves both, and no delay is left for a later reconcile.
+func TestQueueWaitAbsorbedDelay(t *testing.T) {
+	const ms = uint64(time.Millisecond)
+	var got []Span
+	a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+	add := func(tm uint64, after time.Duration) {
+		a.Add(Event{Kind: QueueAdd, PID: 1, Time: tm, Namespace: "ns", Name: "a", RequeueAfter: after})
+	}
+	add(0, 2*time.Second) // RequeueAfter: 2s
+	add(500*ms, 0)        // a watch event: ready now
+	a.Add(start(1, 1, 502*ms, "a"))
+	a.Add(end(1, 1, 510*ms, ResultSuccess))
+	add(3000*ms, 0) // the next change, long after the delay would have ended
+	add(3000*ms, time.Second)
+	a.Add(start(1, 1, 3003*ms, "a"))
+	a.Add(end(1, 1, 3010*ms, ResultSuccess))
+	want := []struct{ wait, backoff time.Duration }{{2 * time.Millisecond, 500 * time.Millisecond}, {3 * time.Millisecond, 0}}
+	for i, w := range want {
+		if got[i].QueueWait != w.wait || got[i].Backoff != w.backoff {
+			t.Errorf("span %d: queue wait %v backoff %v, want %v and %v", i, got[i].QueueWait, got[i].Backoff, w.wait, w.backoff)
+		}
+	}
+}
+
+// TestQueueWaitRateLimited: a rate-limited add is ready when its rate limiter's delay ends:
+// the delay is backoff, not queue wait, as an After delay is; a rate-limited add whose delay
+// was not seen counts wholly as backoff.
+func TestQueueWaitRateLimited(t *testing.T) {
+	const ms = uint64(time.Millisecond)
+	var got []Span
+	a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+	a.Add(Event{Kind: QueueAdd, PID: 1, Goid: 1, Time: 100 * ms, Namespace: "ns", Name: "a", RateLimited: true})
+	a.Add(Event{Kind: QueueLimitStart, PID: 1, Goid: 7, Time: 101 * ms, Namespace: "ns", Name: "a"})
+	a.Add(Event{Kind: QueueLimitEnd, PID: 1, Goid: 7, Time: 101 * ms, RequeueAfter: 40 * time.Millisecond})
+	a.Add(start(1, 2, 142*ms, "a"))
+	a.Add(end(1, 2, 150*ms, ResultError))
+	// After delay, same rule.
+	a.Add(Event{Kind: QueueAdd, PID: 1, Goid: 1, Time: 200 * ms, Namespace: "ns", Name: "a", RequeueAfter: 30 * time.Millisecond})
+	a.Add(start(1, 2, 231*ms, "a"))
+	a.Add(end(1, 2, 240*ms, ResultSuccess))
+	// The rate limiter's answer not seen.
+	a.Add(Event{Kind: QueueAdd, PID: 1, Goid: 1, Time: 300 * ms, Namespace: "ns", Name: "a", RateLimited: true})
+	a.Add(start(1, 2, 320*ms, "a"))
+	a.Add(end(1, 2, 330*ms, ResultSuccess))
+	want := []struct{ wait, backoff time.Duration }{
+		{time.Millisecond, 41 * time.Millisecond},
+		{time.Millisecond, 30 * time.Millisecond},
+		{0, 20 * time.Millisecond},
+	}
+	for i, w := range want {
+		if got[i].QueueWait != w.wait || got[i].Backoff != w.backoff {
+			t.Errorf("span %d: queue wait %v backoff %v, want %v and %v", i, got[i].QueueWait, got[i].Backoff, w.wait, w.backoff)
+		}
+	}
+}
+
+// TestQueueWaitNestedLimiters: a MaxOf limiter asks the exponential one: the outermost answer
+// is the delay.
+func TestQueueWaitNestedLimiters(t *testing.T) {
+	const ms = uint64(time.Millisecond)
+	var got []Span
+	a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+	a.Add(Event{Kind: QueueAdd, PID: 1, Goid: 1, Time: 100 * ms, Namespace: "ns", Name: "a", RateLimited: true})
+	a.Add(Event{Kind: QueueLimitStart, PID: 1, Goid: 7, Time: 101 * ms, Namespace: "ns", Name: "a"})
+	a.Add(Event{Kind: QueueLimitStart, PID: 1, Goid: 7, Time: 101 * ms, Namespace: "ns", Name: "a"})
+	a.Add(Event{Kind: QueueLimitEnd, PID: 1, Goid: 7, Time: 101 * ms, RequeueAfter: 5 * time.Millisecond})
+	a.Add(Event{Kind: QueueLimitEnd, PID: 1, Goid: 7, Time: 101 * ms, RequeueAfter: 50 * time.Millisecond})
+	a.Add(start(1, 2, 152*ms, "a"))
+	a.Add(end(1, 2, 160*ms, ResultSuccess))
+	if got[0].Backoff != 51*time.Millisecond || got[0].QueueWait != time.Millisecond {
+		t.Errorf("backoff %v queue wait %v, want 51ms and 1ms", got[0].Backoff, got[0].QueueWait)
+	}
+}

@@ -30,10 +30,15 @@ const (
 	CallStart                       // a call inside the reconcile began
 	CallEnd                         // it returned
 	CallStatus                      // the innermost open call learnt its HTTP status
-	QueueAdd                        // a key was added to a work queue (Namespace, Name; RequeueAfter: its delay)
+	QueueAdd                        // a key was added to a work queue (Namespace, Name; RequeueAfter: its delay; RateLimited)
 	// CallObject: the API call that just ended on this goroutine returned this object
 	// (Call.Namespace, Name, UID, ResourceVersion: for a write, the object after it).
 	CallObject
+	// QueueLimitStart: the queue's rate limiter was asked for a key's delay (Namespace, Name);
+	// QueueLimitEnd, on the same goroutine, is its answer (RequeueAfter). Together they give a
+	// rate-limited add (RateLimited) its delay.
+	QueueLimitStart
+	QueueLimitEnd
 )
 
 // CallKind names what a call inside a reconcile does.
@@ -72,6 +77,10 @@ type Event struct {
 	Name        string
 	ReconcileID string
 
+	// RateLimited marks a QueueAdd whose delay the queue's rate limiter chooses
+	// (AddRateLimited): a QueueLimitEnd gives it.
+	RateLimited bool
+
 	// Span return fields.
 	Result       Result
 	RequeueAfter time.Duration
@@ -101,7 +110,17 @@ type CallInfo struct {
 	ResourceVersion string
 	// Error is the concrete type of the error the call returned, "" when none.
 	Error string
+	// Outcome is a cache read's (cache_get: controller-runtime's cache, client-go listers):
+	// OutcomeHit, OutcomeNotFound or OutcomeError; "" for other calls.
+	Outcome string
 }
+
+// Outcomes of a cache read (CallInfo.Outcome).
+const (
+	OutcomeHit      = "hit"
+	OutcomeNotFound = "not_found"
+	OutcomeError    = "error"
+)
 
 // Call is a finished call inside a span.
 type Call struct {
@@ -144,11 +163,16 @@ type Span struct {
 	// before this reconcile began.
 	TriggerLag      time.Duration
 	TriggerLagKnown bool
-	// QueueWait is how long the object waited in its work queue: from the first add (plus
-	// its delay) not yet served by an earlier reconcile, to this reconcile's start. Zero when
-	// no add was seen.
+	// QueueWait is how long the object waited ready in its work queue: from the moment it
+	// became ready (the earliest ready time of the adds not yet served by an earlier
+	// reconcile: an add's time plus its After delay or its rate limiter's backoff) to this
+	// reconcile's start. Zero when no add was seen.
 	QueueWait time.Duration
-	Noop      bool
+	// Backoff is how long the object was held back before it became ready: from the first add
+	// not yet served to the moment it became ready (After delays, RequeueAfter, the rate
+	// limiter's backoff after an error). Backoff + QueueWait is the time since that first add.
+	Backoff time.Duration
+	Noop    bool
 	// Incomplete is set when events of this span were lost or unreadable: fields may be missing.
 	Incomplete bool
 
