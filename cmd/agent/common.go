@@ -18,7 +18,10 @@ type tracerFlags struct {
 	ringSize *int
 	abandon  *time.Duration
 	single   *bool
-	extra    probeFlags
+	// fights: alternations of writers of one object within the window that make a fight
+	fightAlts   *int
+	fightWindow *time.Duration
+	extra       probeFlags
 }
 
 func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
@@ -26,6 +29,9 @@ func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
 		ringSize: fs.Int("ring-buffer-size", 4<<20, "kernel ring buffer size in bytes (a power of two)"),
 		abandon:  fs.Duration("abandon-after", 10*time.Minute, "close a reconcile whose return never came as abandoned after this long"),
 		single:   fs.Bool("single-uprobes", false, "attach one uprobe per site even where the kernel has uprobe_multi links"),
+		fightAlts: fs.Int("fight-alternations", span.DefaultFightAlternations,
+			"report a controller fight when the writers of one object (one subresource) change this many times within --fight-window (0: off)"),
+		fightWindow: fs.Duration("fight-window", span.DefaultFightWindow, "the window of --fight-alternations"),
 	}
 	fs.Var(&tf.extra, "probe", "trace a sync handler of your own: 'SYMBOL=controller:NAME[,key:SLOT][,err:SLOT]' (repeatable)")
 	return tf
@@ -36,7 +42,7 @@ func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
 func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock exporter.Clock, configure func(*tracer.Options)) (*tracer.Tracer, error) {
 	opts := tracer.Options{
 		Collector: collector.Options{RingBufferSize: *tf.ringSize, ForceSingleUprobes: *tf.single},
-		Assembler: span.Options{AbandonAfter: *tf.abandon},
+		Assembler: span.Options{AbandonAfter: *tf.abandon, FightAlternations: fightAlternations(*tf.fightAlts), FightWindow: *tf.fightWindow},
 		Writer:    w,
 		Logger:    log,
 		Clock:     clock,
@@ -46,6 +52,15 @@ func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock expo
 		configure(&opts)
 	}
 	return tracer.New(opts)
+}
+
+// fightAlternations turns --fight-alternations into span.Options.FightAlternations (where 0
+// means the default and a negative value turns detection off).
+func fightAlternations(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // probeFlags collects repeated --probe flags.

@@ -94,6 +94,7 @@ type Metrics struct {
 	noops      *prometheus.CounterVec
 	queueWait  *prometheus.HistogramVec
 	triggerLag *prometheus.HistogramVec
+	fights     *prometheus.CounterVec
 	inFlight   prometheus.Gauge
 	hot        *hotObjects
 }
@@ -143,6 +144,10 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		triggerLag: histogram("reconscope_trigger_lag_seconds",
 			"Time from the write that made the version a reconcile read to the reconcile's start (watch delivery plus queue), by the controller that wrote it (trigger_controller); reconciles whose trigger write was seen on this node.",
 			wl("trigger_controller")...),
+		fights: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconscope_controller_fights_total",
+			Help: "Controller fight episodes seen on this node: writers alternately changing one object's resource[/subresource] (see --fight-alternations, --fight-window), once per episode for each writer and each opponent.",
+		}, []string{"controller", "opponent", "resource"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "reconscope_reconciles_in_flight",
 			Help: "Reconciles started and not yet finished, in all traced processes.",
@@ -161,7 +166,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.inFlight, m.hot,
+		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.inFlight, m.hot,
 	)
 	if opts.AgentStats != nil {
 		reg.MustRegister(newAgentCollector(opts.AgentStats))
@@ -229,6 +234,19 @@ func (m *Metrics) Write(s *span.Span) error {
 	}
 	if s.QueueWait > 0 {
 		observe(m.queueWait.WithLabelValues(lv()...), s.QueueWait.Seconds())
+	}
+	for i := range s.Fights {
+		if f := &s.Fights[i]; f.Start {
+			res := f.Resource
+			if f.Subresource != "" {
+				res += "/" + f.Subresource
+			}
+			for _, w := range f.Writers {
+				for _, o := range f.Opponents(w) {
+					m.fights.WithLabelValues(w, o, res).Inc()
+				}
+			}
+		}
 	}
 	if s.TriggerLagKnown {
 		observe(m.triggerLag.WithLabelValues(lv(s.TriggerController)...), s.TriggerLag.Seconds())

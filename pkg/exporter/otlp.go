@@ -83,6 +83,10 @@ const (
 	attrCallCount       = attribute.Key("reconscope.call_count")
 	attrQueueWaitNS     = attribute.Key("reconscope.queue_wait_ns")
 	attrBackoffNS       = attribute.Key("reconscope.backoff_ns")
+	attrFightWriters    = attribute.Key("reconscope.fight.writers")
+	attrFightOpponents  = attribute.Key("reconscope.fight.opponents")
+	attrFightAlts       = attribute.Key("reconscope.fight.alternations")
+	attrFightStart      = attribute.Key("reconscope.fight.start")
 	attrCallOutcome     = attribute.Key("reconscope.call.outcome")
 	attrTriggerCtl      = attribute.Key("reconscope.trigger.controller")
 	attrTriggerLagNS    = attribute.Key("reconscope.trigger.lag_ns")
@@ -643,6 +647,18 @@ func (e *OTLPExporter) Write(s *span.Span) error {
 		root.SetAttributes(semconv.ErrorTypeKey.String(errType))
 		root.SetStatus(codes.Error, desc)
 	}
+	for i := range s.Fights {
+		f := &s.Fights[i]
+		attrs := []attribute.KeyValue{
+			attrObjectNamespace.String(f.Namespace), attrObjectName.String(f.Name), attrObjectUID.String(f.UID),
+			attrCallResource.String(f.Resource), attrFightWriters.StringSlice(f.Writers),
+			attrFightOpponents.StringSlice(f.Opponents(s.Controller)), attrFightAlts.Int(f.Alternations), attrFightStart.Bool(f.Start),
+		}
+		if f.Subresource != "" {
+			attrs = append(attrs, attrCallSubres.String(f.Subresource))
+		}
+		root.AddEvent(fightEvent, trace.WithTimestamp(e.clock.Wall(f.At)), trace.WithAttributes(attrs...))
+	}
 	root.End(trace.WithTimestamp(end))
 	s.TraceID = root.SpanContext().TraceID().String()
 
@@ -651,6 +667,9 @@ func (e *OTLPExporter) Write(s *span.Span) error {
 	e.mu.Unlock()
 	return nil
 }
+
+// fightEvent names the span event of a reconcile whose write took part in a controller fight.
+const fightEvent = "reconscope.controller_fight"
 
 // writeCalls makes a span per call, nested as the calls were: a call of depth d is the child of
 // the enclosing call of depth d-1 on the same goroutine, a call of depth 0 the child of the

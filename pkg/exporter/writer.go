@@ -75,8 +75,23 @@ type JSONSpan struct {
 	TriggerController string     `json:"trigger_controller"`
 	TriggerLagNS      int64      `json:"trigger_lag_ns"`
 	Calls             []JSONCall `json:"calls"`
-	Noop              bool       `json:"noop"`
-	Incomplete        bool       `json:"incomplete"`
+	// Fights are the controller fights this reconcile's writes took part in.
+	Fights     []JSONFight `json:"fights,omitempty"`
+	Noop       bool        `json:"noop"`
+	Incomplete bool        `json:"incomplete"`
+}
+
+// JSONFight is one controller fight of a JSON span (docs/json.md).
+type JSONFight struct {
+	Namespace    string   `json:"namespace"`
+	Name         string   `json:"name"`
+	UID          string   `json:"uid"`
+	Resource     string   `json:"resource"`
+	Subresource  string   `json:"subresource"`
+	Writers      []string `json:"writers"`
+	PIDs         []uint32 `json:"pids"`
+	Alternations int      `json:"alternations"`
+	Start        bool     `json:"start"`
 }
 
 // JSONPhases is the phases object of a JSON span.
@@ -119,6 +134,10 @@ func ToJSON(s *span.Span, clock Clock) JSONSpan {
 	}
 	if s.TriggerLagKnown {
 		j.TriggerLagNS = int64(s.TriggerLag)
+	}
+	for _, f := range s.Fights {
+		j.Fights = append(j.Fights, JSONFight{Namespace: f.Namespace, Name: f.Name, UID: f.UID, Resource: f.Resource,
+			Subresource: f.Subresource, Writers: f.Writers, PIDs: f.Processes, Alternations: f.Alternations, Start: f.Start})
 	}
 	for _, c := range s.Calls {
 		j.Calls = append(j.Calls, JSONCall{

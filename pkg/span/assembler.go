@@ -22,6 +22,12 @@ type Options struct {
 	// MaxVersions bounds the object versions remembered with their writer, to name the trigger
 	// of a reconcile that reads one; the oldest is forgotten first. Zero means 65536.
 	MaxVersions int
+	// FightAlternations and FightWindow: a controller fight is at least FightAlternations
+	// changes of writer among the writes of one object's subresource within FightWindow.
+	// Zero means DefaultFightAlternations and DefaultFightWindow; a negative
+	// FightAlternations turns detection off.
+	FightAlternations int
+	FightWindow       time.Duration
 }
 
 // Stats counts what the Assembler saw that did not become a normal span.
@@ -123,8 +129,11 @@ type Assembler struct {
 	// insertion order (oldest first), to bound them.
 	versions     map[version]written
 	versionOrder []version
-	stats        Stats
-	emit         func(Span)
+	// fights: the recent writers of each object's subresources, to detect fights.
+	fights     map[fightKey]*fightState
+	fightOrder []fightKey
+	stats      Stats
+	emit       func(Span)
 }
 
 // NewAssembler returns an Assembler that hands each finished span to emit.
@@ -144,6 +153,12 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 	if opts.MaxVersions == 0 {
 		opts.MaxVersions = 65536
 	}
+	if opts.FightAlternations == 0 {
+		opts.FightAlternations = DefaultFightAlternations
+	}
+	if opts.FightWindow <= 0 {
+		opts.FightWindow = DefaultFightWindow
+	}
 	return &Assembler{
 		opts:     opts,
 		open:     make(map[goroutineKey]*openSpan),
@@ -152,6 +167,7 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 		limiting: make(map[goroutineKey]limiting),
 		pending:  make(map[goroutineKey]Event),
 		versions: make(map[version]written),
+		fights:   make(map[fightKey]*fightState),
 		emit:     emit,
 	}
 }
@@ -439,7 +455,29 @@ func (a *Assembler) callObject(o *openSpan, k goroutineKey, obj CallInfo) {
 	o.learnObject(c.CallInfo)
 	// A write that returned the version the reconcile read changed nothing: it made no version.
 	if c.IsWrite() && c.Status < 300 && !(c.UID == o.span.UID && c.ResourceVersion == o.span.ResourceVersion) {
-		a.remember(version{c.UID, c.ResourceVersion}, written{controller: o.span.Controller, end: c.Start + uint64(max(c.Duration, 0))})
+		end := c.Start + uint64(max(c.Duration, 0))
+		a.remember(version{c.UID, c.ResourceVersion}, written{controller: o.span.Controller, end: end})
+		if f := a.fightWrite(c, writer{pid: o.span.PID, controller: o.span.Controller}, end); f != nil {
+			o.addFight(*f)
+		}
+	}
+}
+
+// maxFights bounds the fights one span reports.
+const maxFights = 8
+
+// addFight adds f to the span's fights, or replaces the one of the same object's subresource
+// (the latest write's view, keeping the episode's Start mark).
+func (o *openSpan) addFight(f Fight) {
+	for i := range o.span.Fights {
+		if g := &o.span.Fights[i]; g.UID == f.UID && g.Subresource == f.Subresource {
+			f.Start = f.Start || g.Start
+			*g = f
+			return
+		}
+	}
+	if len(o.span.Fights) < maxFights {
+		o.span.Fights = append(o.span.Fights, f)
 	}
 }
 
@@ -553,6 +591,7 @@ func (a *Assembler) Expire(now uint64) {
 			delete(a.queued, k) // an add no reconcile served (another controller's queue)
 		}
 	}
+	a.expireFights(now)
 	for k, p := range a.pending {
 		if now > p.Time && time.Duration(now-p.Time) > a.opts.ReorderWindow {
 			delete(a.pending, k)

@@ -168,6 +168,8 @@ type Span struct {
 	// reconcile: an add's time plus its After delay or its rate limiter's backoff) to this
 	// reconcile's start. Zero when no add was seen.
 	QueueWait time.Duration
+	// Fights are the controller fights this reconcile's writes took part in (see Fight).
+	Fights []Fight
 	// Backoff is how long the object was held back before it became ready: from the first add
 	// not yet served to the moment it became ready (After delays, RequeueAfter, the rate
 	// limiter's backoff after an error). Backoff + QueueWait is the time since that first add.

@@ -211,6 +211,19 @@ func (t *Tracer) decorate(s *span.Span, p *proc) {
 }
 
 func (t *Tracer) write(s *span.Span) {
+	for i := range s.Fights {
+		if f := &s.Fights[i]; f.Start {
+			window := t.opts.Assembler.FightWindow
+			if window <= 0 {
+				window = span.DefaultFightWindow
+			}
+			// One line per fight episode: the write that made it reach the threshold.
+			t.log.Warn("controller fight", "namespace", f.Namespace, "name", f.Name, "uid", f.UID,
+				"resource", f.Resource, "subresource", f.Subresource, "writers", f.Writers, "pids", f.Processes,
+				"alternations", f.Alternations, "window", window,
+				"controller", s.Controller, "reconcile_id", s.ReconcileID, "pod", s.Pod)
+		}
+	}
 	if t.opts.Writer != nil {
 		if err := t.opts.Writer.Write(s); err != nil {
 			t.log.Warn("export span", "err", err)
