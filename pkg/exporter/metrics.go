@@ -129,7 +129,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		duration: histogram("reconscope_reconcile_duration_seconds",
 			"Duration of reconciles that returned (abandoned ones are not observed).", wl()...),
 		phases: histogram("reconscope_reconcile_phase_seconds",
-			"Time a reconcile spent reading (cache and API reads), writing (API writes) and computing (the rest).",
+			"Time a reconcile spent per phase: fetch (reads: cache, listers, API GETs and LISTs), apply (API writes) and diff (the rest); each instant counts once, as apply when any write runs, else fetch when any read runs, else diff.",
 			wl("phase")...),
 		api: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reconscope_api_requests_total",
@@ -253,9 +253,9 @@ func (m *Metrics) Write(s *span.Span) error {
 	}
 	if s.Result != span.ResultAbandoned {
 		observe(m.duration.WithLabelValues(lv()...), s.Duration.Seconds())
-		m.phases.WithLabelValues(lv("read")...).Observe(s.Phases.Read.Seconds())
-		m.phases.WithLabelValues(lv("write")...).Observe(s.Phases.Write.Seconds())
-		m.phases.WithLabelValues(lv("compute")...).Observe(s.Phases.Compute.Seconds())
+		m.phases.WithLabelValues(lv("fetch")...).Observe(s.Phases.Fetch.Seconds())
+		m.phases.WithLabelValues(lv("diff")...).Observe(s.Phases.Diff.Seconds())
+		m.phases.WithLabelValues(lv("apply")...).Observe(s.Phases.Apply.Seconds())
 	}
 	for i := range s.Calls {
 		c := &s.Calls[i]

@@ -231,9 +231,9 @@ func TestMetricsScrape(t *testing.T) {
 	if len(phases) != 9 {
 		t.Errorf("phase series %v, want 3 controllers x 3 phases", keys(phases))
 	}
-	read := phases["controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,phase=read"].GetHistogram()
+	read := phases["controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,phase=fetch"].GetHistogram()
 	if read.GetSampleCount() != 3 || fmt.Sprintf("%.6f", read.GetSampleSum()) != "0.001050" {
-		t.Errorf("configmap read phase count %d sum %v, want 3 and 0.00105", read.GetSampleCount(), read.GetSampleSum())
+		t.Errorf("configmap fetch phase count %d sum %v, want 3 and 0.00105", read.GetSampleCount(), read.GetSampleSum())
 	}
 
 	// Object names appear in no label but the hot-objects gauge's.

@@ -77,25 +77,29 @@ const (
 	attrNoop            = attribute.Key("reconscope.noop")
 	attrIncomplete      = attribute.Key("reconscope.incomplete")
 	attrGoid            = attribute.Key("reconscope.goid")
-	attrPhaseReadNS     = attribute.Key("reconscope.phase.read_ns")
-	attrPhaseWriteNS    = attribute.Key("reconscope.phase.write_ns")
-	attrPhaseComputeNS  = attribute.Key("reconscope.phase.compute_ns")
-	attrCallCount       = attribute.Key("reconscope.call_count")
-	attrQueueWaitNS     = attribute.Key("reconscope.queue_wait_ns")
-	attrBackoffNS       = attribute.Key("reconscope.backoff_ns")
-	attrFightWriters    = attribute.Key("reconscope.fight.writers")
-	attrFightOpponents  = attribute.Key("reconscope.fight.opponents")
-	attrFightAlts       = attribute.Key("reconscope.fight.alternations")
-	attrFightStart      = attribute.Key("reconscope.fight.start")
-	attrCallOutcome     = attribute.Key("reconscope.call.outcome")
-	attrTriggerCtl      = attribute.Key("reconscope.trigger.controller")
-	attrTriggerLagNS    = attribute.Key("reconscope.trigger.lag_ns")
-	attrCallKind        = attribute.Key("reconscope.call.kind")
-	attrCallVerb        = attribute.Key("reconscope.call.verb")
-	attrCallResource    = attribute.Key("reconscope.call.resource")
-	attrCallSubres      = attribute.Key("reconscope.call.subresource")
-	attrCallDepth       = attribute.Key("reconscope.call.depth")
-	attrLinkType        = attribute.Key("reconscope.link.type")
+	attrPhaseFetchNS    = attribute.Key("reconscope.phase.fetch_ns")
+	attrPhaseDiffNS     = attribute.Key("reconscope.phase.diff_ns")
+	attrPhaseApplyNS    = attribute.Key("reconscope.phase.apply_ns")
+	// Deprecated: the old names of fetch, apply and diff, kept for one release.
+	attrPhaseReadNS    = attribute.Key("reconscope.phase.read_ns")
+	attrPhaseWriteNS   = attribute.Key("reconscope.phase.write_ns")
+	attrPhaseComputeNS = attribute.Key("reconscope.phase.compute_ns")
+	attrCallCount      = attribute.Key("reconscope.call_count")
+	attrQueueWaitNS    = attribute.Key("reconscope.queue_wait_ns")
+	attrBackoffNS      = attribute.Key("reconscope.backoff_ns")
+	attrFightWriters   = attribute.Key("reconscope.fight.writers")
+	attrFightOpponents = attribute.Key("reconscope.fight.opponents")
+	attrFightAlts      = attribute.Key("reconscope.fight.alternations")
+	attrFightStart     = attribute.Key("reconscope.fight.start")
+	attrCallOutcome    = attribute.Key("reconscope.call.outcome")
+	attrTriggerCtl     = attribute.Key("reconscope.trigger.controller")
+	attrTriggerLagNS   = attribute.Key("reconscope.trigger.lag_ns")
+	attrCallKind       = attribute.Key("reconscope.call.kind")
+	attrCallVerb       = attribute.Key("reconscope.call.verb")
+	attrCallResource   = attribute.Key("reconscope.call.resource")
+	attrCallSubres     = attribute.Key("reconscope.call.subresource")
+	attrCallDepth      = attribute.Key("reconscope.call.depth")
+	attrLinkType       = attribute.Key("reconscope.link.type")
 )
 
 // reconscope.link.type values.
@@ -950,9 +954,12 @@ func rootAttributes(s *span.Span) []attribute.KeyValue {
 		attrNoop.Bool(s.Noop),
 		attrIncomplete.Bool(s.Incomplete),
 		attrGoid.Int64(s.Goid),
-		attrPhaseReadNS.Int64(int64(s.Phases.Read)),
-		attrPhaseWriteNS.Int64(int64(s.Phases.Write)),
-		attrPhaseComputeNS.Int64(int64(s.Phases.Compute)),
+		attrPhaseFetchNS.Int64(int64(s.Phases.Fetch)),
+		attrPhaseDiffNS.Int64(int64(s.Phases.Diff)),
+		attrPhaseApplyNS.Int64(int64(s.Phases.Apply)),
+		attrPhaseReadNS.Int64(int64(s.Phases.Fetch)),
+		attrPhaseWriteNS.Int64(int64(s.Phases.Apply)),
+		attrPhaseComputeNS.Int64(int64(s.Phases.Diff)),
 		attrCallCount.Int(len(s.Calls)),
 	)
 	if s.Namespace != "" {

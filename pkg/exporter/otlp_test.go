@@ -203,7 +203,7 @@ func testSpans() []*span.Span {
 				{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "PUT", Resource: "configmaps", Namespace: "default", Name: "cm-a", Status: 200},
 					Start: 1001 * ms, Duration: 2 * time.Millisecond},
 			},
-			Phases: span.Phases{Read: 50 * time.Microsecond, Write: 2 * time.Millisecond, Compute: 2950 * time.Microsecond},
+			Phases: span.Phases{Fetch: 50 * time.Microsecond, Apply: 2 * time.Millisecond, Diff: 2950 * time.Microsecond},
 		}),
 		manager(&span.Span{
 			Controller: "configmap", Namespace: "default", Name: "cm-b", ReconcileID: "22222222-bbbb", Goid: 319,
@@ -213,12 +213,12 @@ func testSpans() []*span.Span {
 				{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "PUT", Resource: "configmaps", Subresource: "status", Namespace: "default", Name: "cm-b", Status: 409},
 					Start: 2001 * ms, Duration: time.Millisecond},
 			},
-			Phases: span.Phases{Write: time.Millisecond, Compute: 2 * time.Millisecond},
+			Phases: span.Phases{Apply: time.Millisecond, Diff: 2 * time.Millisecond},
 		}),
 		manager(&span.Span{
 			Controller: "deployment", Namespace: "apps", Name: "web", ReconcileID: "33333333-cccc", Goid: 320,
 			Start: 3000 * ms, Duration: time.Millisecond, Result: span.ResultRequeueAfter, RequeueAfter: 30 * time.Second,
-			Noop: true, Phases: span.Phases{Compute: time.Millisecond},
+			Noop: true, Phases: span.Phases{Diff: time.Millisecond},
 		}),
 		manager(&span.Span{
 			Controller: "deployment", Namespace: "apps", Name: "stuck", Goid: 321,
@@ -234,7 +234,7 @@ func testSpans() []*span.Span {
 				{CallInfo: span.CallInfo{Kind: span.CallCacheGet, Verb: "GET", Resource: "secrets", Namespace: "default", Name: "token"},
 					Start: 5001 * ms, Duration: time.Millisecond, Depth: 0},
 			},
-			Phases: span.Phases{Read: time.Millisecond, Compute: 3 * time.Millisecond},
+			Phases: span.Phases{Fetch: time.Millisecond, Diff: 3 * time.Millisecond},
 		}),
 		// Another process, outside Kubernetes: service.name is the executable's base name.
 		{Controller: "job", Namespace: "batch", Name: "nightly", PID: 99, Exe: "/usr/local/bin/other-operator", Goid: 7,
@@ -383,6 +383,9 @@ func TestOTLPExport(t *testing.T) {
 			// The pod's namespace and the PID are the resource's, never repeated on spans.
 			wantAbsent(t, a, "process.pid", "k8s.namespace.name")
 			wantInt(t, a, "reconscope.goid", 318)
+			wantInt(t, a, "reconscope.phase.fetch_ns", 50_000)
+			wantInt(t, a, "reconscope.phase.apply_ns", 2_000_000)
+			wantInt(t, a, "reconscope.phase.diff_ns", 2_950_000)
 			wantInt(t, a, "reconscope.phase.read_ns", 50_000)
 			wantInt(t, a, "reconscope.phase.write_ns", 2_000_000)
 			wantInt(t, a, "reconscope.phase.compute_ns", 2_950_000)

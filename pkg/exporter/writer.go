@@ -96,6 +96,12 @@ type JSONFight struct {
 
 // JSONPhases is the phases object of a JSON span.
 type JSONPhases struct {
+	// FetchNS, DiffNS and ApplyNS: time in reads, in the rest, in writes (docs/json.md).
+	FetchNS int64 `json:"fetch_ns"`
+	DiffNS  int64 `json:"diff_ns"`
+	ApplyNS int64 `json:"apply_ns"`
+	// Deprecated: ReadNS, WriteNS and ComputeNS are the same values under their old names
+	// (read_ns = fetch_ns, write_ns = apply_ns, compute_ns = diff_ns), kept for one release.
 	ReadNS    int64 `json:"read_ns"`
 	WriteNS   int64 `json:"write_ns"`
 	ComputeNS int64 `json:"compute_ns"`
@@ -128,9 +134,10 @@ func ToJSON(s *span.Span, clock Clock) JSONSpan {
 		Result: string(s.Result), RequeueAfterNS: int64(s.RequeueAfter), ErrorType: s.ErrorType,
 		Error: s.Error, PID: s.PID, Goid: s.Goid, Exe: s.Exe, Pod: s.Pod, Container: s.Container,
 		QueueWaitNS: int64(s.QueueWait), BackoffNS: int64(s.Backoff), TriggerController: s.TriggerController,
-		Phases: JSONPhases{ReadNS: int64(s.Phases.Read), WriteNS: int64(s.Phases.Write), ComputeNS: int64(s.Phases.Compute)},
-		Calls:  make([]JSONCall, 0, len(s.Calls)),
-		Noop:   s.Noop, Incomplete: s.Incomplete,
+		Phases: JSONPhases{FetchNS: int64(s.Phases.Fetch), DiffNS: int64(s.Phases.Diff), ApplyNS: int64(s.Phases.Apply),
+			ReadNS: int64(s.Phases.Fetch), WriteNS: int64(s.Phases.Apply), ComputeNS: int64(s.Phases.Diff)},
+		Calls: make([]JSONCall, 0, len(s.Calls)),
+		Noop:  s.Noop, Incomplete: s.Incomplete,
 	}
 	if s.TriggerLagKnown {
 		j.TriggerLagNS = int64(s.TriggerLag)

@@ -687,6 +687,6 @@ func finalize(s *Span) {
 			reads += e.delta
 		}
 	}
-	s.Phases = Phases{Read: read, Write: write, Compute: s.Duration - read - write}
+	s.Phases = Phases{Fetch: read, Apply: write, Diff: s.Duration - read - write}
 	s.Noop = !wrote && s.Result != ResultAbandoned
 }

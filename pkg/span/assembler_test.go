@@ -213,10 +213,10 @@ func TestPhasesAndNoop(t *testing.T) {
 		a.Add(e)
 	}
 	s := got[0]
-	if s.Phases.Read != 200 || s.Phases.Write != 500 || s.Phases.Compute != 300 {
-		t.Errorf("phases = %+v, want read 200 write 500 compute 300", s.Phases)
+	if s.Phases.Fetch != 200 || s.Phases.Apply != 500 || s.Phases.Diff != 300 {
+		t.Errorf("phases = %+v, want fetch 200 apply 500 diff 300", s.Phases)
 	}
-	if s.Phases.Read+s.Phases.Write+s.Phases.Compute != s.Duration {
+	if s.Phases.Fetch+s.Phases.Apply+s.Phases.Diff != s.Duration {
 		t.Errorf("phases do not add up to %v", s.Duration)
 	}
 	if s.UID != "uid-1" || s.Noop {
@@ -442,5 +442,44 @@ func TestQueueWaitNestedLimiters(t *testing.T) {
 	a.Add(end(1, 2, 160*ms, ResultSuccess))
 	if got[0].Backoff != 51*time.Millisecond || got[0].QueueWait != time.Millisecond {
 		t.Errorf("backoff %v queue wait %v, want 51ms and 1ms", got[0].Backoff, got[0].QueueWait)
+	}
+}
+
+// TestPhasesInterleaved: read, work, write, read again, write again, work: each call's time
+// goes to its phase, every stretch between calls (before the first, after the last) to diff,
+// and a read overlapping a write (on a goroutine the reconcile started) counts as apply.
+func TestPhasesInterleaved(t *testing.T) {
+	var got []Span
+	a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+	const spanStart = 1
+	call := func(goid int64, t0, t1 uint64, verb string) []Event {
+		kind := CallAPI
+		if verb == "GET" {
+			kind = CallCacheGet
+		}
+		// The kernel reports the span's start on every call event: a goroutine the reconcile
+		// started joins its span by it.
+		return []Event{
+			{Kind: CallStart, PID: 1, Goid: goid, Time: t0, SpanStartTime: spanStart, Call: CallInfo{Kind: kind, Verb: verb}},
+			{Kind: CallEnd, PID: 1, Goid: goid, Time: t1, SpanStartTime: spanStart},
+		}
+	}
+	ev := []Event{start(1, 1, spanStart, "a")}
+	ev = append(ev, call(1, 11, 31, "GET")...)     // fetch 20
+	ev = append(ev, call(1, 51, 81, "PATCH")...)   // apply 30
+	ev = append(ev, call(1, 101, 111, "GET")...)   // fetch 10
+	ev = append(ev, call(1, 121, 171, "PUT")...)   // apply 50, while...
+	ev = append(ev, call(2, 150, 180, "GET")...)   // ... a read on another goroutine: 150-171 apply, 171-180 fetch
+	ev = append(ev, end(1, 1, 201, ResultSuccess)) // diff: the rest
+	for _, e := range ev {
+		a.Add(e)
+	}
+	s := got[0]
+	want := Phases{Fetch: 20 + 10 + 9, Apply: 30 + 50, Diff: 200 - 39 - 80}
+	if s.Phases != want {
+		t.Errorf("phases %+v, want %+v (calls %+v)", s.Phases, want, s.Calls)
+	}
+	if s.Phases.Fetch+s.Phases.Diff+s.Phases.Apply != s.Duration {
+		t.Errorf("phases %+v do not add up to %v", s.Phases, s.Duration)
 	}
 }

@@ -217,11 +217,16 @@ type Workload struct {
 	Attributes map[string]string
 }
 
-// Phases splits a span's duration into time spent reading, writing and the rest.
+// Phases splits a span's duration into the phases operators name: fetch (time in reads:
+// cache and lister reads, API GETs and LISTs), apply (time in writes) and diff (the rest: the
+// work that decides what to write, wherever it falls). Each instant counts once: as apply when
+// any write runs then, else as fetch when any read runs, else as diff. So the three add up to
+// the duration exactly, however reads and writes interleave or overlap (goroutines the
+// reconcile started).
 type Phases struct {
-	Read    time.Duration
-	Write   time.Duration
-	Compute time.Duration
+	Fetch time.Duration
+	Diff  time.Duration
+	Apply time.Duration
 }
 
 // IsWrite reports whether a call changes state in the API server.

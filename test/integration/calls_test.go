@@ -147,11 +147,11 @@ func TestCallsInsideReconcile(t *testing.T) {
 					t.Errorf("call %d = %s, want uid %q resource_version %q", i, got[i], w.uid, w.rv)
 				}
 			}
-			sum := first.Phases.Read + first.Phases.Write + first.Phases.Compute
+			sum := first.Phases.Fetch + first.Phases.Apply + first.Phases.Diff
 			if diff := first.Duration - sum; diff < 0 || diff > first.Duration/100 {
 				t.Errorf("phases %+v sum to %v, span lasted %v", first.Phases, sum, first.Duration)
 			}
-			if first.Phases.Write <= 0 || first.Phases.Read <= 0 {
+			if first.Phases.Apply <= 0 || first.Phases.Fetch <= 0 {
 				t.Errorf("phases %+v: want reads and writes", first.Phases)
 			}
 			t.Logf("span %s/%s %v phases %+v calls:\n%s", first.Namespace, first.Name, first.Duration, first.Phases, strings.Join(got, "\n"))
