@@ -1086,3 +1086,43 @@ func TestOTLPWorkloadResource(t *testing.T) {
 		}
 	}
 }
+
+// TestOTLPFightEvent: a reconcile whose write took part in a controller fight carries one
+// span event per fight, at the write's return, naming the object, writers and opponents.
+func TestOTLPFightEvent(t *testing.T) {
+	const uid = "44444444-4444-4444-4444-444444444444"
+	s := &span.Span{Controller: "alpha", Namespace: "fight", Name: "arena", ReconcileID: "r", PID: 1, Exe: "/m", Goid: 10,
+		Start: 100 * ms, Duration: 20 * time.Millisecond, Result: span.ResultSuccess,
+		Fights: []span.Fight{{Namespace: "fight", Name: "arena", UID: uid, Resource: "configmaps",
+			Writers: []string{"alpha", "beta"}, Processes: []uint32{1, 2}, Alternations: 4, Start: true, At: 110 * ms}}}
+	got, _, _ := export(t, ProtocolGRPC, []*span.Span{s}, nil)
+	var evs []*tracepb.Span_Event
+	for _, r := range got {
+		if r.span.GetName() == "reconcile alpha" {
+			evs = r.span.GetEvents()
+		}
+	}
+	if len(evs) != 1 || evs[0].GetName() != "reconscope.controller_fight" {
+		t.Fatalf("events %v, want one reconscope.controller_fight", evs)
+	}
+	if want := uint64(testClock.Wall(110 * ms).UnixNano()); evs[0].GetTimeUnixNano() != want {
+		t.Errorf("event at %d, want %d (the write's return)", evs[0].GetTimeUnixNano(), want)
+	}
+	a := attrMap(evs[0].GetAttributes())
+	wantStr(t, a, "k8s.object.uid", uid)
+	wantStr(t, a, "k8s.object.name", "arena")
+	wantStr(t, a, "reconscope.call.resource", "configmaps")
+	wantInt(t, a, "reconscope.fight.alternations", 4)
+	wantBool(t, a, "reconscope.fight.start", true)
+	wantAbsent(t, a, "reconscope.call.subresource")
+	var writers, opponents []string
+	for _, v := range a["reconscope.fight.writers"].GetArrayValue().GetValues() {
+		writers = append(writers, v.GetStringValue())
+	}
+	for _, v := range a["reconscope.fight.opponents"].GetArrayValue().GetValues() {
+		opponents = append(opponents, v.GetStringValue())
+	}
+	if strings.Join(writers, ",") != "alpha,beta" || strings.Join(opponents, ",") != "beta" {
+		t.Errorf("writers %v opponents %v, want alpha,beta and beta", writers, opponents)
+	}
+}

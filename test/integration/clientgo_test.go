@@ -106,6 +106,12 @@ func TestKubeControllerManager(t *testing.T) {
 			podCreates, rsCreates, statusUpdates, writes := 0, 0, 0, 0
 			var lines []string
 			for _, sp := range s.snapshot() {
+				// The deployment controller creates and scales the ReplicaSet and writes the
+				// Deployment's status; the replicaset controller writes the ReplicaSet's status:
+				// one writer per object and subresource, no fight.
+				for _, f := range sp.Fights {
+					t.Errorf("%s span of %s/%s reported a fight: %+v", sp.Controller, sp.Namespace, sp.Name, f)
+				}
 				if sp.Namespace != ns {
 					continue
 				}
@@ -335,6 +341,12 @@ func TestKubeControllerManagerWorkloads(t *testing.T) {
 	writes := 0
 	var lines []string
 	for _, sp := range s.snapshot() {
+		// The workload controllers cooperate: the deployment controller writes ReplicaSets and
+		// its Deployments' status, the replicaset controller the ReplicaSets' status, and so
+		// on: one writer per object and subresource, no fight.
+		for _, f := range sp.Fights {
+			t.Errorf("%s span of %s/%s reported a fight: %+v", sp.Controller, sp.Namespace, sp.Name, f)
+		}
 		if sp.Namespace != ns {
 			continue
 		}
