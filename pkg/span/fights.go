@@ -19,7 +19,8 @@ type Fight struct {
 	// Writers are the controllers that alternated in the episode so far, sorted; one name may
 	// stand for several processes (Processes tells them apart).
 	Writers []string
-	// Processes are the writers' process IDs, in the order of Writers' first appearance.
+	// Processes are the writers' process IDs, one per writer (a controller in a process), in
+	// the order they first alternated: not aligned with Writers.
 	Processes []uint32
 	// Alternations counts the writer changes within the window at this write.
 	Alternations int
