@@ -27,41 +27,42 @@ import (
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
-// builtinsModule is controller-runtime's example program the test traces: nobody here wrote it.
-const builtinsModule = "sigs.k8s.io/controller-runtime/examples/builtins@v0.25.2"
+// builtinsPackage is controller-runtime's example program the test traces: nobody here wrote
+// it. It is built from the controller-runtime release this module requires (go.mod), with this
+// module's dependency versions, so its build shares the build cache with the fixture's.
+const builtinsPackage = "sigs.k8s.io/controller-runtime/examples/builtins"
 
 // builtinsPorts are the ports builtins binds on every interface; it has no flag to move them.
 var builtinsPorts = []string{"8080", "9443"}
 
-// installBuiltins starts `go install` of controller-runtime's builtins example into a folder of
-// its own (a minute or so with a warm module cache, seconds with a warm build cache) and returns
-// a function that waits for it and returns the binary's path.
+// installBuiltins starts the build of controller-runtime's builtins example (static, as the
+// fixture: it runs on the host and in an image with nothing else) into a folder of its own and
+// returns a function that waits for it and returns the binary's path.
 func installBuiltins(t *testing.T) func() string {
 	t.Helper()
-	gobin := filepath.Join(t.TempDir(), "gobin")
+	out := filepath.Join(t.TempDir(), "builtins")
 	type result struct {
 		out []byte
 		err error
 		d   time.Duration
 	}
 	done := make(chan result, 1)
-	cmd := exec.Command("go", "install", builtinsModule)
-	cmd.Dir = t.TempDir() // outside reconscope's module: the example builds with its own go.mod
-	// Static (no cgo): it runs on the host and in an image with nothing else.
-	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=", "GOWORK=off", "CGO_ENABLED=0")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, builtinsPackage)
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	go func() {
 		start := time.Now()
-		out, err := cmd.CombinedOutput()
-		done <- result{out, err, time.Since(start)}
+		b, err := cmd.CombinedOutput()
+		done <- result{b, err, time.Since(start)}
 	}()
 	return func() string {
 		t.Helper()
 		r := <-done
 		if r.err != nil {
-			t.Fatalf("go install %s: %v\n%s", builtinsModule, r.err, r.out)
+			t.Fatalf("go build %s: %v\n%s", builtinsPackage, r.err, r.out)
 		}
-		t.Logf("installed %s in %s", builtinsModule, r.d.Round(time.Millisecond))
-		return filepath.Join(gobin, "builtins")
+		t.Logf("built %s in %s", builtinsPackage, r.d.Round(time.Millisecond))
+		return out
 	}
 }
 
