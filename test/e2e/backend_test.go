@@ -21,12 +21,15 @@ import (
 	"testing"
 	"time"
 
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/reconscope/reconscope/pkg/lifeline"
 	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
@@ -418,4 +421,62 @@ func waitScraped(t *testing.T, base string, pod *corev1.Pod) {
 		}
 		return s[0].Value == 1, fmt.Sprintf("%s = %v", q, s[0].Value)
 	})
+}
+
+// checkLifelineInJaeger follows, through Jaeger's API, the causal link between two
+// controllers of kube-controller-manager for the fixture's ReplicaSet: a reconcile of it by the
+// replicaset controller links (read_version) to the version the deployment controller created,
+// whose lifeline span Jaeger holds in the trace derived from the ReplicaSet's UID
+// (pkg/lifeline). The IDs are derived on both sides, not exchanged. Every read_version link of
+// the ReplicaSet's reconciles is in that trace.
+func checkLifelineInJaeger(t *testing.T, j *testenv.Jaeger, src spanSource, kcmPod string, rs *appsv1.ReplicaSet) {
+	t.Helper()
+	want := lifeline.TraceID(string(rs.UID))
+	var found string
+	waitFor(t, "a replicaset reconcile of "+rs.Name+" linked to the version the deployment controller wrote", 90*time.Second, func() (bool, string) {
+		all, _ := src.all()
+		writers := map[string]string{} // resourceVersion read -> its lifeline span's writer
+		for _, s := range all {
+			if attrStr(s.resource, "k8s.pod.name") != kcmPod || s.span.GetName() != "reconcile replicaset" ||
+				attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name") != rs.Name {
+				continue
+			}
+			for _, l := range s.span.GetLinks() {
+				if attrStr(attrMap(l.GetAttributes()), "reconscope.link.type") != "read_version" {
+					continue
+				}
+				rv := attrStr(attrMap(l.GetAttributes()), "k8s.object.resource_version")
+				if !bytes.Equal(l.GetTraceId(), want[:]) {
+					t.Fatalf("lifeline: a read_version link of %s (version %s) is in trace %x, not the one derived from its UID %s (%s)", rs.Name, rv, l.GetTraceId(), rs.UID, want)
+				}
+				writers[rv] = lifelineWriter(j, l)
+				if writers[rv] == "deployment" {
+					found = rv
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("versions read by replicaset reconciles of %s, by the writer of their lifeline span in Jaeger: %v", rs.Name, writers)
+	})
+	t.Logf("lifeline: the replicaset controller's reconcile of %s links to version %s, whose lifeline span (trace %s, derived from UID %s) the deployment controller wrote, found in Jaeger",
+		rs.Name, found, want, rs.UID)
+}
+
+// lifelineWriter returns the writer controller of the lifeline span link l points to, as
+// Jaeger holds it, or "" when Jaeger has no such span.
+func lifelineWriter(j *testenv.Jaeger, l *tracepb.Span_Link) string {
+	rss, err := j.GetTrace(hex.EncodeToString(l.GetTraceId()))
+	if err != nil {
+		return ""
+	}
+	for _, r := range rss {
+		for _, ss := range r.GetScopeSpans() {
+			for _, sp := range ss.GetSpans() {
+				if bytes.Equal(sp.GetSpanId(), l.GetSpanId()) {
+					return attrStr(attrMap(sp.GetAttributes()), "reconscope.lifeline.writer")
+				}
+			}
+		}
+	}
+	return ""
 }

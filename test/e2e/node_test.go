@@ -187,6 +187,12 @@ func TestDaemonSetOnNode(t *testing.T) {
 	checkJaegerTrace(t, jaeger, src, fixturePod, "fail", truth)
 	waitScraped(t, prom, fixturePod)
 	agentUse.report(t, "tracing kube-controller-manager and the fixture")
+	// Causality between two controllers, in the trace backend: the fixture's ReplicaSet.
+	rs, err := cs.AppsV1().ReplicaSets(ns).Get(ctx, fixturePod.OwnerReferences[0].Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLifelineInJaeger(t, jaeger, src, kcm.Name, rs)
 
 	// Restart the operator: the Deployment's next pod is a new process of an executable the
 	// agent has attached, admitted in the kernel at exec. All of its first reconciles (the
