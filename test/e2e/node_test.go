@@ -187,11 +187,10 @@ func TestDaemonSetOnNode(t *testing.T) {
 	checkJaegerTrace(t, jaeger, src, fixturePod, "fail", truth)
 	waitScraped(t, prom, fixturePod)
 	agentUse.report(t, "tracing kube-controller-manager and the fixture")
-	// Causality between two controllers, in the trace backend: the fixture's ReplicaSet.
-	rs, err := cs.AppsV1().ReplicaSets(ns).Get(ctx, fixturePod.OwnerReferences[0].Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Causality between two controllers, in the trace backend: a Deployment created now (kube-
+	// controller-manager is traced: the agent has traced the fixture it attached with it), of
+	// no replicas, and the ReplicaSet its deployment controller creates.
+	rs := createDeploymentReplicaSet(t, cs, "lifeline")
 	checkLifelineInJaeger(t, jaeger, src, kcm.Name, rs)
 
 	// Restart the operator: the Deployment's next pod is a new process of an executable the
@@ -991,4 +990,36 @@ func promRangeHasNumber(prom, q string, from, to time.Time) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// createDeploymentReplicaSet creates a Deployment of no replicas in namespace ns and returns
+// the ReplicaSet kube-controller-manager's deployment controller makes for it.
+func createDeploymentReplicaSet(t *testing.T, cs *kubernetes.Clientset, name string) *appsv1.ReplicaSet {
+	t.Helper()
+	zero := int32(0)
+	labels := map[string]string{"app": name}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &zero,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: fixtureImage, ImagePullPolicy: corev1.PullNever}}},
+			},
+		},
+	}
+	if _, err := cs.AppsV1().Deployments(ns).Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var rs *appsv1.ReplicaSet
+	waitFor(t, "the ReplicaSet of Deployment "+name, 60*time.Second, func() (bool, string) {
+		l, err := cs.AppsV1().ReplicaSets(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + name})
+		if err != nil || len(l.Items) == 0 {
+			return false, fmt.Sprint("none yet ", err)
+		}
+		rs = &l.Items[0]
+		return true, ""
+	})
+	return rs
 }
