@@ -428,9 +428,16 @@ func podState(p *corev1.Pod) string {
 // waitDaemonSetPod waits for a Running and Ready agent pod in namespace other than not.
 func waitDaemonSetPod(t *testing.T, cs *kubernetes.Clientset, namespace, not string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
+	return waitReadyPod(t, cs, namespace, "app.kubernetes.io/name=reconscope-agent", not, timeout)
+}
+
+// waitReadyPod waits for a Running and Ready pod of namespace matching selector, other than
+// the pod named not.
+func waitReadyPod(t *testing.T, cs *kubernetes.Clientset, namespace, selector, not string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
 	var pod *corev1.Pod
-	waitFor(t, "an agent pod Running and Ready in namespace "+namespace, timeout, func() (bool, string) {
-		pods, err := cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=reconscope-agent"})
+	waitFor(t, "a pod "+selector+" Running and Ready in namespace "+namespace, timeout, func() (bool, string) {
+		pods, err := cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return false, err.Error()
 		}
@@ -512,42 +519,39 @@ func startFixtureDeployment(t *testing.T, cs *kubernetes.Clientset, truthDir str
 	if err := os.Chmod(truthDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
+	return runOperator(t, cs, "scripted", "8080", corev1.Container{
+		Image:        fixtureImage,
+		Args:         []string{"--namespace=" + ns, "--ground-truth=/truth/truth.jsonl", "--metrics-bind-address=:8080", "--max-concurrent-reconciles=2"},
+		VolumeMounts: []corev1.VolumeMount{{Name: "truth", MountPath: "/truth"}},
+	}, corev1.Volume{Name: "truth", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: truthDir}}})
+}
+
+// runOperator runs an operator as a one-replica Deployment name in namespace ns (pods labelled
+// app=<name>, whose default service account is cluster-admin): its container c named
+// "manager", never pulled, with volume v; scraped by Prometheus's pod discovery at
+// metricsPort, like the agent (its own controller_runtime_reconcile_total is the count to
+// compare with). It returns the pod once Ready.
+func runOperator(t *testing.T, cs *kubernetes.Clientset, name, metricsPort string, c corev1.Container, v corev1.Volume) *corev1.Pod {
+	t.Helper()
 	one := int32(1)
-	labels := map[string]string{"app": "scripted"}
+	labels := map[string]string{"app": name}
+	c.Name, c.ImagePullPolicy = "manager", corev1.PullNever
 	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "scripted", Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &one,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
-				// Scraped by Prometheus's pod discovery, like the agent: its own
-				// controller_runtime_reconcile_total is the count to compare with.
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
-					"prometheus.io/scrape": "true", "prometheus.io/port": "8080", "prometheus.io/path": "/metrics"}},
-				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{
-						Name: "manager", Image: fixtureImage, ImagePullPolicy: corev1.PullNever,
-						Args:         []string{"--namespace=" + ns, "--ground-truth=/truth/truth.jsonl", "--metrics-bind-address=:8080", "--max-concurrent-reconciles=2"},
-						VolumeMounts: []corev1.VolumeMount{{Name: "truth", MountPath: "/truth"}},
-					}},
-					Volumes: []corev1.Volume{{Name: "truth", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: truthDir}}}},
-				},
+					"prometheus.io/scrape": "true", "prometheus.io/port": metricsPort, "prometheus.io/path": "/metrics"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{c}, Volumes: []corev1.Volume{v}},
 			},
 		},
 	}
-	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.AppsV1().Deployments(ns).Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var pod *corev1.Pod
-	waitFor(t, "the fixture's pod Running and Ready", 120*time.Second, func() (bool, string) {
-		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=scripted"})
-		if err != nil || len(pods.Items) == 0 {
-			return false, fmt.Sprint("no pod yet ", err)
-		}
-		pod = &pods.Items[0]
-		return podReady(pod), podState(pod)
-	})
-	return pod
+	return waitReadyPod(t, cs, ns, "app="+name, "", 120*time.Second)
 }
 
 func createScripted(t *testing.T, cs *kubernetes.Clientset, name, script string) {
@@ -623,26 +627,7 @@ func restartPod(t *testing.T, cs *kubernetes.Clientset, old *corev1.Pod, selecto
 	if err := cs.CoreV1().Pods(old.Namespace).Delete(context.Background(), old.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
 		t.Fatal(err)
 	}
-	var pod *corev1.Pod
-	waitFor(t, "the next pod of "+old.Name+" Running and Ready", 120*time.Second, func() (bool, string) {
-		pods, err := cs.CoreV1().Pods(old.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
-			return false, err.Error()
-		}
-		var states []string
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			if p.Name == old.Name {
-				continue
-			}
-			if podReady(p) {
-				pod = p
-				return true, ""
-			}
-			states = append(states, p.Name+" "+podState(p))
-		}
-		return false, fmt.Sprint(states)
-	})
+	pod := waitReadyPod(t, cs, old.Namespace, selector, old.Name, 120*time.Second)
 	t.Logf("pod %s deleted; its Deployment's next pod is %s", old.Name, pod.Name)
 	return pod
 }
@@ -768,40 +753,11 @@ func startBuiltinsDeployment(t *testing.T, cs *kubernetes.Clientset) *corev1.Pod
 	}); err != nil {
 		t.Fatal(err)
 	}
-	one := int32(1)
-	labels := map[string]string{"app": "builtins"}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "builtins", Namespace: ns},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: &one,
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
-					"prometheus.io/scrape": "true", "prometheus.io/port": builtinsPorts[0], "prometheus.io/path": "/metrics"}},
-				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{
-						Name: "manager", Image: builtinsImage, ImagePullPolicy: corev1.PullNever,
-						Env:          []corev1.EnvVar{{Name: "TMPDIR", Value: "/webhook"}},
-						VolumeMounts: []corev1.VolumeMount{{Name: "webhook", MountPath: "/webhook", ReadOnly: true}},
-					}},
-					Volumes: []corev1.Volume{{Name: "webhook", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: tmp}}}},
-				},
-			},
-		},
-	}
-	if _, err := cs.AppsV1().Deployments(ns).Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	var pod *corev1.Pod
-	waitFor(t, "builtins' pod Running and Ready", 120*time.Second, func() (bool, string) {
-		pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=builtins"})
-		if err != nil || len(pods.Items) == 0 {
-			return false, fmt.Sprint("no pod yet ", err)
-		}
-		pod = &pods.Items[0]
-		return podReady(pod), podState(pod)
-	})
-	return pod
+	return runOperator(t, cs, "builtins", builtinsPorts[0], corev1.Container{
+		Image:        builtinsImage,
+		Env:          []corev1.EnvVar{{Name: "TMPDIR", Value: "/webhook"}},
+		VolumeMounts: []corev1.VolumeMount{{Name: "webhook", MountPath: "/webhook", ReadOnly: true}},
+	}, corev1.Volume{Name: "webhook", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: tmp}}})
 }
 
 // helmNamespace is where the e2e installs the chart: not the kustomization's namespace, which
