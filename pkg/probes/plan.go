@@ -140,16 +140,8 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		if len(fns) == 0 {
 			continue
 		}
-		entryCfg, err := siteConfig(pr, SiteEntry, pr.Entry, p.GoidOffset, offset)
-		if err != nil {
-			p.missing(pr.ID, err.Error())
-			continue
-		}
-		retCfg, err := siteConfig(pr, SiteReturn, pr.Return, p.GoidOffset, offset)
-		if err != nil {
-			p.missing(pr.ID, err.Error())
-			continue
-		}
+		entryCfg := siteConfig(pr, SiteEntry, pr.Entry, p.GoidOffset, offset)
+		retCfg := siteConfig(pr, SiteReturn, pr.Return, p.GoidOffset, offset)
 		for _, fn := range fns {
 			entry, err := bin.EntrySite(fn)
 			if err != nil {
@@ -330,7 +322,7 @@ func (p *Plan) missing(id, reason string) {
 
 // siteConfig builds the kernel's view of one site. A string whose field offset is unknown is
 // left out (the span comes without it) rather than failing the probe.
-func siteConfig(pr *Probe, kind SiteKind, l Layout, goidOff uint64, offset func(FieldRef) (uint64, bool)) (rbpf.TraceSiteConfig, error) {
+func siteConfig(pr *Probe, kind SiteKind, l Layout, goidOff uint64, offset func(FieldRef) (uint64, bool)) rbpf.TraceSiteConfig {
 	c := rbpf.TraceSiteConfig{
 		Kind:     uint8(kind),
 		Role:     uint8(pr.Role),
@@ -360,7 +352,7 @@ func siteConfig(pr *Probe, kind SiteKind, l Layout, goidOff uint64, offset func(
 		}
 		c.Val[i] = spec
 	}
-	return c, nil
+	return c
 }
 
 // inRange says whether the (valid semver) version v lies in [lo, hi].

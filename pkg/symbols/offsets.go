@@ -201,20 +201,6 @@ var offsetsTable = sync.OnceValues(func() (map[string][]tableEntry, error) {
 	return m, nil
 })
 
-// TableEntries reports how many entries the embedded offsets table holds, and fails if the
-// table does not parse (a test guards this).
-func TableEntries() (int, error) {
-	m, err := offsetsTable()
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, es := range m {
-		n += len(es)
-	}
-	return n, nil
-}
-
 func lookupTable(typeName, fieldPath, module, version, arch string) (Offset, bool) {
 	table, err := offsetsTable()
 	if err != nil {
