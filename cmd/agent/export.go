@@ -126,7 +126,7 @@ func (e *exporters) agentStats(t *tracer.Tracer) exporter.AgentStats {
 	var a exporter.AgentStats
 	if t != nil {
 		st := t.Stats()
-		a.EventsLost = st.Kernel.LostRingBuffer + st.Kernel.LostState
+		a.EventsLostRingBuffer, a.EventsLostState = st.Kernel.LostRingBuffer, st.Kernel.LostState
 		a.ProbesAttached, a.ProcessesTraced = st.Sites, st.Processes
 		e.metrics.SetInFlight(st.Open)
 	}

@@ -217,7 +217,8 @@ func TestRunDaemonSetMode(t *testing.T) {
 	}
 	for _, want := range []string{
 		"reconscope_processes_traced 2",
-		"reconscope_events_lost_total 0",
+		`reconscope_events_lost_total{cause="ring_buffer_full"} 0`,
+		`reconscope_events_lost_total{cause="state"} 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -37,9 +37,12 @@ var DurationBuckets = []float64{
 
 // AgentStats are the agent's own counts, read at each scrape.
 type AgentStats struct {
-	// EventsLost counts what the kernel side lost: events it could not deliver (ring buffer
-	// full) and span entries whose goroutine state it could not store (state map full).
-	EventsLost uint64
+	// EventsLostRingBuffer counts probe events the kernel dropped because the ring buffer was
+	// full (reconscope_events_lost_total{cause="ring_buffer_full"}).
+	EventsLostRingBuffer uint64
+	// EventsLostState counts span entries whose goroutine state the kernel could not store
+	// because the state map was full (reconscope_events_lost_total{cause="state"}).
+	EventsLostState uint64
 	// ProbesAttached is the number of probes attached now.
 	ProbesAttached int
 	// ProcessesTraced is the number of processes traced now.
@@ -304,13 +307,15 @@ type agentCollector struct {
 func newAgentCollector(stats func() AgentStats) *agentCollector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	return &agentCollector{
-		stats:      stats,
-		eventsLost: d("reconscope_events_lost_total", "Probe events lost in the kernel: dropped because the ring buffer was full, or span entries whose goroutine state could not be stored because the state map was full."),
-		probes:     d("reconscope_probes_attached", "Probes attached now."),
-		processes:  d("reconscope_processes_traced", "Processes traced now."),
-		exported:   d("reconscope_spans_exported_total", "Spans (reconcile and call spans) the OTLP collector accepted."),
-		dropped:    d("reconscope_spans_dropped_total", "Spans lost on the way to the OTLP collector (queue full, export failed, rejected)."),
-		unsam:      d("reconscope_spans_sampled_out_total", "Reconciles not exported by choice of the sampler (not a loss)."),
+		stats: stats,
+		eventsLost: prometheus.NewDesc("reconscope_events_lost_total",
+			"Probe events lost in the kernel, by cause: ring_buffer_full (an event dropped because the ring buffer was full), state (a span entry whose goroutine state could not be stored because the state map was full).",
+			[]string{"cause"}, nil),
+		probes:    d("reconscope_probes_attached", "Probes attached now."),
+		processes: d("reconscope_processes_traced", "Processes traced now."),
+		exported:  d("reconscope_spans_exported_total", "Spans (reconcile and call spans) the OTLP collector accepted."),
+		dropped:   d("reconscope_spans_dropped_total", "Spans lost on the way to the OTLP collector (queue full, export failed, rejected)."),
+		unsam:     d("reconscope_spans_sampled_out_total", "Reconciles not exported by choice of the sampler (not a loss)."),
 	}
 }
 
@@ -322,7 +327,8 @@ func (a *agentCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (a *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	s := a.stats()
-	ch <- prometheus.MustNewConstMetric(a.eventsLost, prometheus.CounterValue, float64(s.EventsLost))
+	ch <- prometheus.MustNewConstMetric(a.eventsLost, prometheus.CounterValue, float64(s.EventsLostRingBuffer), "ring_buffer_full")
+	ch <- prometheus.MustNewConstMetric(a.eventsLost, prometheus.CounterValue, float64(s.EventsLostState), "state")
 	ch <- prometheus.MustNewConstMetric(a.probes, prometheus.GaugeValue, float64(s.ProbesAttached))
 	ch <- prometheus.MustNewConstMetric(a.processes, prometheus.GaugeValue, float64(s.ProcessesTraced))
 	ch <- prometheus.MustNewConstMetric(a.exported, prometheus.CounterValue, float64(s.SpansExported))

@@ -153,7 +153,7 @@ func TestMetricsScrape(t *testing.T) {
 	m, srv, _ := newTestMetrics(t, MetricsOptions{
 		HotObjectsK: 2, HotObjectsWindow: time.Minute,
 		AgentStats: func() AgentStats {
-			return AgentStats{EventsLost: 3, ProbesAttached: 5, ProcessesTraced: 2, SpansExported: 100, SpansDropped: 7, SpansSampledOut: 11}
+			return AgentStats{EventsLostRingBuffer: 3, EventsLostState: 2, ProbesAttached: 5, ProcessesTraced: 2, SpansExported: 100, SpansDropped: 7, SpansSampledOut: 11}
 		},
 	})
 	for _, s := range testSpans() {
@@ -185,7 +185,8 @@ func TestMetricsScrape(t *testing.T) {
 		"controller=job": 1,
 	})
 	wantValues(t, fams, "reconscope_reconciles_in_flight", map[string]float64{"": 4})
-	wantValues(t, fams, "reconscope_events_lost_total", map[string]float64{"": 3})
+	// One series per cause, each counted apart (sum without(cause) is the total).
+	wantValues(t, fams, "reconscope_events_lost_total", map[string]float64{"cause=ring_buffer_full": 3, "cause=state": 2})
 	wantValues(t, fams, "reconscope_probes_attached", map[string]float64{"": 5})
 	wantValues(t, fams, "reconscope_processes_traced", map[string]float64{"": 2})
 	wantValues(t, fams, "reconscope_spans_exported_total", map[string]float64{"": 100})

@@ -846,7 +846,7 @@ func checkPrometheus(t *testing.T, base string, spans []exporter.JSONSpan, settl
 		query string
 		want  float64
 	}{
-		{"reconscope_events_lost_total", 0},
+		{"sum(reconscope_events_lost_total)", 0}, // both causes
 		{"reconscope_processes_traced", float64(traced)},
 		{"reconscope_reconciles_in_flight", 0},
 		{"reconscope_spans_dropped_total", 0},
