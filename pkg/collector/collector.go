@@ -352,13 +352,14 @@ func (a *Attachment) writeErrorLayouts() error {
 	for addr, name := range itabs {
 		a.names[addr] = ShortTypeName(name)
 	}
-	for _, f := range errorMessageFields {
-		off, err := bin.FieldOffset(f.structTyp, f.field)
+	for _, f := range probes.ErrorMessageFields {
+		off, err := bin.FieldOffset(f.Type, f.Path)
 		if err != nil {
 			continue // the message of that type stays unread; its type is still named
 		}
+		typeName := "*" + ShortTypeName(f.Type) // as %T prints it
 		for addr, name := range a.names {
-			if name != f.typeName {
+			if name != typeName {
 				continue
 			}
 			k := rbpf.TraceErrKey{Exe: uint32(a.first), Itab: addr}

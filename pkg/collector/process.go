@@ -22,18 +22,6 @@ type process struct {
 	names map[uint64]string // run-time itab address -> concrete type name
 }
 
-// errorMessageFields are the concrete error types whose message the kernel reads, and where.
-var errorMessageFields = []struct {
-	typeName  string // as %T prints it
-	structTyp string
-	field     string
-}{
-	{"*errors.errorString", "errors.errorString", "s"},
-	{"*fmt.wrapError", "fmt.wrapError", "msg"},
-	{"*fmt.wrapErrors", "fmt.wrapErrors", "msg"},
-	{"*errors.StatusError", "k8s.io/apimachinery/pkg/api/errors.StatusError", "ErrStatus.Message"},
-}
-
 // Trace starts tracing process pid, an instance of the attachment's executable. Tracing a
 // process already traced through the same attachment changes nothing.
 func (c *Collector) Trace(pid int, a *Attachment) error {
