@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,8 +13,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/metricsauth"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
@@ -138,23 +141,65 @@ func (e *exporters) agentStats(t *tracer.Tracer) exporter.AgentStats {
 	return a
 }
 
+// metricsSecurity is --metrics-secure: TLS, and a bearer token reviewed by the API server for
+// everything but the probes' /healthz and /readyz. Nil serves plain HTTP to anyone.
+type metricsSecurity struct {
+	tls    *tls.Config
+	filter *metricsauth.Filter
+}
+
+// newMetricsSecurity builds --metrics-secure's TLS (certFile and keyFile, or self-signed) and
+// token filter (reviews made with client, the agent's identity).
+func newMetricsSecurity(client kubernetes.Interface, certFile, keyFile string, log *slog.Logger) (*metricsSecurity, error) {
+	if client == nil {
+		return nil, errors.New("--metrics-secure reviews scrapers' tokens with the API server: run in a pod (in-cluster config) or give --kubeconfig")
+	}
+	host, _ := os.Hostname()
+	cfg, err := metricsauth.ServerTLS(certFile, keyFile, host)
+	if err != nil {
+		return nil, err
+	}
+	f := metricsauth.New(metricsauth.Options{Client: client, Open: []string{"/healthz", "/readyz"}, Logger: log})
+	return &metricsSecurity{tls: cfg, filter: f}, nil
+}
+
+// listenMetrics listens on addr, with TLS when sec says so.
+func listenMetrics(addr string, sec *metricsSecurity) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics address %s: %w", addr, err)
+	}
+	if sec != nil {
+		ln = tls.NewListener(ln, sec.tls)
+	}
+	return ln, nil
+}
+
+// handler puts h behind sec's token filter.
+func (sec *metricsSecurity) handler(h http.Handler) http.Handler {
+	if sec == nil {
+		return h
+	}
+	return sec.filter.Wrap(h)
+}
+
 // serve starts the metrics endpoint.
-func (e *exporters) serve(addr string, log *slog.Logger) error {
+func (e *exporters) serve(addr string, sec *metricsSecurity, log *slog.Logger) error {
 	if e.metrics == nil {
 		return nil
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listenMetrics(addr, sec)
 	if err != nil {
-		return fmt.Errorf("metrics address %s: %w", addr, err)
+		return err
 	}
-	e.server = &http.Server{Handler: e.metrics.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	e.server = &http.Server{Handler: sec.handler(e.metrics.Handler()), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := e.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server", "err", err)
 		}
 	}()
 	e.metrics.SetReady(true)
-	log.Info("serving metrics", "addr", ln.Addr().String())
+	log.Info("serving metrics", "addr", ln.Addr().String(), "secure", sec != nil)
 	return nil
 }
 

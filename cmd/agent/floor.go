@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 )
@@ -12,13 +11,13 @@ import (
 // waitBelowFloor is run's answer on a node whose kernel lacks what reconscope needs: one error
 // line, then the pod stays up and not Ready (/healthz 200, so the kubelet does not restart it
 // in a loop; /readyz 503 with the reason) until SIGTERM. It returns run's exit code.
-func waitBelowFloor(ctx context.Context, reason error, addr string, log *slog.Logger) int {
+func waitBelowFloor(ctx context.Context, reason error, addr string, sec *metricsSecurity, log *slog.Logger) int {
 	log.Error("not tracing on this node", "reason", reason.Error())
 	if addr == "" {
 		<-ctx.Done()
 		return 0
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listenMetrics(addr, sec)
 	if err != nil {
 		log.Error("serve health", "addr", addr, "err", err)
 		return 1
@@ -29,7 +28,7 @@ func waitBelowFloor(ctx context.Context, reason error, addr string, log *slog.Lo
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = w.Write([]byte("not tracing: " + reason.Error() + "\n"))
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: sec.handler(mux), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serve health", "err", err)

@@ -54,6 +54,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", "auto", "log format: text, json, or auto (json when stderr is not a terminal)")
 	output := fs.String("output", "none", "also write each reconcile to stdout: none or json (JSON lines, docs/json.md)")
+	metricsSecure := fs.Bool("metrics-secure", false, "serve the metrics endpoint over HTTPS, /metrics only to a bearer token the API server authenticates (TokenReview) and authorizes for get on /metrics (SubjectAccessReview); /healthz and /readyz stay open (docs/daemonset.md)")
+	metricsCert := fs.String("metrics-cert-file", "", "with --metrics-secure: PEM certificate of the metrics endpoint, reloaded when it changes (default: self-signed, made at start)")
+	metricsKey := fs.String("metrics-key-file", "", "with --metrics-secure: PEM key of --metrics-cert-file")
 	tf := addTracerFlags(fs.FlagSet)
 	ef := addExportFlags(fs.FlagSet, ":9464")
 	if err := flagsFromEnv(fs.FlagSet, os.LookupEnv); err != nil {
@@ -92,7 +95,15 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		log.Error("--output: want none or json", "output", *output)
 		return 2
 	}
-	index, err := discovery.NewPodIndex(discovery.PodIndexOptions{Client: kubeClient(*kubeconfig, log), NodeName: *ef.nodeName, Logger: log})
+	kube := kubeClient(*kubeconfig, log)
+	var sec *metricsSecurity
+	if *metricsSecure && *ef.metricsAddr != "" {
+		if sec, err = newMetricsSecurity(kube, *metricsCert, *metricsKey, log); err != nil {
+			log.Error("--metrics-secure", "err", err)
+			return 2
+		}
+	}
+	index, err := discovery.NewPodIndex(discovery.PodIndexOptions{Client: kube, NodeName: *ef.nodeName, Logger: log})
 	if err != nil {
 		log.Error("pod metadata", "err", err)
 		return 2
@@ -119,14 +130,14 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		}
 	})
 	if errors.Is(err, collector.ErrBelowFloor) {
-		return waitBelowFloor(ctx, err, *ef.metricsAddr, log)
+		return waitBelowFloor(ctx, err, *ef.metricsAddr, sec, log)
 	}
 	if err != nil {
 		log.Error("load eBPF programs", "err", err)
 		return 1
 	}
 	defer t.Close()
-	if err := exp.serve(*ef.metricsAddr, log); err != nil {
+	if err := exp.serve(*ef.metricsAddr, sec, log); err != nil {
 		log.Error("serve metrics", "err", err)
 		return 1
 	}

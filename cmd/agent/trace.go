@@ -86,7 +86,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer t.Close()
-	if err := exp.serve(*ef.metricsAddr, log); err != nil {
+	if err := exp.serve(*ef.metricsAddr, nil, log); err != nil {
 		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
 		return 1
 	}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+// createManifests creates on the API server the objects of the YAML file (relative to the
+// module root) whose kind is in kinds.
+func createManifests(t *testing.T, c client.Client, file string, kinds ...string) {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := utilyaml.NewYAMLReader(bufio.NewReader(f))
+	for {
+		raw, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		obj, gvk, err := scheme.Codecs.UniversalDeserializer().Decode(raw, nil, nil)
+		if err != nil {
+			continue // comments only
+		}
+		for _, k := range kinds {
+			if gvk.Kind == k {
+				if err := c.Create(context.Background(), obj.(client.Object)); err != nil {
+					t.Fatalf("%s: create %s: %v", file, gvk.Kind, err)
+				}
+			}
+		}
+	}
+}
+
+// serviceAccountToken creates the ServiceAccount namespace/name (unless it exists) and returns
+// a token for it from the TokenRequest API.
+func serviceAccountToken(t *testing.T, cs kubernetes.Interface, namespace, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	if _, err := cs.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	expiry := int64(3600)
+	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
+		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for %s/%s: %v", namespace, name, err)
+	}
+	return tr.Status.Token
+}
+
+// TestRunMetricsSecure runs the agent with --metrics-secure against a real kube-apiserver, as
+// the ServiceAccount the manifests give it (deploy/daemonset.yaml's, plus the RBAC of the
+// deploy/metrics-auth component), and scrapes it as a user would: without a token (401), with
+// a token the API server does not know (401), as a ServiceAccount not bound to the reader role
+// (403), and as one bound to it (200, the metrics). The probes' paths stay open, and plain
+// HTTP is refused.
+func TestRunMetricsSecure(t *testing.T) {
+	bpftest.Require(t)
+	agent, err := agentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.Start(t, testenv.Options{})
+	ctx := context.Background()
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+
+	// The agent's identity: the manifests' ServiceAccount and roles, nothing more.
+	createManifests(t, env.Client, "deploy/daemonset.yaml", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+	createManifests(t, env.Client, "deploy/metrics-auth/rbac.yaml", "ClusterRole", "ClusterRoleBinding")
+	agentToken := serviceAccountToken(t, cs, "reconscope", "reconscope-agent")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: agentToken}
+	kc.Contexts["agent"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "agent"}
+	kc.CurrentContext = "agent"
+	agentKubeconfig := filepath.Join(t.TempDir(), "agent.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, agentKubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	// Two scrapers: one bound to the reader role, one not.
+	reader := serviceAccountToken(t, cs, "default", "prometheus")
+	stranger := serviceAccountToken(t, cs, "default", "stranger")
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reconscope-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "reconscope-agent-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "prometheus"}},
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	addr := freePort(t)
+	cmd := exec.Command(agent, "run", "--kubeconfig", agentKubeconfig, "--node-name", "node-1", "--metrics-addr", addr,
+		"--metrics-secure", "--log-format", "json")
+	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=")
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = io.Discard, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	// The certificate is self-signed (no --metrics-cert-file): a scraper skips verification.
+	hc := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed by design
+	get := func(scheme, path, token string) (int, string, error) {
+		req, _ := http.NewRequest(http.MethodGet, scheme+"://"+addr+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		code, _, err := get("https", "/readyz", "")
+		if err == nil && code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent not ready over HTTPS (%d, %v):\n%s", code, err, logs.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	for _, tt := range []struct {
+		name, path, token string
+		want              int
+		body              string
+	}{
+		{"probe without token", "/healthz", "", http.StatusOK, "ok"},
+		{"no token", "/metrics", "", http.StatusUnauthorized, "Unauthorized"},
+		{"unknown token", "/metrics", "not-a-token", http.StatusUnauthorized, "Unauthorized"},
+		{"not bound to the reader role", "/metrics", stranger, http.StatusForbidden, "system:serviceaccount:default:stranger"},
+		{"reader", "/metrics", reader, http.StatusOK, "reconscope_build_info"},
+		{"reader again (cached)", "/metrics", reader, http.StatusOK, "reconscope_build_info"},
+		{"stranger again (cached)", "/metrics", stranger, http.StatusForbidden, "Authorization denied"},
+		{"reader on a path the role does not name", "/debug", reader, http.StatusForbidden, "Authorization denied"},
+	} {
+		code, body, err := get("https", tt.path, tt.token)
+		if err != nil {
+			t.Errorf("%s: GET %s: %v", tt.name, tt.path, err)
+			continue
+		}
+		if code != tt.want || !strings.Contains(body, tt.body) {
+			t.Errorf("%s: GET %s = %d %.200q, want %d and %q", tt.name, tt.path, code, body, tt.want, tt.body)
+		}
+	}
+	if code, body, err := get("http", "/metrics", reader); err == nil && code == http.StatusOK {
+		t.Errorf("plain HTTP served the metrics: %.200q", body)
+	}
+	if strings.Contains(logs.String(), "not reviewed") {
+		t.Errorf("a review failed (missing RBAC?):\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), `"secure":true`) {
+		t.Errorf("the agent did not log that it serves metrics securely:\n%s", logs.String())
+	}
+}
