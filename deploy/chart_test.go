@@ -119,11 +119,56 @@ func convert(t *testing.T, u *unstructured.Unstructured, into any) {
 // ClusterRole and binding, ConfigMap. The only differences are documented ones: Helm's labels
 // (helmOnlyLabels) and the config checksum annotation; the chart adds a headless metrics
 // Service; the kustomization creates the namespace (the chart does with namespace.create).
+// Likewise metrics.secure=true and an overlay of deploy/ with the metrics-auth component make
+// the same agent and the same RBAC.
 func TestChartMatchesKustomize(t *testing.T) {
 	helm := helmBinary(t)
-	chart := helmTemplate(t, helm)
-	kust := objects(t, run(t, kubectlBinary(t), "kustomize", "."))
+	kubectl := kubectlBinary(t)
+	for _, tt := range []struct {
+		name       string
+		helmArgs   []string
+		components []string
+		compared   int
+	}{
+		{name: "default", compared: 5},
+		{name: "metrics.secure", helmArgs: []string{"--set", "metrics.secure=true"}, components: []string{metricsAuthDir}, compared: 8},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			chart := helmTemplate(t, helm, tt.helmArgs...)
+			kust := objects(t, run(t, kubectl, "kustomize", overlay(t, tt.components...)))
+			compareChartKustomize(t, chart, kust, tt.compared)
+		})
+	}
+}
 
+// overlay returns deploy/ itself, or a kustomization in a temporary folder that has deploy/
+// as its resource and components (folders of deploy/), as a user's overlay would.
+func overlay(t *testing.T, components ...string) string {
+	t.Helper()
+	if len(components) == 0 {
+		return "."
+	}
+	dir := t.TempDir()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(dir, wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s]\ncomponents:\n", rel)
+	for _, c := range components {
+		k += fmt.Sprintf("  - %s\n", filepath.Join(rel, c))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func compareChartKustomize(t *testing.T, chart, kust map[string]*unstructured.Unstructured, wantCompared int) {
+	t.Helper()
 	var chartKeys, kustKeys []string
 	for k := range chart {
 		chartKeys = append(chartKeys, k)
@@ -162,8 +207,8 @@ func TestChartMatchesKustomize(t *testing.T) {
 			t.Errorf("%s differs:\n--- kubectl kustomize deploy/\n%s\n--- helm template\n%s", k, ja, jb)
 		}
 	}
-	if compared != 5 {
-		t.Errorf("compared %d objects, want 5 (DaemonSet, ServiceAccount, ClusterRole, ClusterRoleBinding, ConfigMap)", compared)
+	if compared != wantCompared {
+		t.Errorf("compared %d objects (%v), want %d", compared, kustKeys, wantCompared)
 	}
 	// The labels the chart adds are present (the comparison above removed them).
 	ds := chart["DaemonSet/reconscope/reconscope-agent"]
@@ -227,9 +272,38 @@ func TestChartOptions(t *testing.T) {
 	for _, v := range pod.Volumes {
 		volumes = append(volumes, v.Name)
 	}
-	if !slices.Equal(mounts, []string{"config:/etc/reconscope:true", "otlp-tls:/etc/reconscope/otlp-tls:true", "scratch:/tmp:false"}) ||
-		!slices.Equal(volumes, []string{"config", "otlp-tls", "scratch"}) {
+	if !slices.Equal(mounts, []string{"config:/etc/reconscope:true", "otlp-tls:/etc/reconscope/otlp-tls:true", "metrics-tls:/etc/reconscope/metrics-tls:true", "scratch:/tmp:false"}) ||
+		!slices.Equal(volumes, []string{"config", "otlp-tls", "metrics-tls", "scratch"}) {
 		t.Errorf("mounts %v, volumes %v", mounts, volumes)
+	}
+
+	// metrics.secure: the agent's flags, HTTPS probes, the RBAC, and monitors that scrape over
+	// HTTPS with the token Secret and the CA given.
+	wantArgs := []string{"run", "--config=/etc/reconscope/config.yaml", "--metrics-secure",
+		"--metrics-cert-file=/etc/reconscope/metrics-tls/tls.crt", "--metrics-key-file=/etc/reconscope/metrics-tls/tls.key"}
+	if !slices.Equal(c.Args, wantArgs) {
+		t.Errorf("args %q, want %q", c.Args, wantArgs)
+	}
+	if c.LivenessProbe.HTTPGet.Scheme != corev1.URISchemeHTTPS || c.ReadinessProbe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+		t.Errorf("probes over %s and %s, want HTTPS", c.LivenessProbe.HTTPGet.Scheme, c.ReadinessProbe.HTTPGet.Scheme)
+	}
+	if v := pod.Volumes[2]; v.Secret == nil || v.Secret.SecretName != "agent-metrics-tls" {
+		t.Errorf("metrics-tls volume %+v, want Secret agent-metrics-tls", v)
+	}
+	for _, k := range []string{"ClusterRole//reconscope-agent-metrics-auth", "ClusterRoleBinding//reconscope-agent-metrics-auth", "ClusterRole//reconscope-agent-metrics-reader"} {
+		if objs[k] == nil {
+			t.Errorf("no %s", k)
+		}
+	}
+	for k, field := range map[string]string{"PodMonitor/reconscope/reconscope-agent": "podMetricsEndpoints", "ServiceMonitor/reconscope/reconscope-agent": "endpoints"} {
+		eps, _, _ := unstructured.NestedSlice(objs[k].Object, "spec", field)
+		ep, _ := eps[0].(map[string]any)
+		scheme, _, _ := unstructured.NestedString(ep, "scheme")
+		cred, _, _ := unstructured.NestedString(ep, "authorization", "credentials", "name")
+		ca, _, _ := unstructured.NestedString(ep, "tlsConfig", "ca", "secret", "name")
+		if scheme != "https" || cred != "prometheus-token" || ca != "agent-metrics-tls" {
+			t.Errorf("%s endpoint: scheme %q, token Secret %q, CA Secret %q; want https, prometheus-token, agent-metrics-tls", k, scheme, cred, ca)
+		}
 	}
 	if pod.PriorityClassName != "" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "dedicated" {
 		t.Errorf("priorityClassName %q, tolerations %+v: the values' overrides are not applied", pod.PriorityClassName, pod.Tolerations)

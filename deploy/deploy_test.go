@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -156,7 +157,11 @@ func TestManifestsParse(t *testing.T) {
 
 // kustomizations are the folders users apply with kubectl apply -k: the agent, and the
 // example collector, separately.
-var kustomizations = []string{".", "otel-collector"}
+var kustomizations = []string{".", "otel-collector", metricsAuthDir}
+
+// metricsAuthDir is the kustomize component that turns on --metrics-secure and adds the RBAC
+// it needs (off unless a user's overlay names it).
+const metricsAuthDir = "metrics-auth"
 
 // TestKustomizationsListEveryManifest checks that kubectl apply -k deploy/ or
 // deploy/otel-collector/ applies every manifest file, and that every listed resource exists.
@@ -201,7 +206,8 @@ func TestKustomizationsListEveryManifest(t *testing.T) {
 }
 
 func TestRBACIsPodsReadOnly(t *testing.T) {
-	docs := manifests(t)
+	// The agent's roles without the metrics-auth component (TestMetricsAuthRBAC checks its).
+	docs := slices.DeleteFunc(manifests(t), func(d document) bool { return filepath.Dir(d.file) == metricsAuthDir })
 	want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}}
 	var roles int
 	for _, d := range docs {
@@ -246,6 +252,42 @@ func TestRBACIsPodsReadOnly(t *testing.T) {
 	wantSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: agentAccount, Namespace: agentNamespace}
 	if len(crb.Subjects) != 1 || crb.Subjects[0] != wantSubject {
 		t.Errorf("%s: subjects %+v, want only %+v", file, crb.Subjects, wantSubject)
+	}
+}
+
+// TestMetricsAuthRBAC: the metrics-auth component lets the agent's ServiceAccount create
+// TokenReviews and SubjectAccessReviews, nothing else, and its reader role grants get on
+// /metrics only (kubebuilder's metrics-reader).
+func TestMetricsAuthRBAC(t *testing.T) {
+	var roles map[string][]rbacv1.PolicyRule = map[string][]rbacv1.PolicyRule{}
+	var bindings []*rbacv1.ClusterRoleBinding
+	for _, d := range manifests(t) {
+		if filepath.Dir(d.file) != metricsAuthDir {
+			continue
+		}
+		switch o := d.obj.(type) {
+		case *rbacv1.ClusterRole:
+			roles[o.Name] = o.Rules
+		case *rbacv1.ClusterRoleBinding:
+			bindings = append(bindings, o)
+		default:
+			t.Errorf("%s: unexpected %T", d.file, o)
+		}
+	}
+	want := map[string][]rbacv1.PolicyRule{
+		"reconscope-agent-metrics-auth": {
+			{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
+			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+		},
+		"reconscope-agent-metrics-reader": {{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+	}
+	if !reflect.DeepEqual(roles, want) {
+		t.Errorf("metrics-auth roles %+v, want %+v", roles, want)
+	}
+	wantSubject := rbacv1.Subject{Kind: "ServiceAccount", Name: agentAccount, Namespace: agentNamespace}
+	if len(bindings) != 1 || bindings[0].RoleRef.Name != "reconscope-agent-metrics-auth" ||
+		len(bindings[0].Subjects) != 1 || bindings[0].Subjects[0] != wantSubject {
+		t.Errorf("metrics-auth bindings %+v: want one binding of reconscope-agent-metrics-auth to %+v (the reader role is for the user to bind)", bindings, wantSubject)
 	}
 }
 
