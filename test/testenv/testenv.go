@@ -288,3 +288,14 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// FreeAddr returns a loopback address (127.0.0.1:port) whose port was free a moment ago, for
+// a server the test configures by address.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	p, err := freePort()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(p)
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the end-to-end test's OpenTelemetry Collector (test/tools/otelcol: the components
-# deploy/otel-collector uses, OpenTelemetry Collector v0.165.0) from the Go module proxy into
+# deploy/otel-collector uses, OpenTelemetry Collector v0.165.0, plus contrib's k8sattributes
+# processor v0.160.0) from the Go module proxy into
 # a versioned cache folder outside the repository. Skips the build when the stamp says it is
 # there. Prints the folder on its last line.
 set -euo pipefail

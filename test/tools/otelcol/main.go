@@ -1,14 +1,17 @@
 // Command otelcol is the OpenTelemetry Collector the end-to-end test runs with the
-// configuration of deploy/otel-collector: exactly the components that configuration uses (the
-// otlp receiver, the memory_limiter and batch processors, the debug and otlp exporters), from
-// the collector's own modules at one release. test/tools/build-otelcol.sh builds it into the
-// cache folder.
+// configuration of deploy/otel-collector: the components that configuration uses (the otlp
+// receiver, the memory_limiter and batch processors, the debug and otlp exporters), from the
+// collector's own modules at one release, plus contrib's k8sattributes processor (the newest
+// release the module proxy serves, v0.160.0; its collector modules resolve to this release's)
+// for the test of pod association on k8s.pod.uid (docs/exporters.md). test/tools/build-otelcol.sh
+// builds it into the cache folder.
 package main
 
 import (
 	"fmt"
 	"os"
 
+	"github.com/open-telemetry/opentelemetry-collector-contrib/processor/k8sattributesprocessor"
 	"go.opentelemetry.io/collector/component"
 	"go.opentelemetry.io/collector/confmap"
 	"go.opentelemetry.io/collector/confmap/provider/envprovider"
@@ -28,7 +31,7 @@ func components() (otelcol.Factories, error) {
 	if f.Receivers, err = otelcol.MakeFactoryMap(otlpreceiver.NewFactory()); err != nil {
 		return f, err
 	}
-	if f.Processors, err = otelcol.MakeFactoryMap(memorylimiterprocessor.NewFactory(), batchprocessor.NewFactory()); err != nil {
+	if f.Processors, err = otelcol.MakeFactoryMap(memorylimiterprocessor.NewFactory(), batchprocessor.NewFactory(), k8sattributesprocessor.NewFactory()); err != nil {
 		return f, err
 	}
 	if f.Exporters, err = otelcol.MakeFactoryMap(debugexporter.NewFactory(), otlpexporter.NewFactory()); err != nil {
