@@ -33,7 +33,9 @@ by scanning /proc (at once when a process execs, from the sched_process_exec raw
 and every --scan-interval), traces those the probe catalog supports (one attach per executable, shared
 by its processes; a new process of an attached executable is traced from its exec, in the kernel), names their pod and container from a pod informer limited to this node
 (needs get/list/watch on pods; without API access it keeps tracing with host-only metadata
-and says so once), serves Prometheus metrics and health on --metrics-addr, and sends spans
+and says so once), serves Prometheus metrics and health on --metrics-addr (with
+--metrics-secure: HTTPS, /metrics only for bearer tokens the API server allows to get
+/metrics), and sends spans
 over OTLP when an endpoint is configured (--otlp-endpoint or the OTEL_EXPORTER_OTLP_*
 variables; an endpoint on port 4317 means gRPC unless a protocol is set;
 OTEL_TRACES_EXPORTER=otlp|console|none and OTEL_SDK_DISABLED=true are honoured). SIGTERM detaches every probe, flushes spans and exits 0. On a kernel below
