@@ -92,8 +92,33 @@ func anyString(v *commonpb.AnyValue) string {
 	return fmt.Sprint(v.GetValue())
 }
 
-// noTelemetry turns the collector's own metrics endpoint off (it would bind :8888).
-const noTelemetry = "service: {telemetry: {metrics: {level: none}}}\n"
+// startCollector runs the test collector with receivers and processors (YAML of the
+// collector's configuration at that level, indented as below; processors may be empty) in
+// one traces pipeline that forwards to Jaeger. Its own metrics endpoint is off (it would bind
+// :8888).
+func startCollector(t *testing.T, jaeger *testenv.Jaeger, receivers, processors string, pipelineProcessors ...string) {
+	t.Helper()
+	cfg := "receivers:\n" + receivers
+	if processors != "" {
+		cfg += "processors:\n" + processors
+	}
+	cfg += fmt.Sprintf(`exporters:
+  otlp/jaeger:
+    endpoint: %s
+    tls:
+      insecure: true
+service:
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [%s]
+      exporters: [otlp/jaeger]
+  telemetry:
+    metrics:
+      level: none
+`, jaeger.OTLPAddr, strings.Join(pipelineProcessors, ", "))
+	testenv.StartCollector(t, cfg)
+}
 
 // TestOTLPMutualTLS: a collector whose OTLP receivers require a client certificate signed by
 // its CA receives the agent's spans over gRPC and over http/protobuf when the agent is given
@@ -110,24 +135,13 @@ func TestOTLPMutualTLS(t *testing.T) {
           cert_file: %s
           key_file: %s
           client_ca_file: %s`, files.ServerCert, files.ServerKey, files.CA)
-	testenv.StartCollector(t, fmt.Sprintf(`receivers:
-  otlp:
+	startCollector(t, jaeger, fmt.Sprintf(`  otlp:
     protocols:
       grpc:
         endpoint: %s%s
       http:
         endpoint: %s%s
-exporters:
-  otlp/jaeger:
-    endpoint: %s
-    tls:
-      insecure: true
-service:
-  pipelines:
-    traces:
-      receivers: [otlp]
-      exporters: [otlp/jaeger]
-`, grpcAddr, tlsCfg, httpAddr, tlsCfg, jaeger.OTLPAddr), noTelemetry)
+`, grpcAddr, tlsCfg, httpAddr, tlsCfg), "")
 
 	start := time.Now().Add(-time.Minute)
 	t.Setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", files.CA)
@@ -186,13 +200,11 @@ func TestK8sAttributesAssociation(t *testing.T) {
 	// auth_type kubeConfig reads $KUBECONFIG (in a cluster: serviceAccount, with RBAC to
 	// get/list/watch pods).
 	t.Setenv("KUBECONFIG", env.Kubeconfig)
-	testenv.StartCollector(t, fmt.Sprintf(`receivers:
-  otlp:
+	startCollector(t, jaeger, fmt.Sprintf(`  otlp:
     protocols:
       grpc:
         endpoint: %s
-processors:
-  k8sattributes:
+`, grpcAddr), `  k8sattributes:
     auth_type: kubeConfig
     wait_for_metadata: true
     extract:
@@ -205,18 +217,7 @@ processors:
       - sources:
           - from: resource_attribute
             name: k8s.pod.uid
-exporters:
-  otlp/jaeger:
-    endpoint: %s
-    tls:
-      insecure: true
-service:
-  pipelines:
-    traces:
-      receivers: [otlp]
-      processors: [k8sattributes]
-      exporters: [otlp/jaeger]
-`, grpcAddr, jaeger.OTLPAddr), noTelemetry)
+`, "k8sattributes")
 
 	start := time.Now().Add(-time.Minute)
 	// What the agent knows of a traced process whose pod it has not indexed: the pod UID
