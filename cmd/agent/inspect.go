@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/proc"
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
@@ -99,7 +100,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	var path string
 	switch {
 	case *pid > 0 && fs.NArg() == 0:
-		path = fmt.Sprintf("/proc/%d/exe", *pid)
+		path = proc.New("").ExeLink(*pid)
 	case *pid == 0 && fs.NArg() == 1:
 		path = fs.Arg(0)
 	default:

@@ -22,6 +22,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/proc"
 	"github.com/reconscope/reconscope/pkg/symbols"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
@@ -196,7 +197,7 @@ type attached struct {
 // for another's.
 func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, index *discovery.PodIndex, filter *discovery.Filter, log *slog.Logger) {
 	self := os.Getpid()
-	untraceable := map[discovery.FileID]bool{} // executables with nothing to trace: skip quickly
+	untraceable := map[proc.FileID]bool{} // executables with nothing to trace: skip quickly
 	// Traced processes whose container the pod index did not know yet (the kubelet writes a
 	// container's ID into the pod status after the container starts): looked up again.
 	unnamed := map[int]discovery.Container{}

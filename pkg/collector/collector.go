@@ -19,6 +19,7 @@ import (
 
 	rbpf "github.com/reconscope/reconscope/bpf"
 	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/proc"
 )
 
 // Options configures a Collector.
@@ -45,7 +46,7 @@ var ErrPermission = errors.New("permission denied: reconscope needs root, or CAP
 // Collector owns the loaded eBPF objects and the ring-buffer reader.
 type Collector struct {
 	log       *slog.Logger
-	procRoot  string
+	proc      proc.FS
 	coll      *ebpf.Collection
 	execSpec  *ebpf.CollectionSpec // on_exec and identify, loaded on first use
 	execProgs execPrograms
@@ -75,9 +76,6 @@ func New(opts Options) (*Collector, error) {
 	}
 	if opts.RingBufferSize == 0 {
 		opts.RingBufferSize = 4 << 20
-	}
-	if opts.ProcRoot == "" {
-		opts.ProcRoot = "/proc"
 	}
 	if opts.RingBufferSize < os.Getpagesize() || opts.RingBufferSize&(opts.RingBufferSize-1) != 0 {
 		return nil, fmt.Errorf("ring buffer size %d: must be a power of two of at least %d bytes", opts.RingBufferSize, os.Getpagesize())
@@ -123,7 +121,7 @@ func New(opts Options) (*Collector, error) {
 	}
 	c := &Collector{
 		log:      opts.Logger,
-		procRoot: opts.ProcRoot,
+		proc:     proc.New(opts.ProcRoot),
 		coll:     coll,
 		execSpec: execSpec,
 		prog:     coll.Programs[progName],
@@ -257,8 +255,8 @@ type Attachment struct {
 	links []link.Link
 	once  sync.Once
 
-	dev, ino uint64 // the file as the kernel identifies it (Collector.FileID)
-	base     uint64 // page-aligned address of the first PT_LOAD segment, for PIE load biases
+	id   proc.FileID // the file as the kernel identifies it (Collector.FileID)
+	base uint64      // page-aligned address of the first PT_LOAD segment, for PIE load biases
 
 	mu      sync.Mutex
 	errKeys []rbpf.TraceErrKey
@@ -277,7 +275,7 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open executable: %w", err)
 	}
-	dev, ino, err := c.FileID(path)
+	id, err := c.FileID(path)
 	if err != nil {
 		return nil, err
 	}
@@ -291,7 +289,7 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 		c.mu.Unlock()
 		return nil, err
 	}
-	a := &Attachment{c: c, Path: path, Plan: plan, first: first, dev: dev, ino: ino, base: base}
+	a := &Attachment{c: c, Path: path, Plan: plan, first: first, id: id, base: base}
 	for i := range plan.Sites {
 		c.table[first+i] = &plan.Sites[i]
 		c.owner[first+i] = a
@@ -376,12 +374,12 @@ func (a *Attachment) writeErrorLayouts() error {
 
 // ID returns the executable's identity as the kernel sees it (Collector.FileID): every process
 // whose code is mapped from this file, in any container, runs this attachment's probes.
-func (a *Attachment) ID() (dev, ino uint64) { return a.dev, a.ino }
+func (a *Attachment) ID() proc.FileID { return a.id }
 
 // AdmitExecs makes the kernel trace every process that execs this executable from its first
 // instruction, while WatchExecs runs; its notifications report each process admitted.
 func (a *Attachment) AdmitExecs() error {
-	id := rbpf.TraceExeId{Dev: a.dev, Ino: a.ino}
+	id := rbpf.TraceExeId{Dev: a.id.Dev, Ino: a.id.Ino}
 	if err := a.c.exes.Put(&id, uint32(a.first)); err != nil {
 		return fmt.Errorf("admit new processes of %s: %w", a.Path, err)
 	}

@@ -5,15 +5,17 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/reconscope/reconscope/pkg/proc"
 )
 
 // statFileID is a file's identity from stat, with the device in the kernel's dev_t encoding.
-func statFileID(f *os.File) (dev, ino uint64, err error) {
+func statFileID(f *os.File) (proc.FileID, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return 0, 0, fmt.Errorf("identify executable: %w", err)
+		return proc.FileID{}, fmt.Errorf("identify executable: %w", err)
 	}
-	return KernelDev(uint64(st.Dev)), st.Ino, nil
+	return proc.FileID{Dev: KernelDev(uint64(st.Dev)), Ino: st.Ino}, nil
 }
 
 // KernelDev turns a device number as stat reports it (glibc's new_encode_dev) into the kernel's

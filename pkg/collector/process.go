@@ -4,10 +4,10 @@ import (
 	"debug/elf"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/reconscope/reconscope/pkg/proc"
 )
 
 // process is one traced process: its binary's load bias and what it takes to name the
@@ -56,7 +56,7 @@ func (c *Collector) Trace(pid int, a *Attachment) error {
 
 // newProcess reads what decoding process pid's events takes.
 func (c *Collector) newProcess(pid int, a *Attachment) (*process, error) {
-	bias, err := loadBias(c.procRoot, pid, a)
+	bias, err := loadBias(c.proc, pid, a)
 	if err != nil {
 		return nil, fmt.Errorf("find load address of process %d: %w", pid, err)
 	}
@@ -64,7 +64,7 @@ func (c *Collector) newProcess(pid int, a *Attachment) (*process, error) {
 	for addr, name := range a.names {
 		p.names[addr+bias] = name
 	}
-	if f, err := os.Open(filepath.Join(c.procRoot, strconv.Itoa(pid), "mem")); err == nil {
+	if f, err := c.proc.OpenMem(pid); err == nil {
 		p.mem = f
 	}
 	return p, nil
@@ -172,34 +172,22 @@ func firstSegment(path string) (uint64, error) {
 
 // loadBias is where the process mapped its executable minus where the ELF file asks to be:
 // 0 for position-dependent executables, the randomized base for PIE ones.
-func loadBias(procRoot string, pid int, a *Attachment) (uint64, error) {
+func loadBias(pfs proc.FS, pid int, a *Attachment) (uint64, error) {
 	if !a.Plan.Binary.PIE {
 		return 0, nil
 	}
-	name := filepath.Join(procRoot, strconv.Itoa(pid), "maps")
-	maps, err := os.ReadFile(name)
+	maps, err := pfs.Maps(pid)
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(maps), "\n") {
-		// start-end perms offset major:minor inode path: the mapping at offset 0 of the
-		// executable's file, identified as the kernel does (the real file on overlayfs).
-		fs := strings.Fields(line)
-		if len(fs) < 6 || fs[2] != "00000000" {
-			continue
+	for _, m := range maps {
+		// The mapping at offset 0 of the executable's file, identified as the kernel does (the
+		// real file on overlayfs). maps shows the file as the process's user sees it: on
+		// overlayfs the overlay's device, with the real file's inode number; the inode number
+		// is what both share.
+		if m.Offset == 0 && m.Inode == a.id.Ino {
+			return uint64(m.StartAddr) - a.base, nil
 		}
-		start, _, _ := strings.Cut(fs[0], "-")
-		addr, err := strconv.ParseUint(start, 16, 64)
-		if err != nil {
-			continue
-		}
-
-		// maps shows the file as the process's user sees it: on overlayfs the overlay's
-		// device, with the real file's inode number; the inode number is what both share.
-		if ino, err := strconv.ParseUint(fs[4], 10, 64); err != nil || ino != a.ino {
-			continue
-		}
-		return addr - a.base, nil
 	}
-	return 0, fmt.Errorf("executable not found in %s", name)
+	return 0, fmt.Errorf("executable not found in %s", pfs.Path(pid, "maps"))
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+
+	"github.com/reconscope/reconscope/pkg/proc"
 )
 
 // fakeProc is a proc tree in a temporary folder: <root>/<pid>/{stat,exe,cgroup}.
@@ -80,14 +82,14 @@ func (f *fakeProc) remove(pid int) {
 	}
 }
 
-func fileID(t *testing.T, path string) FileID {
+func fileID(t *testing.T, path string) proc.FileID {
 	t.Helper()
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := fi.Sys().(*syscall.Stat_t)
-	return FileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}
+	return proc.FileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}
 }
 
 const (
@@ -125,7 +127,6 @@ func TestScan(t *testing.T) {
 		StartTime: 5000,
 		Comm:      "manager",
 		Exe:       filepath.Join(f.bins, "manager"),
-		ExeLink:   filepath.Join(f.root, "4242", "exe"),
 		ExeID:     fileID(t, filepath.Join(f.bins, "manager")),
 		Container: Container{Runtime: RuntimeContainerd, ID: testCID, PodUID: testPodUID},
 	}
@@ -225,28 +226,5 @@ func TestReadProcessSelf(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("Scan of /proc does not list this process as %+v", p)
-	}
-}
-
-func TestParseStat(t *testing.T) {
-	tests := []struct {
-		in    string
-		comm  string
-		start uint64
-		ok    bool
-	}{
-		{"1 (systemd) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 12 1 2", "systemd", 12, true},
-		{"5 (a) b) c) R 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 99 1", "a) b) c", 99, true},
-		{"5 () R 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 7", "", 7, true},
-		{"5 (x) R 0 1", "", 0, false},
-		{"5 x) R 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 7", "", 0, false},
-		{"5 (x) R 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 notanumber", "", 0, false},
-		{"", "", 0, false},
-	}
-	for _, tt := range tests {
-		comm, start, ok := parseStat([]byte(tt.in))
-		if ok != tt.ok || (ok && (comm != tt.comm || start != tt.start)) {
-			t.Errorf("parseStat(%q) = %q, %d, %v; want %q, %d, %v", tt.in, comm, start, ok, tt.comm, tt.start, tt.ok)
-		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sort"
 	"time"
+
+	"github.com/reconscope/reconscope/pkg/proc"
 )
 
 // Event is what a [Watcher] sends: [Started] or [Exited].
@@ -154,7 +156,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 // scan compares /proc with what is known and returns the events that make up the difference.
 func (w *Watcher) scan() ([]Event, error) {
-	pids, err := listPIDs(w.opts.ProcRoot)
+	pids, err := proc.New(w.opts.ProcRoot).PIDs()
 	if err != nil {
 		return nil, err
 	}

@@ -102,27 +102,6 @@ func Open(path string) (*Binary, error) {
 	return b, nil
 }
 
-// OpenPID opens the executable of a running process through /proc/PID/exe, which works even
-// when the process runs in another mount namespace (a container). Reading it needs the same
-// rights as ptrace-attaching to the process (root, or CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH).
-func OpenPID(pid int) (*Binary, error) {
-	if pid <= 0 {
-		return nil, fmt.Errorf("open executable of process %d: invalid PID", pid)
-	}
-	path := "/proc/" + strconv.Itoa(pid) + "/exe"
-	b, err := Open(path)
-	if err != nil {
-		switch {
-		case errors.Is(err, os.ErrNotExist):
-			return nil, fmt.Errorf("open executable of process %d: %w (has the process exited?)", pid, err)
-		case errors.Is(err, os.ErrPermission):
-			return nil, fmt.Errorf("open executable of process %d: %w (run as root, or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)", pid, err)
-		}
-		return nil, fmt.Errorf("open executable of process %d: %w", pid, err)
-	}
-	return b, nil
-}
-
 // OpenReader reads a Go executable of the given size from r. Close does not close r.
 func OpenReader(r io.ReaderAt, size int64) (*Binary, error) {
 	return newBinary("", r, size)

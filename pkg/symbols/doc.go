@@ -14,5 +14,5 @@
 // Errors wrap a sentinel (ErrNotELF, ErrNotGo, ErrUnsupportedGo, ErrTruncated,
 // ErrSymbolNotFound, ErrOffsetUnknown, ErrNotMapped) or an error of the os or io packages
 // (a missing file, a process that exited, a closed Binary), and their messages say what to do
-// next. Every error of Open, OpenPID and OpenReader for a file that is there wraps a sentinel.
+// next. Every error of Open and OpenReader for a file that is there wraps a sentinel.
 package symbols

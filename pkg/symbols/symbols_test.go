@@ -7,7 +7,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -798,21 +800,17 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 	}
-	if _, err := OpenPID(-1); err == nil {
-		t.Error("OpenPID(-1) succeeded")
-	}
-	if _, err := OpenPID(1 << 30); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("OpenPID(no such process) = %v", err)
-	}
 }
 
-func TestOpenPIDSelf(t *testing.T) {
-	b, err := OpenPID(os.Getpid())
+// TestOpenProcessExe opens a running process's executable through its /proc/PID/exe link, as
+// the tracer does (under its proc root).
+func TestOpenProcessExe(t *testing.T) {
+	b, err := Open(filepath.Join("/proc", strconv.Itoa(os.Getpid()), "exe"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if _, err := b.Lookup("github.com/reconscope/reconscope/pkg/symbols.TestOpenPIDSelf"); err != nil {
+	if _, err := b.Lookup("github.com/reconscope/reconscope/pkg/symbols.TestOpenProcessExe"); err != nil {
 		t.Error(err)
 	}
 }

@@ -12,10 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +20,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/proc"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
@@ -68,13 +66,9 @@ type Stats struct {
 	HeldDropped uint64
 }
 
-// exeKey identifies an executable file as the kernel does (collector.Collector.FileID): every
-// process running it, in any container, shares one attachment.
-type exeKey struct{ dev, ino uint64 }
-
 // exe is one executable: inspected and attached once (ready closed), or failed (err).
 type exe struct {
-	key    exeKey
+	key    proc.FileID // as the kernel identifies the file (collector.Collector.FileID)
 	ready  chan struct{}
 	err    error
 	plan   *probes.Plan
@@ -85,8 +79,8 @@ type exe struct {
 	pinned bool // attached by AttachExe: stays attached without processes
 }
 
-// proc is one traced process.
-type proc struct {
+// process is one traced process.
+type process struct {
 	exe    *exe
 	ready  chan struct{} // closed once the collector traces it (or failed: err)
 	err    error
@@ -103,16 +97,16 @@ const orphanWait = 2 * time.Second
 
 // Tracer traces processes. Add targets with TracePID (or AttachExe), then Run.
 type Tracer struct {
-	opts     Options
-	log      *slog.Logger
-	col      *collector.Collector
-	clock    exporter.Clock
-	procRoot string
-	inspect  chan struct{} // semaphore: inspections at once
+	opts    Options
+	log     *slog.Logger
+	col     *collector.Collector
+	clock   exporter.Clock
+	proc    proc.FS
+	inspect chan struct{} // semaphore: inspections at once
 
 	mu          sync.Mutex
-	exes        map[exeKey]*exe
-	procs       map[int]*proc
+	exes        map[proc.FileID]*exe // every process of one file, in any container, shares one
+	procs       map[int]*process
 	meta        map[int]ProcessMeta
 	held        map[int][]span.Span // spans of admitted processes awaiting Admit's verdict
 	orphans     map[int]time.Time   // held spans of processes not known yet, since when
@@ -140,9 +134,6 @@ func New(opts Options) (*Tracer, error) {
 	if opts.Housekeeping == 0 {
 		opts.Housekeeping = 500 * time.Millisecond
 	}
-	if opts.ProcRoot == "" {
-		opts.ProcRoot = "/proc"
-	}
 	if opts.Inspections <= 0 {
 		opts.Inspections = max(2, runtime.GOMAXPROCS(0))
 	}
@@ -153,18 +144,18 @@ func New(opts Options) (*Tracer, error) {
 		return nil, err
 	}
 	t := &Tracer{
-		opts:     opts,
-		log:      opts.Logger,
-		col:      col,
-		clock:    opts.Clock,
-		procRoot: opts.ProcRoot,
-		inspect:  make(chan struct{}, opts.Inspections),
-		exes:     map[exeKey]*exe{},
-		procs:    map[int]*proc{},
-		dying:    map[int]bool{},
-		meta:     map[int]ProcessMeta{},
-		held:     map[int][]span.Span{},
-		orphans:  map[int]time.Time{},
+		opts:    opts,
+		log:     opts.Logger,
+		col:     col,
+		clock:   opts.Clock,
+		proc:    proc.New(opts.ProcRoot),
+		inspect: make(chan struct{}, opts.Inspections),
+		exes:    map[proc.FileID]*exe{},
+		procs:   map[int]*process{},
+		dying:   map[int]bool{},
+		meta:    map[int]ProcessMeta{},
+		held:    map[int][]span.Span{},
+		orphans: map[int]time.Time{},
 	}
 	t.asm = span.NewAssembler(opts.Assembler, t.emit)
 	return t, nil
@@ -201,7 +192,7 @@ func (t *Tracer) emit(s span.Span) {
 }
 
 // decorate fills in what the tracer knows of the span's process. Callers hold t.mu.
-func (t *Tracer) decorate(s *span.Span, p *proc) {
+func (t *Tracer) decorate(s *span.Span, p *process) {
 	if p != nil && s.Exe == "" {
 		s.Exe = p.exe.path
 	}
@@ -265,11 +256,11 @@ func (t *Tracer) flushHeld() {
 // it stays attached until Close. With Options.AdmitExecs, every process that execs it later is
 // traced from its first instruction; processes running it already are traced by TracePID.
 func (t *Tracer) AttachExe(path string) (*probes.Plan, error) {
-	dev, ino, err := t.col.FileID(path)
+	id, err := t.col.FileID(path)
 	if err != nil {
 		return nil, err
 	}
-	e, err := t.acquire(exeKey{dev, ino}, path, func() (*symbols.Binary, error) { return symbols.Open(path) }, path)
+	e, err := t.acquire(id, path, func() (*symbols.Binary, error) { return symbols.Open(path) }, path)
 	if err != nil {
 		if e != nil {
 			return e.plan, err
@@ -292,8 +283,8 @@ func (t *Tracer) TracePID(pid int) (*probes.Plan, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("process %d: not a process ID", pid)
 	}
-	link := filepath.Join(t.procRoot, strconv.Itoa(pid), "exe")
-	dev, ino, err := t.col.FileID(link)
+	link := t.proc.ExeLink(pid)
+	id, err := t.col.FileID(link)
 	if errors.Is(err, os.ErrPermission) {
 		// Opening another user's /proc/PID/exe needs the ptrace access check (CAP_SYS_PTRACE),
 		// and a file that user alone may read needs CAP_DAC_READ_SEARCH: the same two that
@@ -304,10 +295,10 @@ func (t *Tracer) TracePID(pid int) (*probes.Plan, error) {
 		return nil, fmt.Errorf("process %d: %w", pid, err)
 	}
 	path := link
-	if real, err := os.Readlink(link); err == nil {
-		path = strings.TrimSuffix(real, " (deleted)")
+	if exe, err := t.proc.Exe(pid); err == nil {
+		path = exe
 	}
-	e, err := t.acquire(exeKey{dev, ino}, path, func() (*symbols.Binary, error) { return symbols.Open(link) }, link)
+	e, err := t.acquire(id, path, func() (*symbols.Binary, error) { return symbols.Open(link) }, link)
 	if err != nil {
 		if e != nil {
 			return e.plan, fmt.Errorf("process %d: %w", pid, err)
@@ -331,7 +322,7 @@ func permanent(err error) bool {
 // acquire returns the attached executable key, inspecting and attaching it first unless done
 // or under way; the caller then holds a reference (release it with unref). On failure the
 // returned exe, when not nil, carries the plan that says what is missing.
-func (t *Tracer) acquire(key exeKey, path string, open func() (*symbols.Binary, error), attachPath string) (*exe, error) {
+func (t *Tracer) acquire(key proc.FileID, path string, open func() (*symbols.Binary, error), attachPath string) (*exe, error) {
 	t.mu.Lock()
 	e := t.exes[key]
 	if e != nil {
@@ -430,7 +421,7 @@ func (t *Tracer) addProcess(pid int, e *exe, held bool) error {
 		t.UntracePID(pid)
 		return t.addProcess(pid, e, held)
 	}
-	p := &proc{exe: e, ready: make(chan struct{}), held: held}
+	p := &process{exe: e, ready: make(chan struct{}), held: held}
 	t.procs[pid] = p
 	e.pids[pid] = true
 	t.mu.Unlock()
@@ -536,9 +527,8 @@ func (t *Tracer) WatchExecs(ctx context.Context) (<-chan int, error) {
 
 // admit takes in a process the kernel admitted at exec.
 func (t *Tracer) admit(ex collector.Exec) {
-	key := exeKey{ex.Dev, ex.Ino}
 	t.mu.Lock()
-	e := t.exes[key]
+	e := t.exes[ex.Exe]
 	if e != nil {
 		e.users++
 	}
@@ -637,7 +627,7 @@ func (t *Tracer) housekeep(idle bool) {
 		if t.dying[pid] {
 			continue
 		}
-		if t.exited(pid) {
+		if t.proc.Exited(pid) {
 			t.dying[pid] = true
 		}
 	}
@@ -646,22 +636,6 @@ func (t *Tracer) housekeep(idle bool) {
 	t.statsMu.Lock()
 	t.astats = t.asm.Stats()
 	t.statsMu.Unlock()
-}
-
-// exited says whether process pid is gone or a zombie, from the proc root (the agent may run in
-// another PID namespace, where signals cannot reach the host's processes).
-func (t *Tracer) exited(pid int) bool {
-	b, err := os.ReadFile(filepath.Join(t.procRoot, strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return true
-	}
-	// pid (comm) S ...: the state follows the last ')'.
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] == ')' {
-			return i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
-		}
-	}
-	return false
 }
 
 // Stats returns the counters; safe while Run runs. Reader and assembler figures are updated

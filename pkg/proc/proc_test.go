@@ -1,0 +1,84 @@
+package proc
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+func TestParseStat(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Stat
+		ok   bool
+	}{
+		{"1 (systemd) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 12 1 2", Stat{"systemd", 'S', 12}, true},
+		{"5 (a) b) c) R 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 99 1", Stat{"a) b) c", 'R', 99}, true},
+		{"5 () Z 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 7", Stat{"", 'Z', 7}, true},
+		{"5 (x) R 0 1", Stat{}, false},
+		{"5 x) R 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 7", Stat{}, false},
+		{"5 (x) R 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 notanumber", Stat{}, false},
+		{"5 (x) RR 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 7", Stat{}, false},
+		{"", Stat{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := ParseStat([]byte(tt.in))
+		if ok != tt.ok || (ok && got != tt.want) {
+			t.Errorf("ParseStat(%q) = %+v, %v; want %+v, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// TestFSReadsItsRoot: an FS reads processes under its root only. The root holds one entry, a
+// link to this process's directory in /proc under a PID no process has: the test process is
+// found there, with its executable and its mappings; under /proc that PID does not exist.
+func TestFSReadsItsRoot(t *testing.T) {
+	root := t.TempDir()
+	const pid = 1 << 30 // above any pid_max
+	if err := os.Symlink(filepath.Join("/proc", strconv.Itoa(os.Getpid())), filepath.Join(root, strconv.Itoa(pid))); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "self-not-a-pid"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs := New(root)
+	pids, err := fs.PIDs()
+	if err != nil || len(pids) != 1 || pids[0] != pid {
+		t.Fatalf("PIDs() = %v, %v; want [%d]", pids, err, pid)
+	}
+	if fs.Exited(pid) {
+		t.Error("the test process is taken for exited")
+	}
+	if !New("").Exited(pid) {
+		t.Errorf("PID %d exists under /proc", pid)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exe, err := fs.Exe(pid); err != nil || exe != self {
+		t.Errorf("Exe = %q, %v; want %q", exe, err, self)
+	}
+	want, err := StatFileID(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := StatFileID(fs.ExeLink(pid)); err != nil || id != want {
+		t.Errorf("StatFileID(ExeLink) = %+v, %v; want %+v", id, err, want)
+	}
+	maps, err := fs.Maps(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, m := range maps {
+		found = found || (m.Inode == want.Ino && m.Offset == 0)
+	}
+	if !found {
+		t.Errorf("no mapping of the executable at offset 0 among %d mappings", len(maps))
+	}
+	if _, err := New(filepath.Join(root, "missing")).PIDs(); err == nil {
+		t.Error("PIDs of a missing root succeeded")
+	}
+}
