@@ -62,6 +62,19 @@ var agentBinary = sync.OnceValues(func() (string, error) {
 	return out, nil
 })
 
+// agentWithFixture skips (or fails, under RECONSCOPE_REQUIRE_BPF=1) without eBPF, then returns
+// the agent's binary, a control plane started with opts and the scripted fixture's binary.
+func agentWithFixture(t *testing.T, opts testenv.Options) (string, *testenv.Env, string) {
+	t.Helper()
+	bpftest.Require(t)
+	agent, err := agentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := testenv.Start(t, opts)
+	return agent, env, testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+}
+
 func freePort(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -120,13 +133,7 @@ func fixtureInPod(t *testing.T, env *testenv.Env, fixture, node, podName, contai
 // too (kube-controller-manager, started first, so found first): the fixture is traced without
 // waiting for that one's inspection, and its reconciles from then on are all spans.
 func TestRunDaemonSetMode(t *testing.T) {
-	bpftest.Require(t)
-	agent, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}})
-	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	agent, env, fixture := agentWithFixture(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}})
 	ctx := context.Background()
 	const node = "node-1"
 	ctl := fixtureInPod(t, env, fixture, node, "operator-0", strings.Repeat("ab12", 16))
@@ -248,13 +255,7 @@ func TestRunDaemonSetMode(t *testing.T) {
 // TestRunWithoutAPI: with no API access the agent keeps tracing, says so once, and spans
 // carry host metadata only.
 func TestRunWithoutAPI(t *testing.T) {
-	bpftest.Require(t)
-	agent, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := testenv.Start(t, testenv.Options{})
-	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	agent, env, fixture := agentWithFixture(t, testenv.Options{})
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
 	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "--output", "json")
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
@@ -307,13 +308,7 @@ func httpGet(t *testing.T, url string) string {
 // TestRunFindsNewProcessOnExec: with an hour between /proc scans, a controller started after
 // the agent is traced all the same: its exec prompts a scan.
 func TestRunFindsNewProcessOnExec(t *testing.T) {
-	bpftest.Require(t)
-	agent, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := testenv.Start(t, testenv.Options{})
-	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	agent, env, fixture := agentWithFixture(t, testenv.Options{})
 	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "1h", "--log-format", "json")
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
 	var logs lockedBuffer
@@ -414,13 +409,7 @@ func (p *apiProxy) down() {
 // TestRunAPIServerDown: the API server becomes unreachable for the agent and comes back. The
 // agent says so once each way and keeps tracing throughout, with the pod metadata it had.
 func TestRunAPIServerDown(t *testing.T) {
-	bpftest.Require(t)
-	agent, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := testenv.Start(t, testenv.Options{})
-	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	agent, env, fixture := agentWithFixture(t, testenv.Options{})
 	ctx := context.Background()
 	const node = "node-1"
 	ctl := fixtureInPod(t, env, fixture, node, "operator-1", strings.Repeat("cd34", 16))
@@ -505,13 +494,7 @@ func TestRunAPIServerDown(t *testing.T) {
 // at exec. Its ground truth is compared with the spans, reconcile ID by reconcile ID, and with
 // its own controller_runtime_reconcile_total.
 func TestRunTracesNewProcessFromItsFirstReconcile(t *testing.T) {
-	bpftest.Require(t)
-	agent, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := testenv.Start(t, testenv.Options{})
-	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	agent, env, fixture := agentWithFixture(t, testenv.Options{})
 	ctx := context.Background()
 	const objects = 30
 	for i := range objects {

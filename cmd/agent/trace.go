@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -13,7 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/proc"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
@@ -120,12 +123,13 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "reconscope-agent trace: --exe: %v\n", err)
 			return 2
 		}
-		if _, err := os.Stat(path); err != nil {
+		want, err := proc.StatFileID(path)
+		if err != nil {
 			fmt.Fprintf(stderr, "reconscope-agent trace: --exe: %v\n", err)
 			return 1
 		}
 		// Attached now, before any process runs it: each process that execs it is traced
-		// from its first instruction; those running it already are found by watchExe.
+		// from its first instruction; those running it already are found by traceExe.
 		if _, err := t.AttachExe(path); err != nil {
 			fmt.Fprintf(stderr, "reconscope-agent trace: --exe: %v\n", err)
 			return 1
@@ -133,13 +137,8 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		execs, err := t.WatchExecs(ctx)
 		if err != nil {
 			log.Warn("no exec notifications: processes that start later are traced once found, within half a second", "err", err)
-		} else {
-			go func() {
-				for range execs {
-				}
-			}()
 		}
-		go watchExe(ctx, t, path, log)
+		go traceExe(ctx, t, want, execs, log)
 	}
 
 	err = t.Run(ctx)
@@ -155,53 +154,23 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// watchExe traces every process running path, now and as they start (polling /proc).
-func watchExe(ctx context.Context, t *tracer.Tracer, path string, log interface {
-	Error(string, ...any)
-}) {
-	want, err := os.Stat(path)
-	if err != nil {
-		return
-	}
-	failed := map[int]bool{}
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		traced := map[int]bool{}
-		for _, pid := range t.PIDs() {
-			traced[pid] = true
+// traceExe traces every process running the executable want (as stat identifies it), now and
+// as they start: the discovery watcher that run uses finds them, scanning /proc every half
+// second and at each exec.
+func traceExe(ctx context.Context, t *tracer.Tracer, want proc.FileID, execs <-chan int, log *slog.Logger) {
+	w := discovery.NewWatcher(discovery.WatcherOptions{Interval: 500 * time.Millisecond, Execs: execs, Logger: log})
+	go func() {
+		if err := w.Run(ctx); err != nil {
+			log.Error("process scan", "err", err)
 		}
-		for _, pid := range procPIDs() {
-			if traced[pid] || failed[pid] {
-				continue
-			}
-			fi, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
-			if err != nil || !os.SameFile(fi, want) {
-				continue
-			}
-			if _, err := t.TracePID(pid); err != nil {
-				failed[pid] = true
-				log.Error("cannot trace", "pid", pid, "err", err)
-			}
+	}()
+	for ev := range w.Events() {
+		s, ok := ev.(discovery.Started)
+		if !ok || s.Process.ExeID != want {
+			continue
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+		if _, err := t.TracePID(s.Process.PID); err != nil {
+			log.Error("cannot trace", "pid", s.Process.PID, "err", err)
 		}
 	}
-}
-
-func procPIDs() []int {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range ents {
-		if pid, err := strconv.Atoi(e.Name()); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
 }

@@ -14,23 +14,30 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
+// startTraceExe starts `trace --exe exe --output json`; it returns the command, its output
+// and its logs.
+func startTraceExe(t *testing.T, agent, exe string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
+	t.Helper()
+	cmd := exec.Command(agent, "trace", "--exe", exe, "--output", "json")
+	var out, logs lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, &out, &logs
+}
+
 // TestTraceExeBeforeTheController: `trace --exe` runs before the controller starts; the
 // controller's initial sync, its very first reconciles, are all spans (ground truth compared
 // reconcile ID by reconcile ID).
 func TestTraceExeBeforeTheController(t *testing.T) {
-	bpftest.Require(t)
-	agent, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := testenv.Start(t, testenv.Options{})
-	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	agent, env, fixture := agentWithFixture(t, testenv.Options{})
 	ctx := context.Background()
 	const objects = 20
 	for i := range objects {
@@ -40,13 +47,7 @@ func TestTraceExeBeforeTheController(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(agent, "trace", "--exe", fixture, "--output", "json")
-	var out, logs lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	cmd, out, logs := startTraceExe(t, agent, fixture)
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
@@ -87,6 +88,39 @@ func TestTraceExeBeforeTheController(t *testing.T) {
 		}
 	}
 	t.Logf("%d reconciles in the initial sync, %d spans", len(truths), len(byID))
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+}
+
+// TestTraceExeRunningController: `trace --exe` starts while the controller already runs; the
+// process is found by the /proc scan (the discovery watcher) and traced: a reconcile made after
+// is a span of that process.
+func TestTraceExeRunningController(t *testing.T) {
+	agent, env, fixture := agentWithFixture(t, testenv.Options{})
+	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
+
+	cmd, out, logs := startTraceExe(t, agent, fixture)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "already-running",
+		Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
+	deadline := time.Now().Add(60 * time.Second)
+	created := false
+	for {
+		if !created && strings.Contains(logs.String(), "attached") {
+			// Give the scan a moment to find the process, then reconcile.
+			time.Sleep(time.Second)
+			if err := env.Client.Create(context.Background(), cm); err != nil {
+				t.Fatal(err)
+			}
+			created = true
+		}
+		if created && strings.Contains(out.String(), `"name":"already-running"`) && strings.Contains(out.String(), fmt.Sprintf(`"pid":%d`, ctl.PID())) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no span of the running controller (pid %d); logs:\n%s\nout:\n%s", ctl.PID(), logs.String(), out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
 }
