@@ -12,23 +12,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Linux capability numbers (include/uapi/linux/capability.h).
-const (
-	capDacReadSearch = 2
-	capSysPtrace     = 19
-	capSysAdmin      = 21
-	capSysResource   = 24
-	capPerfmon       = 38
-	capBPF           = 39
-)
-
+// capNames are the capabilities permission errors name (numbers from golang.org/x/sys/unix).
 var capNames = map[int]string{
-	capDacReadSearch: "CAP_DAC_READ_SEARCH",
-	capSysPtrace:     "CAP_SYS_PTRACE",
-	capSysAdmin:      "CAP_SYS_ADMIN",
-	capSysResource:   "CAP_SYS_RESOURCE",
-	capPerfmon:       "CAP_PERFMON",
-	capBPF:           "CAP_BPF",
+	unix.CAP_DAC_READ_SEARCH: "CAP_DAC_READ_SEARCH",
+	unix.CAP_SYS_PTRACE:      "CAP_SYS_PTRACE",
+	unix.CAP_SYS_ADMIN:       "CAP_SYS_ADMIN",
+	unix.CAP_SYS_RESOURCE:    "CAP_SYS_RESOURCE",
+	unix.CAP_PERFMON:         "CAP_PERFMON",
+	unix.CAP_BPF:             "CAP_BPF",
 }
 
 // effectiveCaps returns this process's effective capability set, from /proc/self/status.
@@ -57,7 +48,7 @@ func parseCapEff(status []byte) (uint64, bool) {
 func missingCaps(eff uint64, want ...int) []string {
 	var out []string
 	for _, c := range want {
-		if eff&(1<<c) != 0 || (c == capBPF || c == capPerfmon) && eff&(1<<capSysAdmin) != 0 {
+		if eff&(1<<c) != 0 || (c == unix.CAP_BPF || c == unix.CAP_PERFMON) && eff&(1<<unix.CAP_SYS_ADMIN) != 0 {
 			continue
 		}
 		out = append(out, capNames[c])
@@ -94,8 +85,8 @@ func memlockNeed() int {
 }
 
 func memlockNeedOf(eff uint64, known bool) int {
-	if known && len(missingCaps(eff, capBPF)) > 0 {
-		return capBPF
+	if known && len(missingCaps(eff, unix.CAP_BPF)) > 0 {
+		return unix.CAP_BPF
 	}
-	return capSysResource
+	return unix.CAP_SYS_RESOURCE
 }

@@ -25,20 +25,20 @@ func TestParseCapEff(t *testing.T) {
 }
 
 func TestMissingCaps(t *testing.T) {
-	const daemonSet = 1<<capBPF | 1<<capPerfmon | 1<<capSysPtrace | 1<<capDacReadSearch | 1<<capSysResource
+	const daemonSet = 1<<unix.CAP_BPF | 1<<unix.CAP_PERFMON | 1<<unix.CAP_SYS_PTRACE | 1<<unix.CAP_DAC_READ_SEARCH | 1<<unix.CAP_SYS_RESOURCE
 	tests := []struct {
 		eff  uint64
 		want []string
 	}{
 		{daemonSet, nil},
-		{daemonSet &^ (1 << capBPF), []string{"CAP_BPF"}},
-		{daemonSet &^ (1 << capPerfmon), []string{"CAP_PERFMON"}},
-		{daemonSet &^ (1<<capBPF | 1<<capPerfmon), []string{"CAP_BPF", "CAP_PERFMON"}},
-		{1 << capSysAdmin, []string{"CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"}}, // SYS_ADMIN covers BPF and PERFMON
+		{daemonSet &^ (1 << unix.CAP_BPF), []string{"CAP_BPF"}},
+		{daemonSet &^ (1 << unix.CAP_PERFMON), []string{"CAP_PERFMON"}},
+		{daemonSet &^ (1<<unix.CAP_BPF | 1<<unix.CAP_PERFMON), []string{"CAP_BPF", "CAP_PERFMON"}},
+		{1 << unix.CAP_SYS_ADMIN, []string{"CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"}}, // SYS_ADMIN covers BPF and PERFMON
 		{0, []string{"CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH"}},
 	}
 	for _, tc := range tests {
-		got := missingCaps(tc.eff, capBPF, capPerfmon, capSysPtrace, capDacReadSearch)
+		got := missingCaps(tc.eff, unix.CAP_BPF, unix.CAP_PERFMON, unix.CAP_SYS_PTRACE, unix.CAP_DAC_READ_SEARCH)
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("missingCaps(%#x) = %v, want %v", tc.eff, got, tc.want)
 		}
@@ -46,9 +46,9 @@ func TestMissingCaps(t *testing.T) {
 }
 
 func TestPermission(t *testing.T) {
-	const all = 1<<capBPF | 1<<capPerfmon | 1<<capSysPtrace | 1<<capDacReadSearch | 1<<capSysResource
+	const all = 1<<unix.CAP_BPF | 1<<unix.CAP_PERFMON | 1<<unix.CAP_SYS_PTRACE | 1<<unix.CAP_DAC_READ_SEARCH | 1<<unix.CAP_SYS_RESOURCE
 	plain := errors.New("map create: invalid argument")
-	if got := permissionError(plain, 0, true, capBPF); got != plain {
+	if got := permissionError(plain, 0, true, unix.CAP_BPF); got != plain {
 		t.Errorf("a non-permission error was changed: %v", got)
 	}
 	cause := fmt.Errorf("load program: %w", unix.EPERM)
@@ -57,13 +57,13 @@ func TestPermission(t *testing.T) {
 		known bool
 		want  string // prefix of the message
 	}{
-		{all &^ (1 << capPerfmon), true, "missing CAP_PERFMON: permission denied: "},
-		{all &^ (1<<capBPF | 1<<capPerfmon), true, "missing CAP_BPF and CAP_PERFMON: permission denied: "},
+		{all &^ (1 << unix.CAP_PERFMON), true, "missing CAP_PERFMON: permission denied: "},
+		{all &^ (1<<unix.CAP_BPF | 1<<unix.CAP_PERFMON), true, "missing CAP_BPF and CAP_PERFMON: permission denied: "},
 		{all, true, "permission denied: "}, // something else refused (seccomp, LSM): no name to give
 		{0, false, "permission denied: "},  // capabilities unreadable
 	}
 	for _, tc := range tests {
-		got := permissionError(cause, tc.eff, tc.known, capBPF, capPerfmon)
+		got := permissionError(cause, tc.eff, tc.known, unix.CAP_BPF, unix.CAP_PERFMON)
 		if !errors.Is(got, ErrPermission) {
 			t.Errorf("%#x: %v is not ErrPermission", tc.eff, got)
 		}
@@ -72,10 +72,10 @@ func TestPermission(t *testing.T) {
 		}
 	}
 	// Without CAP_BPF the memlock probe itself fails; with it, only SYS_RESOURCE can be missing.
-	if got := memlockNeedOf(all&^(1<<capBPF), true); got != capBPF {
+	if got := memlockNeedOf(all&^(1<<unix.CAP_BPF), true); got != unix.CAP_BPF {
 		t.Errorf("memlock without CAP_BPF: names %s", capNames[got])
 	}
-	if got := memlockNeedOf(all&^(1<<capSysResource), true); got != capSysResource {
+	if got := memlockNeedOf(all&^(1<<unix.CAP_SYS_RESOURCE), true); got != unix.CAP_SYS_RESOURCE {
 		t.Errorf("memlock with CAP_BPF: names %s", capNames[got])
 	}
 }

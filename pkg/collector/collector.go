@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 
 	rbpf "github.com/reconscope/reconscope/bpf"
 	"github.com/reconscope/reconscope/pkg/probes"
@@ -117,7 +118,7 @@ func New(opts Options) (*Collector, error) {
 		if errors.As(err, &ve) {
 			return nil, verifierError(opts.Logger, ve)
 		}
-		return nil, fmt.Errorf("load eBPF programs: %w", permission(err, capBPF, capPerfmon))
+		return nil, fmt.Errorf("load eBPF programs: %w", permission(err, unix.CAP_BPF, unix.CAP_PERFMON))
 	}
 	c := &Collector{
 		log:      opts.Logger,
@@ -320,7 +321,7 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 		l, err := ex.UprobeMulti(nil, c.prog, &link.UprobeMultiOptions{Addresses: addrs, Cookies: cookies})
 		if err != nil {
 			a.Close()
-			return nil, fmt.Errorf("attach uprobe_multi to %s: %w", path, permission(err, capBPF, capPerfmon, capSysPtrace, capDacReadSearch))
+			return nil, fmt.Errorf("attach uprobe_multi to %s: %w", path, permission(err, unix.CAP_BPF, unix.CAP_PERFMON, unix.CAP_SYS_PTRACE, unix.CAP_DAC_READ_SEARCH))
 		}
 		a.links = append(a.links, l)
 	} else {
@@ -328,7 +329,7 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 			l, err := ex.Uprobe("", c.prog, &link.UprobeOptions{Address: s.FileOffset, Cookie: uint64(first + i)})
 			if err != nil {
 				a.Close()
-				return nil, fmt.Errorf("attach uprobe to %s at %s+%#x (%s): %w", path, s.Function.Name, s.Addr-s.Function.Entry, s.Kind, permission(err, capBPF, capPerfmon, capSysPtrace, capDacReadSearch))
+				return nil, fmt.Errorf("attach uprobe to %s at %s+%#x (%s): %w", path, s.Function.Name, s.Addr-s.Function.Entry, s.Kind, permission(err, unix.CAP_BPF, unix.CAP_PERFMON, unix.CAP_SYS_PTRACE, unix.CAP_DAC_READ_SEARCH))
 			}
 			a.links = append(a.links, l)
 		}
