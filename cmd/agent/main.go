@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+
+	"golang.org/x/term"
 )
 
 const usage = `reconscope-agent traces Kubernetes controllers with eBPF: one span per reconcile
@@ -102,10 +104,24 @@ func (fs *flagSet) parse(args []string) (int, bool) {
 	return 2, true
 }
 
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+// newLogger is the logger of every command: level debug, info, warn or error; format text,
+// json, or auto (text on a terminal, JSON otherwise).
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "auto":
+		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			return slog.New(slog.NewTextHandler(w, opts)), nil
+		}
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text, json or auto", format)
 }

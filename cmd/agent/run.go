@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/term"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -69,7 +68,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if code, exit := fs.parse(args); exit {
 		return code
 	}
-	log, err := newRunLogger(stderr, *logLevel, *logFormat)
+	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "reconscope-agent run: %v\n", err)
 		return 2
@@ -297,24 +296,4 @@ func flagsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 		}
 	})
 	return err
-}
-
-func newRunLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	switch format {
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "auto":
-		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-			return slog.New(slog.NewTextHandler(w, opts)), nil
-		}
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	}
-	return nil, fmt.Errorf("log format %q: want text, json or auto", format)
 }

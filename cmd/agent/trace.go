@@ -55,7 +55,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "reconscope-agent trace: give exactly one of --pid or --exe (see --help)")
 		return 2
 	}
-	log, err := newLogger(stderr, *logLevel)
+	log, err := newLogger(stderr, *logLevel, "text")
 	if err != nil {
 		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
 		return 2
