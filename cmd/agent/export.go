@@ -130,8 +130,7 @@ func (e *exporters) agentStats(t *tracer.Tracer) exporter.AgentStats {
 	if t != nil {
 		st := t.Stats()
 		a.EventsLostRingBuffer, a.EventsLostState = st.Kernel.LostRingBuffer, st.Kernel.LostState
-		a.ProbesAttached, a.ProcessesTraced = st.Sites, st.Processes
-		e.metrics.SetInFlight(st.Open)
+		a.ProbesAttached, a.ProcessesTraced, a.ReconcilesInFlight = st.Sites, st.Processes, st.Open
 	}
 	if e.otlp != nil {
 		o := e.otlp.Stats()

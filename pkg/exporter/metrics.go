@@ -43,6 +43,9 @@ type AgentStats struct {
 	// EventsLostState counts span entries whose goroutine state the kernel could not store
 	// because the state map was full (reconscope_events_lost_total{cause="state"}).
 	EventsLostState uint64
+	// ReconcilesInFlight is the number of reconciles started and not yet finished (the
+	// assembler's open spans, span.Assembler.Open).
+	ReconcilesInFlight int
 	// ProbesAttached is the number of probes attached now.
 	ProbesAttached int
 	// ProcessesTraced is the number of processes traced now.
@@ -98,7 +101,6 @@ type Metrics struct {
 	queueWait  *prometheus.HistogramVec
 	triggerLag *prometheus.HistogramVec
 	fights     *prometheus.CounterVec
-	inFlight   prometheus.Gauge
 	hot        *hotObjects
 }
 
@@ -151,10 +153,6 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			Name: "reconscope_controller_fights_total",
 			Help: "Controller fight episodes seen on this node: writers alternately changing one object's resource[/subresource] (see --fight-alternations, --fight-window), once per episode for each writer and each opponent.",
 		}, []string{"controller", "opponent", "resource"}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "reconscope_reconciles_in_flight",
-			Help: "Reconciles started and not yet finished, in all traced processes.",
-		}),
 		hot: newHotObjects(opts),
 	}
 	if b := opts.BuildInfo; b != nil {
@@ -169,7 +167,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.inFlight, m.hot,
+		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.hot,
 	)
 	if opts.AgentStats != nil {
 		reg.MustRegister(newAgentCollector(opts.AgentStats))
@@ -208,10 +206,6 @@ func (m *Metrics) Handler() http.Handler { return m.handler }
 
 // SetReady sets what /readyz answers.
 func (m *Metrics) SetReady(ready bool) { m.ready.Store(ready) }
-
-// SetInFlight sets reconscope_reconciles_in_flight, for the agent to feed from the assembler's
-// count of open spans (span.Assembler.Open). Finished spans alone cannot tell it.
-func (m *Metrics) SetInFlight(n int) { m.inFlight.Set(float64(n)) }
 
 // Write implements Writer: it observes one finished reconcile.
 func (m *Metrics) Write(s *span.Span) error {
@@ -298,16 +292,17 @@ func workloadValues(s *span.Span) [6]string {
 }
 
 // agentCollector exposes AgentStats, calling the callback once per scrape so the values are
-// one consistent snapshot.
+// one consistent snapshot. A scrape only reads: it sets nothing another collector reports.
 type agentCollector struct {
-	stats                                                   func() AgentStats
-	eventsLost, probes, processes, exported, dropped, unsam *prometheus.Desc
+	stats                                                             func() AgentStats
+	inFlight, eventsLost, probes, processes, exported, dropped, unsam *prometheus.Desc
 }
 
 func newAgentCollector(stats func() AgentStats) *agentCollector {
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	return &agentCollector{
-		stats: stats,
+		stats:    stats,
+		inFlight: d("reconscope_reconciles_in_flight", "Reconciles started and not yet finished, in all traced processes."),
 		eventsLost: prometheus.NewDesc("reconscope_events_lost_total",
 			"Probe events lost in the kernel, by cause: ring_buffer_full (an event dropped because the ring buffer was full), state (a span entry whose goroutine state could not be stored because the state map was full).",
 			[]string{"cause"}, nil),
@@ -320,13 +315,14 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 }
 
 func (a *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam} {
+	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam} {
 		ch <- d
 	}
 }
 
 func (a *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	s := a.stats()
+	ch <- prometheus.MustNewConstMetric(a.inFlight, prometheus.GaugeValue, float64(s.ReconcilesInFlight))
 	ch <- prometheus.MustNewConstMetric(a.eventsLost, prometheus.CounterValue, float64(s.EventsLostRingBuffer), "ring_buffer_full")
 	ch <- prometheus.MustNewConstMetric(a.eventsLost, prometheus.CounterValue, float64(s.EventsLostState), "state")
 	ch <- prometheus.MustNewConstMetric(a.probes, prometheus.GaugeValue, float64(s.ProbesAttached))

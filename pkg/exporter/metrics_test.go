@@ -149,11 +149,33 @@ func newTestMetrics(t *testing.T, opts MetricsOptions) (*Metrics, *httptest.Serv
 	return m, srv, clock
 }
 
+// TestAgentStatsEachScrape: every scrape reports the agent's statistics as read for that scrape,
+// reconciles in flight included (they were set on a gauge from inside the stats callback, so a
+// scrape could report the previous scrape's value), and a scrape changes nothing: the next one
+// without new statistics reports the same.
+func TestAgentStatsEachScrape(t *testing.T) {
+	var mu sync.Mutex
+	inFlight := 0
+	_, srv, _ := newTestMetrics(t, MetricsOptions{AgentStats: func() AgentStats {
+		mu.Lock()
+		defer mu.Unlock()
+		return AgentStats{ReconcilesInFlight: inFlight, ProcessesTraced: inFlight}
+	}})
+	for _, n := range []int{3, 7, 7, 0} {
+		mu.Lock()
+		inFlight = n
+		mu.Unlock()
+		fams, _ := scrape(t, srv.URL+"/metrics", "text/plain")
+		wantValues(t, fams, "reconscope_reconciles_in_flight", map[string]float64{"": float64(n)})
+		wantValues(t, fams, "reconscope_processes_traced", map[string]float64{"": float64(n)})
+	}
+}
+
 func TestMetricsScrape(t *testing.T) {
 	m, srv, _ := newTestMetrics(t, MetricsOptions{
 		HotObjectsK: 2, HotObjectsWindow: time.Minute,
 		AgentStats: func() AgentStats {
-			return AgentStats{EventsLostRingBuffer: 3, EventsLostState: 2, ProbesAttached: 5, ProcessesTraced: 2, SpansExported: 100, SpansDropped: 7, SpansSampledOut: 11}
+			return AgentStats{ReconcilesInFlight: 4, EventsLostRingBuffer: 3, EventsLostState: 2, ProbesAttached: 5, ProcessesTraced: 2, SpansExported: 100, SpansDropped: 7, SpansSampledOut: 11}
 		},
 	})
 	for _, s := range testSpans() {
@@ -161,7 +183,6 @@ func TestMetricsScrape(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m.SetInFlight(4)
 
 	fams, hdr := scrape(t, srv.URL+"/metrics", "text/plain")
 	if ct := hdr.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
