@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -56,7 +57,12 @@ type exporters struct {
 	server  *http.Server
 	// spanExporters names where spans go (otlp, console); none: no span export.
 	spanExporters []string
+	// tracer is the tracer whose statistics the self-metrics report, once it exists (setTracer).
+	tracer atomic.Pointer[tracer.Tracer]
 }
+
+// setTracer gives the self-metrics the tracer to read at each scrape.
+func (e *exporters) setTracer(t *tracer.Tracer) { e.tracer.Store(t) }
 
 // spanExporters says where spans go: the exporters named by OTEL_TRACES_EXPORTER (none when
 // OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none). Without OTEL_TRACES_EXPORTER, spans go
@@ -72,15 +78,16 @@ func (f *exportFlags) spanExporters() ([]string, error) {
 	return nil, nil
 }
 
-// build makes the exporters; local writers (tree, JSON) go first. tr may be nil until the
-// tracer exists: setStats wires the self-metrics afterwards.
-func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock exporter.Clock, t **tracer.Tracer, local ...exporter.Writer) (*exporters, error) {
+// build makes the exporters; local writers (tree, JSON) go first. The tracer, made with the
+// exporters' writer, is given to them afterwards (setTracer); until then the self-metrics say
+// nothing of it.
+func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock exporter.Clock, local ...exporter.Writer) (*exporters, error) {
 	e := &exporters{}
 	chain := exporter.Multi(local)
 	if *f.metricsAddr != "" {
 		build := agentBuild()
 		e.metrics = exporter.NewMetrics(exporter.MetricsOptions{HotObjectsK: *f.hotK, BuildInfo: &build, AgentStats: func() exporter.AgentStats {
-			return e.agentStats(*t)
+			return e.agentStats(e.tracer.Load())
 		}})
 	}
 	names, err := f.spanExporters()

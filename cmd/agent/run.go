@@ -110,14 +110,13 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		log.Error("pod metadata", "err", err)
 		return 2
 	}
-	var t *tracer.Tracer
-	exp, err := ef.build(ctx, log, clock, &t, local...)
+	exp, err := ef.build(ctx, log, clock, local...)
 	if err != nil {
 		log.Error("set up exporters", "err", err)
 		return 2
 	}
 	defer exp.close()
-	t, err = tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) {
+	t, err := tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) {
 		o.ProcRoot = *procRoot
 		// A new process of an executable already attached is traced from its exec, in the
 		// kernel; here it gets its pod metadata, or is let go when the filter excludes it.
@@ -138,6 +137,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		log.Error("load eBPF programs", "err", err)
 		return 1
 	}
+	exp.setTracer(t)
 	defer t.Close()
 	if err := exp.serve(*ef.metricsAddr, sec, log); err != nil {
 		log.Error("serve metrics", "err", err)

@@ -75,19 +75,19 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	var t *tracer.Tracer
-	exp, err := ef.build(ctx, log, clock, &t, w, summary)
+	exp, err := ef.build(ctx, log, clock, w, summary)
 	if err != nil {
 		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
 		return 2
 	}
 	defer exp.close()
 	// With --exe, a process that starts later is traced from its exec, in the kernel.
-	t, err = tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) { o.AdmitExecs = *exe != "" })
+	t, err := tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) { o.AdmitExecs = *exe != "" })
 	if err != nil {
 		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
 		return 1
 	}
+	exp.setTracer(t)
 	defer t.Close()
 	if err := exp.serve(*ef.metricsAddr, nil, log); err != nil {
 		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
