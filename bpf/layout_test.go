@@ -14,6 +14,7 @@ import (
 func TestLayout(t *testing.T) {
 	goTypes := map[string]reflect.Type{
 		"event":       reflect.TypeFor[TraceEvent](),
+		"event_head":  reflect.TypeFor[TraceEventHead](),
 		"site_config": reflect.TypeFor[TraceSiteConfig](),
 		"str_spec":    reflect.TypeFor[TraceStrSpec](),
 		"val_spec":    reflect.TypeFor[TraceValSpec](),
@@ -56,6 +57,36 @@ func TestLayout(t *testing.T) {
 					t.Errorf("%s: %s field %d: C %s, Go %s", obj, name, i, m.Name, f.Name)
 				}
 			}
+		}
+	}
+}
+
+// TestEventHeadIsPrefix checks that a whole event starts with the fields of struct event_head,
+// at the same offsets: the program fills either through one struct event_head pointer, and the
+// collector reads the head of both records through one type.
+func TestEventHeadIsPrefix(t *testing.T) {
+	head, event := reflect.TypeFor[TraceEventHead](), reflect.TypeFor[TraceEvent]()
+	for i := 0; i < head.NumField(); i++ {
+		h := head.Field(i)
+		e := event.Field(i)
+		if h.Name != e.Name || h.Offset != e.Offset || h.Type != e.Type {
+			t.Errorf("field %d: event_head has %s %s at %d, event %s %s at %d", i, h.Name, h.Type, h.Offset, e.Name, e.Type, e.Offset)
+		}
+	}
+	if head.Size()%8 != 0 {
+		t.Errorf("event_head is %d bytes, not a multiple of 8: records after it would be misaligned", head.Size())
+	}
+}
+
+// TestCounters: the counters map has a slot for every counter of enum counter.
+func TestCounters(t *testing.T) {
+	for _, obj := range []string{"trace_x86_bpfel.o", "trace_arm64_bpfel.o"} {
+		spec, err := ebpf.LoadCollectionSpec(obj)
+		if err != nil {
+			t.Fatalf("load %s: %v", obj, err)
+		}
+		if got := spec.Maps[TraceMapCounters].MaxEntries; got != uint32(TraceCounterCOUNTER_MAX) {
+			t.Errorf("%s: counters map has %d entries, COUNTER_MAX is %d", obj, got, TraceCounterCOUNTER_MAX)
 		}
 	}
 }

@@ -79,6 +79,7 @@ struct {
 
 /* Unused globals that make bpf2go emit Go types for these structs (-type). */
 const struct event *unused_event __attribute__((unused));
+const struct event_head *unused_event_head __attribute__((unused));
 const struct site_config *unused_site __attribute__((unused));
 const struct err_key *unused_err_key __attribute__((unused));
 const struct err_layout *unused_err_layout __attribute__((unused));
@@ -86,6 +87,13 @@ const struct g_key *unused_g_key __attribute__((unused));
 const struct g_state *unused_g_state __attribute__((unused));
 const struct exe_id *unused_exe_id __attribute__((unused));
 const struct exec_event *unused_exec_event __attribute__((unused));
+/* ... and Go constants for these enums. */
+const enum event_kind *unused_event_kind __attribute__((unused));
+const enum event_flag *unused_event_flag __attribute__((unused));
+const enum site_role *unused_site_role __attribute__((unused));
+const enum site_kind *unused_site_kind __attribute__((unused));
+const enum counter *unused_counter __attribute__((unused));
+const enum exec_flag *unused_exec_flag __attribute__((unused));
 
 static __always_inline void count(__u32 idx)
 {
@@ -109,22 +117,28 @@ static __always_inline void read_go_string(char *dst, __u16 *len_out, __u64 ptr,
 }
 
 /* base_of returns the base pointer a spec names: a register, or the call's saved pointer. */
-static __always_inline __u64 base_of(const struct event *e, __s8 base_slot, const struct g_state *gs)
+static __always_inline __u64 base_of(const __u64 *args, __s8 base_slot, const struct g_state *gs)
 {
 	if (base_slot == SLOT_SAVED)
 		return gs ? gs->saved : 0;
 	__u32 slot = (__u8)base_slot;
 	if (slot >= GO_ARG_SLOTS)
 		return 0;
-	return e->args[slot & 15]; /* the mask keeps the verifier's bound when clang copies slot */
+	return args[slot & 15]; /* the mask keeps the verifier's bound when clang copies slot */
 }
 
-static __always_inline void read_spec(struct event *e, const struct str_spec *s, int i, const struct g_state *gs)
+/* spec_used reports whether a string spec names a string. */
+static __always_inline int spec_used(const struct str_spec *s)
+{
+	return s->base_slot >= 0 || s->base_slot == SLOT_SAVED || s->ptr_slot >= 0;
+}
+
+static __always_inline void read_spec(struct event *e, const __u64 *args, const struct str_spec *s, int i, const struct g_state *gs)
 {
 	__u64 ptr = 0, len = 0;
 	if (s->base_slot >= 0 || s->base_slot == SLOT_SAVED) {
 		__u64 hdr[2] = {};
-		__u64 base = base_of(e, s->base_slot, gs);
+		__u64 base = base_of(args, s->base_slot, gs);
 		if (base == 0)
 			return;
 		if (bpf_probe_read_user(hdr, sizeof(hdr), (const void *)(base + s->off)) != 0)
@@ -135,8 +149,8 @@ static __always_inline void read_spec(struct event *e, const struct str_spec *s,
 		__u32 ps = (__u32)s->ptr_slot, ls = (__u32)s->len_slot;
 		if (ps >= GO_ARG_SLOTS || ls >= GO_ARG_SLOTS)
 			return;
-		ptr = e->args[ps & 15];
-		len = e->args[ls & 15];
+		ptr = args[ps & 15];
+		len = args[ls & 15];
 	} else {
 		return;
 	}
@@ -178,22 +192,25 @@ static __always_inline void find_reconcile_id(struct event *e, __u64 ctx)
 	}
 }
 
-/* read_error_message reads the message of the returned error when its concrete type's layout is
- * known. Layouts are keyed by executable and the itab's address in the ELF file: the load bias
- * (0 unless PIE) is where the probe hit minus where the site is in the file. */
-static __always_inline void read_error_message(struct event *e, const struct go_regs *regs, const struct site_config *cfg)
+/* error_layout finds the layout of the returned error's concrete type, when known. Layouts are
+ * keyed by executable and the itab's address in the ELF file: the load bias (0 unless PIE) is
+ * where the probe hit minus where the site is in the file. */
+static __always_inline struct err_layout *error_layout(const __u64 *args, const struct go_regs *regs, const struct site_config *cfg)
 {
 	__u32 slot = (__u32)cfg->err_slot;
 	if (slot + 1 >= GO_ARG_SLOTS)
-		return;
-	__u64 itab = e->args[slot & 15];
-	__u64 data = e->args[(slot + 1) & 15];
-	if (itab == 0 || data == 0)
-		return;
+		return 0;
+	__u64 itab = args[slot & 15];
+	if (itab == 0 || args[(slot + 1) & 15] == 0)
+		return 0;
 	struct err_key k = {.exe = cfg->exe, .itab = itab - (GO_PC(regs) - cfg->vaddr)};
-	struct err_layout *l = bpf_map_lookup_elem(&err_layouts, &k);
-	if (!l)
-		return;
+	return bpf_map_lookup_elem(&err_layouts, &k);
+}
+
+/* read_error_message reads the message of the returned error whose layout error_layout found. */
+static __always_inline void read_error_message(struct event *e, const __u64 *args, const struct site_config *cfg, const struct err_layout *l)
+{
+	__u64 data = args[((__u32)cfg->err_slot + 1) & 15];
 	__u64 hdr[2] = {};
 	if (bpf_probe_read_user(hdr, sizeof(hdr), (const void *)(data + l->msg_off)) != 0)
 		return;
@@ -222,7 +239,7 @@ static __always_inline int handle_spawn(struct go_regs *regs, const struct site_
 			return 0;
 		struct g_key parent = {.pid = pid, .g = args[slot & 15]};
 		struct g_state *ps = bpf_map_lookup_elem(&goroutines, &parent);
-		if (ps)
+		if (ps && ps->start != 0)
 			bpf_map_update_elem(&spawning, &pid_tgid, ps, BPF_ANY);
 		return 0;
 	}
@@ -239,6 +256,25 @@ static __always_inline int handle_spawn(struct go_regs *regs, const struct site_
 	else
 		count(COUNTER_INHERITED);
 	return 0;
+}
+
+/* fill_head writes the fields every record has. */
+static __always_inline void fill_head(struct event_head *h, __u8 kind, __u8 flags, __u32 site, __u64 pid_tgid,
+				      __u64 now, __u64 g, __s64 goid, __u64 span_start, const __u64 *args)
+{
+	h->kind = kind;
+	h->flags = flags;
+	h->_pad0 = 0;
+	h->site = site;
+	h->pid = pid_tgid >> 32;
+	h->tid = (__u32)pid_tgid;
+	h->ktime = now;
+	h->g = g;
+	h->goid = goid;
+	h->span_start = span_start;
+#pragma unroll
+	for (int i = 0; i < GO_ARG_SLOTS; i++)
+		h->args[i] = args[i];
 }
 
 static __always_inline int handle(struct go_regs *regs)
@@ -263,98 +299,126 @@ static __always_inline int handle(struct go_regs *regs)
 			bpf_map_delete_elem(&goroutines, &gk);
 		return 0;
 	}
-	if (cfg->role == ROLE_CALL && !gs) {
+	/* live: a span is open on the goroutine, or it inherited one; otherwise gs, if any, is a
+	 * state kept from an ended span, whose goroutine ID may be another goroutine's now. */
+	int live = gs && gs->start != 0;
+	if (cfg->role == ROLE_CALL && !live) {
 		count(COUNTER_CALL_OUTSIDE);
 		return 0;
 	}
 
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count(COUNTER_LOST_RINGBUF);
-		/* Keep goroutine state right even when the event is lost: a span whose entry event
-		 * is lost still opens its state, so its calls are filtered as usual and its return
-		 * reports the entry time (user space makes an incomplete span of it). */
-		if (cfg->role == ROLE_SPAN && cfg->kind == SITE_RETURN && gs && gs->depth > 0) {
-			if (gs->depth > 1)
-				gs->depth--;
-			else
-				bpf_map_delete_elem(&goroutines, &gk);
-		} else if (cfg->role == ROLE_SPAN && cfg->kind == SITE_ENTRY) {
-			if (gs && gs->depth > 0) {
-				gs->depth++;
-			} else {
-				struct g_state ns = {.start = bpf_ktime_get_ns(), .saved = 0, .site = site, .depth = 1, .goid = -1};
-				if (bpf_map_update_elem(&goroutines, &gk, &ns, BPF_ANY) != 0)
-					count(COUNTER_LOST_STATE);
-			}
-		}
-		return 0;
-	}
-	e->kind = cfg->kind == SITE_ENTRY ? EVENT_ENTRY : EVENT_RETURN;
-	e->flags = 0;
-	e->_pad0 = 0;
-	e->site = site;
-	e->pid = pid;
-	e->tid = (__u32)pid_tgid;
-	e->ktime = bpf_ktime_get_ns();
-	e->g = gk.g;
-	e->goid = -1;
+	int entry = cfg->kind == SITE_ENTRY;
+	__u64 now = bpf_ktime_get_ns();
+	__u8 flags = 0;
 	/* A span site on a goroutine that only inherited a span has no span of its own. */
-	e->span_start = (gs && (cfg->role == ROLE_CALL || gs->depth > 0)) ? gs->start : 0;
-	go_args(regs, e->args);
-#pragma unroll
-	for (int i = 0; i < STR_COUNT; i++)
-		e->str_len[i] = 0;
-
-	if (cfg->goid_off != 0 && gk.g != 0) {
-		__s64 goid = -1;
-		if (bpf_probe_read_user(&goid, sizeof(goid), (const void *)(gk.g + cfg->goid_off)) == 0)
-			e->goid = goid;
+	__u64 span_start = (live && (cfg->role == ROLE_CALL || gs->depth > 0)) ? gs->start : 0;
+	if (cfg->role == ROLE_SPAN) {
+		if (entry && live && gs->depth > 0)
+			flags |= EVENT_F_NESTED;
+		if (!entry && (!gs || gs->depth == 0))
+			flags |= EVENT_F_NO_ENTRY;
 	}
 
+	/* The goroutine ID is read once per span: the state of a live goroutine keeps it. */
+	__s64 goid = -1;
+	if (live && gs->goid != -1) {
+		goid = gs->goid;
+	} else if (cfg->goid_off != 0 && gk.g != 0) {
+		if (bpf_probe_read_user(&goid, sizeof(goid), (const void *)(gk.g + cfg->goid_off)) != 0)
+			goid = -1;
+		if (live)
+			gs->goid = goid;
+	}
+
+	__u64 args[16] = {};
+	go_args(regs, args);
+
+	/* Strings make a whole struct event; without them the record is its head alone. */
+	struct err_layout *el = 0;
+	if (!entry && cfg->err_slot >= 0)
+		el = error_layout(args, regs, cfg);
+	int strings = el != 0 || (entry && cfg->ctx_slot >= 0);
 #pragma unroll
 	for (int i = 0; i < STR_SPECS; i++)
-		read_spec(e, &cfg->str[i], i, gs);
+		strings |= spec_used(&cfg->str[i]);
+
+	__u64 vals[VAL_SPECS] = {};
 #pragma unroll
 	for (int i = 0; i < VAL_SPECS; i++) {
-		e->vals[i] = 0;
 		const struct val_spec *v = &cfg->val[i];
 		if (v->base_slot >= 0 || v->base_slot == SLOT_SAVED) {
-			__u64 base = base_of(e, v->base_slot, gs);
+			__u64 base = base_of(args, v->base_slot, gs);
 			if (base != 0)
-				bpf_probe_read_user(&e->vals[i], sizeof(__u64), (const void *)(base + v->off));
+				bpf_probe_read_user(&vals[i], sizeof(__u64), (const void *)(base + v->off));
 		}
 	}
 
-	if (cfg->kind == SITE_ENTRY) {
-		if (cfg->role == ROLE_CALL && gs && cfg->save_slot >= 0 && cfg->save_slot < GO_ARG_SLOTS)
-			gs->saved = e->args[cfg->save_slot & 15];
-		if (cfg->ctx_slot >= 0 && cfg->ctx_slot < GO_ARG_SLOTS)
-			find_reconcile_id(e, e->args[cfg->ctx_slot & 15]);
+	__u8 kind = entry ? EVENT_ENTRY : EVENT_RETURN;
+	if (!strings) {
+		struct event_head *h = bpf_ringbuf_reserve(&events, sizeof(*h), 0);
+		if (h) {
+			fill_head(h, kind, flags, site, pid_tgid, now, gk.g, goid, span_start, args);
+			h->vals[0] = vals[0];
+			h->vals[1] = vals[1];
+			bpf_ringbuf_submit(h, submit_flags());
+		} else {
+			count(COUNTER_LOST_RINGBUF);
+		}
+	} else {
+		struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+		if (e) {
+			fill_head((struct event_head *)e, kind, flags, site, pid_tgid, now, gk.g, goid, span_start, args);
+			e->vals[0] = vals[0];
+			e->vals[1] = vals[1];
+#pragma unroll
+			for (int i = 0; i < STR_COUNT; i++)
+				e->str_len[i] = 0;
+#pragma unroll
+			for (int i = 0; i < STR_SPECS; i++)
+				read_spec(e, args, &cfg->str[i], i, gs);
+			if (entry && cfg->ctx_slot >= 0 && cfg->ctx_slot < GO_ARG_SLOTS)
+				find_reconcile_id(e, args[cfg->ctx_slot & 15]);
+			if (el)
+				read_error_message(e, args, cfg, el);
+			bpf_ringbuf_submit(e, submit_flags());
+		} else {
+			count(COUNTER_LOST_RINGBUF);
+		}
+	}
+
+	/* Goroutine state, kept right whether or not the event was lost: a span whose entry event
+	 * is lost still opens its state, so its calls are filtered as usual and its return
+	 * reports the entry time (user space makes an incomplete span of it). */
+	if (entry) {
+		if (gs && cfg->role == ROLE_CALL && cfg->save_slot >= 0 && cfg->save_slot < GO_ARG_SLOTS)
+			gs->saved = args[cfg->save_slot & 15];
 		if (cfg->role == ROLE_SPAN) {
-			if (gs && gs->depth > 0) {
+			if (gs && gs->start != 0 && gs->depth > 0) {
 				gs->depth++;
-				e->flags |= EVENT_F_NESTED;
+			} else if (gs) {
+				/* in place: a kept state, or one inherited (the span is the goroutine's own now) */
+				gs->start = now;
+				gs->saved = 0;
+				gs->site = site;
+				gs->depth = 1;
+				gs->goid = goid;
 			} else {
-				struct g_state ns = {.start = e->ktime, .saved = 0, .site = site, .depth = 1, .goid = e->goid};
+				struct g_state ns = {.start = now, .saved = 0, .site = site, .depth = 1, .goid = goid};
 				if (bpf_map_update_elem(&goroutines, &gk, &ns, BPF_ANY) != 0)
 					count(COUNTER_LOST_STATE);
 			}
 		}
-	} else {
-		if (cfg->err_slot >= 0)
-			read_error_message(e, regs, cfg);
-		if (cfg->role == ROLE_SPAN) {
-			if (!gs || gs->depth == 0)
-				e->flags |= EVENT_F_NO_ENTRY;
-			else if (gs->depth > 1)
-				gs->depth--;
-			else
-				bpf_map_delete_elem(&goroutines, &gk);
+	} else if (cfg->role == ROLE_SPAN && gs && gs->depth > 0) {
+		if (gs->depth > 1) {
+			gs->depth--;
+		} else {
+			/* the span ends: the state stays for the goroutine's next span */
+			gs->start = 0;
+			gs->saved = 0;
+			gs->depth = 0;
+			gs->goid = -1;
 		}
 	}
-
-	bpf_ringbuf_submit(e, submit_flags());
 	return 0;
 }
 

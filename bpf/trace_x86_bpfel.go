@@ -13,6 +13,19 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type TraceCounter uint32
+
+const (
+	TraceCounterCOUNTER_LOST_RINGBUF TraceCounter = 0
+	TraceCounterCOUNTER_LOST_STATE   TraceCounter = 1
+	TraceCounterCOUNTER_CALL_OUTSIDE TraceCounter = 2
+	TraceCounterCOUNTER_HITS         TraceCounter = 3
+	TraceCounterCOUNTER_INHERITED    TraceCounter = 4
+	TraceCounterCOUNTER_ADMITTED     TraceCounter = 5
+	TraceCounterCOUNTER_LOST_EXEC    TraceCounter = 6
+	TraceCounterCOUNTER_MAX          TraceCounter = 7
+)
+
 type TraceErrKey struct {
 	_    structs.HostLayout
 	Exe  uint32
@@ -45,6 +58,38 @@ type TraceEvent struct {
 	_         [4]byte
 }
 
+type TraceEventFlag uint32
+
+const (
+	TraceEventFlagEVENT_F_RECONCILE_ID TraceEventFlag = 1
+	TraceEventFlagEVENT_F_ERROR_MSG    TraceEventFlag = 2
+	TraceEventFlagEVENT_F_NO_ENTRY     TraceEventFlag = 4
+	TraceEventFlagEVENT_F_NESTED       TraceEventFlag = 8
+)
+
+type TraceEventHead struct {
+	_         structs.HostLayout
+	Kind      uint8
+	Flags     uint8
+	Pad0      uint16
+	Site      uint32
+	Pid       uint32
+	Tid       uint32
+	Ktime     uint64
+	G         uint64
+	Goid      int64
+	SpanStart uint64
+	Args      [9]uint64
+	Vals      [2]uint64
+}
+
+type TraceEventKind uint32
+
+const (
+	TraceEventKindEVENT_ENTRY  TraceEventKind = 1
+	TraceEventKindEVENT_RETURN TraceEventKind = 2
+)
+
 type TraceExeId struct {
 	_   structs.HostLayout
 	Dev uint64
@@ -58,6 +103,12 @@ type TraceExecEvent struct {
 	Dev   uint64
 	Ino   uint64
 }
+
+type TraceExecFlag uint32
+
+const (
+	TraceExecFlagEXEC_F_ADMITTED TraceExecFlag = 1
+)
 
 type TraceG_key struct {
 	_    structs.HostLayout
@@ -91,6 +142,23 @@ type TraceSiteConfig struct {
 	_        [4]byte
 	Vaddr    uint64
 }
+
+type TraceSiteKind uint32
+
+const (
+	TraceSiteKindSITE_ENTRY  TraceSiteKind = 1
+	TraceSiteKindSITE_RETURN TraceSiteKind = 2
+)
+
+type TraceSiteRole uint32
+
+const (
+	TraceSiteRoleROLE_SPAN  TraceSiteRole = 1
+	TraceSiteRoleROLE_CALL  TraceSiteRole = 2
+	TraceSiteRoleROLE_SPAWN TraceSiteRole = 3
+	TraceSiteRoleROLE_EXIT  TraceSiteRole = 4
+	TraceSiteRoleROLE_MARK  TraceSiteRole = 5
+)
 
 type TraceStrSpec struct {
 	_        structs.HostLayout
@@ -126,14 +194,21 @@ const (
 	TraceProgOnExec         = "on_exec"
 	TraceProgProbeSite      = "probe_site"
 	TraceProgProbeSiteMulti = "probe_site_multi"
+	TraceVarUnusedCounter   = "unused_counter"
 	TraceVarUnusedErrKey    = "unused_err_key"
 	TraceVarUnusedErrLayout = "unused_err_layout"
 	TraceVarUnusedEvent     = "unused_event"
+	TraceVarUnusedEventFlag = "unused_event_flag"
+	TraceVarUnusedEventHead = "unused_event_head"
+	TraceVarUnusedEventKind = "unused_event_kind"
 	TraceVarUnusedExeId     = "unused_exe_id"
 	TraceVarUnusedExecEvent = "unused_exec_event"
+	TraceVarUnusedExecFlag  = "unused_exec_flag"
 	TraceVarUnusedG_key     = "unused_g_key"
 	TraceVarUnusedG_state   = "unused_g_state"
 	TraceVarUnusedSite      = "unused_site"
+	TraceVarUnusedSiteKind  = "unused_site_kind"
+	TraceVarUnusedSiteRole  = "unused_site_role"
 	TraceVarWakeupBytes     = "wakeup_bytes"
 )
 
@@ -205,14 +280,21 @@ type TraceMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type TraceVariableSpecs struct {
+	UnusedCounter   *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedErrKey    *ebpf.VariableSpec `ebpf:"unused_err_key"`
 	UnusedErrLayout *ebpf.VariableSpec `ebpf:"unused_err_layout"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedEventFlag *ebpf.VariableSpec `ebpf:"unused_event_flag"`
+	UnusedEventHead *ebpf.VariableSpec `ebpf:"unused_event_head"`
+	UnusedEventKind *ebpf.VariableSpec `ebpf:"unused_event_kind"`
 	UnusedExeId     *ebpf.VariableSpec `ebpf:"unused_exe_id"`
 	UnusedExecEvent *ebpf.VariableSpec `ebpf:"unused_exec_event"`
+	UnusedExecFlag  *ebpf.VariableSpec `ebpf:"unused_exec_flag"`
 	UnusedG_key     *ebpf.VariableSpec `ebpf:"unused_g_key"`
 	UnusedG_state   *ebpf.VariableSpec `ebpf:"unused_g_state"`
 	UnusedSite      *ebpf.VariableSpec `ebpf:"unused_site"`
+	UnusedSiteKind  *ebpf.VariableSpec `ebpf:"unused_site_kind"`
+	UnusedSiteRole  *ebpf.VariableSpec `ebpf:"unused_site_role"`
 	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
@@ -267,14 +349,21 @@ func (m *TraceMaps) Close() error {
 //
 // It can be passed to LoadTraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TraceVariables struct {
+	UnusedCounter   *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedErrKey    *ebpf.Variable `ebpf:"unused_err_key"`
 	UnusedErrLayout *ebpf.Variable `ebpf:"unused_err_layout"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
+	UnusedEventFlag *ebpf.Variable `ebpf:"unused_event_flag"`
+	UnusedEventHead *ebpf.Variable `ebpf:"unused_event_head"`
+	UnusedEventKind *ebpf.Variable `ebpf:"unused_event_kind"`
 	UnusedExeId     *ebpf.Variable `ebpf:"unused_exe_id"`
 	UnusedExecEvent *ebpf.Variable `ebpf:"unused_exec_event"`
+	UnusedExecFlag  *ebpf.Variable `ebpf:"unused_exec_flag"`
 	UnusedG_key     *ebpf.Variable `ebpf:"unused_g_key"`
 	UnusedG_state   *ebpf.Variable `ebpf:"unused_g_state"`
 	UnusedSite      *ebpf.Variable `ebpf:"unused_site"`
+	UnusedSiteKind  *ebpf.Variable `ebpf:"unused_site_kind"`
+	UnusedSiteRole  *ebpf.Variable `ebpf:"unused_site_role"`
 	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 

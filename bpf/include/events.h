@@ -13,53 +13,79 @@
 #define VAL_SPECS 2   /* integer values a site can name */
 #define SLOT_SAVED (-2) /* base slot meaning: the pointer the call's entry saved (save_slot) */
 
+/* The constants below are enums so that bpf2go (-type) gives Go their values: user space uses
+ * the generated constants, never copies. */
+
 /* event.kind */
-#define EVENT_ENTRY 1
-#define EVENT_RETURN 2
+enum event_kind {
+	EVENT_ENTRY = 1,
+	EVENT_RETURN = 2,
+};
 
 /* event.flags */
-#define EVENT_F_RECONCILE_ID 0x01 /* str[STR_EXTRA] holds controller-runtime's reconcileID */
-#define EVENT_F_ERROR_MSG    0x02 /* str[STR_EXTRA] holds the returned error's message */
-#define EVENT_F_NO_ENTRY     0x04 /* return seen with no state from its entry (evicted or attached mid-call) */
-#define EVENT_F_NESTED       0x08 /* entry while a reconcile was already open on this goroutine */
+enum event_flag {
+	EVENT_F_RECONCILE_ID = 0x01, /* str[STR_EXTRA] holds controller-runtime's reconcileID */
+	EVENT_F_ERROR_MSG = 0x02,    /* str[STR_EXTRA] holds the returned error's message */
+	EVENT_F_NO_ENTRY = 0x04,     /* return seen with no state from its entry (evicted or attached mid-call) */
+	EVENT_F_NESTED = 0x08,       /* entry while a reconcile was already open on this goroutine */
+};
 
 /* site_config.role */
-#define ROLE_SPAN 1  /* opens/closes a span: the reconcile or sync handler */
-#define ROLE_CALL 2  /* a call inside a span: reported only while a span is open on the goroutine */
-#define ROLE_SPAWN 3 /* runtime.newproc1: a goroutine started inside a span inherits it (no event) */
-#define ROLE_EXIT 4  /* runtime.goexit1: an inheriting goroutine ends (no event) */
-#define ROLE_MARK 5  /* reported whether or not a span is open (work-queue adds) */
+enum site_role {
+	ROLE_SPAN = 1,  /* opens/closes a span: the reconcile or sync handler */
+	ROLE_CALL = 2,  /* a call inside a span: reported only while a span is open on the goroutine */
+	ROLE_SPAWN = 3, /* runtime.newproc1: a goroutine started inside a span inherits it (no event) */
+	ROLE_EXIT = 4,  /* runtime.goexit1: an inheriting goroutine ends (no event) */
+	ROLE_MARK = 5,  /* reported whether or not a span is open (work-queue adds) */
+};
 
 /* site_config.kind */
-#define SITE_ENTRY 1
-#define SITE_RETURN 2
+enum site_kind {
+	SITE_ENTRY = 1,
+	SITE_RETURN = 2,
+};
 
 /* counters (per-CPU array indexes) */
-#define COUNTER_LOST_RINGBUF 0   /* ring buffer full: event dropped */
-#define COUNTER_LOST_STATE 1     /* goroutine-state map full */
-#define COUNTER_CALL_OUTSIDE 2   /* call probe hit outside any span (not an error: filtered) */
-#define COUNTER_HITS 3           /* probe hits for traced processes */
-#define COUNTER_INHERITED 4      /* goroutines started inside a span, whose calls join it */
-#define COUNTER_ADMITTED 5       /* processes added to the PID filter at exec: their executable is attached */
-#define COUNTER_LOST_EXEC 6      /* exec notifications dropped (exec ring buffer full); nothing admitted then */
-#define COUNTER_MAX 7
+enum counter {
+	COUNTER_LOST_RINGBUF = 0,   /* ring buffer full: event dropped */
+	COUNTER_LOST_STATE = 1,     /* goroutine-state map full */
+	COUNTER_CALL_OUTSIDE = 2,   /* call probe hit outside any span (not an error: filtered) */
+	COUNTER_HITS = 3,           /* probe hits for traced processes */
+	COUNTER_INHERITED = 4,      /* goroutines started inside a span, whose calls join it */
+	COUNTER_ADMITTED = 5,       /* processes added to the PID filter at exec: their executable is attached */
+	COUNTER_LOST_EXEC = 6,      /* exec notifications dropped (exec ring buffer full); nothing admitted then */
+	COUNTER_MAX = 7,
+};
 
 /* exec_event.flags */
-#define EXEC_F_ADMITTED 0x01 /* the exec'd file is an attached executable: the process is traced from now */
+enum exec_flag {
+	EXEC_F_ADMITTED = 0x01, /* the exec'd file is an attached executable: the process is traced from now */
+};
+
+/* The fields every record starts with. A record is either struct event_head alone (the site
+ * reads no string and the return has no error message to read: every return and call site of
+ * the catalog without strings) or a whole struct event, whose first fields are the same: user
+ * space tells them apart by the record's length. */
+#define EVENT_HEAD_FIELDS \
+	__u8 kind; \
+	__u8 flags; \
+	__u16 _pad0; \
+	__u32 site;      /* index into the site table (the attach cookie) */ \
+	__u32 pid;       /* tgid */ \
+	__u32 tid; \
+	__u64 ktime;     /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */ \
+	__u64 g;         /* goroutine pointer (R14 / R28) */ \
+	__s64 goid;      /* runtime.g.goid, -1 when unreadable */ \
+	__u64 span_start; /* ktime of the open span's entry on this goroutine, 0 if none */ \
+	__u64 args[9];   /* Go ABI integer registers, slots 0..8 */ \
+	__u64 vals[VAL_SPECS]; /* integers read through the site's val specs */
+
+struct event_head {
+	EVENT_HEAD_FIELDS
+};
 
 struct event {
-	__u8 kind;
-	__u8 flags;
-	__u16 _pad0;
-	__u32 site;      /* index into the site table (the attach cookie) */
-	__u32 pid;       /* tgid */
-	__u32 tid;
-	__u64 ktime;     /* bpf_ktime_get_ns(): CLOCK_MONOTONIC */
-	__u64 g;         /* goroutine pointer (R14 / R28) */
-	__s64 goid;      /* runtime.g.goid, -1 when unreadable */
-	__u64 span_start; /* ktime of the open span's entry on this goroutine, 0 if none */
-	__u64 args[9];   /* Go ABI integer registers, slots 0..8 */
-	__u64 vals[VAL_SPECS]; /* integers read through the site's val specs */
+	EVENT_HEAD_FIELDS
 	__u16 str_len[STR_COUNT]; /* original length of each string (> STR_MAX: truncated) */
 	char str[STR_COUNT][STR_MAX];
 };
@@ -118,12 +144,15 @@ struct g_key {
 	__u64 g;
 };
 
+/* A goroutine's state stays in the map when its span ends (start 0), so that its next span
+ * writes it in place instead of adding and deleting an entry per reconcile; runtime.goexit1
+ * removes it, and the LRU ages out the states of goroutines that ended unseen. */
 struct g_state {
-	__u64 start;     /* ktime of the span's entry */
+	__u64 start;     /* ktime of the span's entry; 0: no span open nor inherited (kept for reuse) */
 	__u64 saved;     /* pointer the last call entry saved (save_slot) */
 	__u32 site;
 	__u32 depth;     /* nested span entries on this goroutine; 0: inherited from the goroutine that started it */
-	__s64 goid;
+	__s64 goid;      /* runtime.g.goid, read once per span (or inherited goroutine); -1 unknown */
 };
 
 /* An executable as the kernel identifies the file an exec opens: its inode's superblock device

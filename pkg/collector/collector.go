@@ -162,7 +162,15 @@ type Counters struct {
 // Counters reads the kernel's counters.
 func (c *Collector) Counters() (Counters, error) {
 	var out Counters
-	fields := []*uint64{&out.LostRingBuffer, &out.LostState, &out.CallsOutside, &out.Hits, &out.Inherited, &out.Admitted, &out.LostExec}
+	fields := map[rbpf.TraceCounter]*uint64{
+		rbpf.TraceCounterCOUNTER_LOST_RINGBUF: &out.LostRingBuffer,
+		rbpf.TraceCounterCOUNTER_LOST_STATE:   &out.LostState,
+		rbpf.TraceCounterCOUNTER_CALL_OUTSIDE: &out.CallsOutside,
+		rbpf.TraceCounterCOUNTER_HITS:         &out.Hits,
+		rbpf.TraceCounterCOUNTER_INHERITED:    &out.Inherited,
+		rbpf.TraceCounterCOUNTER_ADMITTED:     &out.Admitted,
+		rbpf.TraceCounterCOUNTER_LOST_EXEC:    &out.LostExec,
+	}
 	for i, f := range fields {
 		var per []uint64
 		if err := c.counts.Lookup(uint32(i), &per); err != nil {
@@ -176,21 +184,23 @@ func (c *Collector) Counters() (Counters, error) {
 }
 
 // GoroutinesOf returns how many goroutines of process pid the kernel holds span state for:
-// reconciles open on them, or inherited from the reconcile that started them.
+// reconciles open on them, or inherited from the reconcile that started them (not the states
+// the kernel keeps, with no span, for a goroutine's next span).
 func (c *Collector) GoroutinesOf(pid int) (int, error) {
-	keys, err := c.goroutineKeys(pid)
+	keys, err := c.goroutineKeys(pid, true)
 	return len(keys), err
 }
 
-// goroutineKeys lists the kernel's goroutine-state keys of process pid. An aborted walk (the
-// map changing under it too much) is an error, not a short list.
-func (c *Collector) goroutineKeys(pid int) ([]rbpf.TraceG_key, error) {
+// goroutineKeys lists the kernel's goroutine-state keys of process pid (with live, only those
+// with a span open or inherited). An aborted walk (the map changing under it too much) is an
+// error, not a short list.
+func (c *Collector) goroutineKeys(pid int, live bool) ([]rbpf.TraceG_key, error) {
 	var k rbpf.TraceG_key
 	var v rbpf.TraceG_state
 	var keys []rbpf.TraceG_key
 	it := c.gors.Iterate()
 	for it.Next(&k, &v) {
-		if k.Pid == uint32(pid) {
+		if k.Pid == uint32(pid) && (!live || v.Start != 0) {
 			keys = append(keys, k)
 		}
 	}

@@ -28,8 +28,7 @@ type Exec struct {
 	Exe proc.FileID
 }
 
-// execFlagAdmitted is EXEC_F_ADMITTED in bpf/include/events.h.
-const execFlagAdmitted = 0x01
+const execFlagAdmitted = uint32(rbpf.TraceExecFlagEXEC_F_ADMITTED)
 
 // execPrograms are on_exec and identify: they read kernel structures through CO-RE (the
 // kernel's BTF) and bpf_find_vma (Linux 5.17), so they are loaded apart, on first use: a kernel

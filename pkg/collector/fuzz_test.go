@@ -76,7 +76,7 @@ func FuzzDecodeEvent(f *testing.F) {
 	call := entry
 	call.Site, call.Args[7] = 6, 0x7f0000002000 // a cache read (sites 0-5: the reconcile probes), its object type from the itab
 	for _, e := range []rbpf.TraceEvent{entry, ret, long, orphan, call} {
-		f.Add(fuzzRecord(e)[:headSize])
+		f.Add(fuzzRecord(e)[:fuzzHead])
 	}
 	f.Add([]byte{})
 	f.Add([]byte("default/web-7d9f"))
@@ -88,8 +88,8 @@ func FuzzDecodeEvent(f *testing.F) {
 			var raw probes.Raw
 			site, ok := c.decode(rec, &raw)
 			if !ok {
-				if len(rec) >= eventSize {
-					e := (*rbpf.TraceEvent)(unsafe.Pointer(&rec[0]))
+				if len(rec) >= headSize {
+					e := (*rbpf.TraceEventHead)(unsafe.Pointer(&rec[0]))
 					if int(e.Site) < len(c.table) {
 						t.Fatalf("record naming site %d of %d taken as malformed", e.Site, len(c.table))
 					}
@@ -107,12 +107,12 @@ func FuzzDecodeEvent(f *testing.F) {
 			}
 			asm.Add(dec(&raw))
 		}
-		feed(alignedCopy(b)) // as read: shorter than an event is malformed
+		feed(alignedCopy(b)) // as read: shorter than a record's head is malformed, up to a whole event the head alone
 
 		rec := alignedCopy(make([]byte, max(len(b), eventSize)))
 		copy(rec, b)
 		if len(b) > 0 {
-			for i := max(len(b), headSize); i < len(rec); i++ {
+			for i := max(len(b), fuzzHead); i < len(rec); i++ {
 				rec[i] = b[i%len(b)]
 			}
 		}
@@ -132,7 +132,5 @@ func FuzzDecodeEvent(f *testing.F) {
 	})
 }
 
-var (
-	eventSize = int(unsafe.Sizeof(rbpf.TraceEvent{}))
-	headSize  = int(unsafe.Offsetof(rbpf.TraceEvent{}.Str)) // up to the strings
-)
+// fuzzHead is a whole record's fields up to its strings (its string lengths included).
+var fuzzHead = int(unsafe.Offsetof(rbpf.TraceEvent{}.Str))

@@ -85,7 +85,7 @@ func (c *Collector) Untrace(pid int) {
 	p := c.procs[uint32(pid)]
 	delete(c.procs, uint32(pid))
 	c.mu.Unlock()
-	stale, err := c.goroutineKeys(pid)
+	stale, err := c.goroutineKeys(pid, false)
 	if err != nil {
 		// A walk aborted by concurrent changes: the keys found so far go now, the rest age
 		// out of the LRU map.

@@ -15,14 +15,15 @@ import (
 	"github.com/reconscope/reconscope/pkg/span"
 )
 
-// Event flag bits (EVENT_F_* in bpf/include/events.h).
+// The kernel's event kinds and flags (bpf/include/events.h), as event.kind and event.flags hold them.
 const (
-	flagReconcileID = 0x01 // EVENT_F_RECONCILE_ID
-	flagErrorMsg    = 0x02 // EVENT_F_ERROR_MSG
-	flagNoEntry     = 0x04 // EVENT_F_NO_ENTRY
-	flagNested      = 0x08 // EVENT_F_NESTED
-	eventEntry      = 1    // EVENT_ENTRY
-	strExtra        = 5    // STR_EXTRA
+	flagReconcileID = uint8(rbpf.TraceEventFlagEVENT_F_RECONCILE_ID)
+	flagErrorMsg    = uint8(rbpf.TraceEventFlagEVENT_F_ERROR_MSG)
+	flagNoEntry     = uint8(rbpf.TraceEventFlagEVENT_F_NO_ENTRY)
+	flagNested      = uint8(rbpf.TraceEventFlagEVENT_F_NESTED)
+	eventEntry      = uint8(rbpf.TraceEventKindEVENT_ENTRY)
+	// strExtra is STR_EXTRA, the last string: the reconcile ID or the error message.
+	strExtra = len(rbpf.TraceEvent{}.StrLen) - 1
 )
 
 // PollInterval bounds how long an event waits in the ring buffer when the kernel did not
@@ -77,14 +78,21 @@ func (c *Collector) ReadStats() ReadStats {
 	return ReadStats{Events: c.events.Load(), Malformed: c.malformed.Load()}
 }
 
+// Record sizes, from the generated types: a record is a struct event_head alone (no strings)
+// or a whole struct event, which starts with the same fields (bpf/include/events.h).
+var (
+	headSize  = int(unsafe.Sizeof(rbpf.TraceEventHead{}))
+	eventSize = int(unsafe.Sizeof(rbpf.TraceEvent{}))
+)
+
 // decode turns one ring-buffer record into raw, resolving the error type through the traced
 // process (tracing first a process the kernel admitted at exec that is not known here yet). It
 // returns the record's site, or false for a malformed record.
 func (c *Collector) decode(b []byte, raw *probes.Raw) (*probes.Site, bool) {
-	if len(b) < int(unsafe.Sizeof(rbpf.TraceEvent{})) {
+	if len(b) < headSize {
 		return nil, false
 	}
-	e := (*rbpf.TraceEvent)(unsafe.Pointer(&b[0]))
+	e := (*rbpf.TraceEventHead)(unsafe.Pointer(&b[0]))
 	c.mu.RLock()
 	var site *probes.Site
 	var owner *Attachment
@@ -102,7 +110,7 @@ func (c *Collector) decode(b []byte, raw *probes.Raw) (*probes.Site, bool) {
 	if p == nil && owner != nil {
 		p = c.adopt(e.Pid, owner) // admitted at exec, its notification not handled yet
 	}
-	DecodeEvent(e, raw)
+	DecodeEvent(b, raw)
 	if site.Kind == probes.SiteReturn && site.Config.ErrSlot >= 0 {
 		if itab := e.Args[site.Config.ErrSlot]; itab != 0 {
 			raw.ErrorType = "unknown"
@@ -119,20 +127,29 @@ func (c *Collector) decode(b []byte, raw *probes.Raw) (*probes.Site, bool) {
 	return site, true
 }
 
-// DecodeEvent copies the kernel's event into raw (strings, flags); it is pure.
-func DecodeEvent(e *rbpf.TraceEvent, raw *probes.Raw) {
-	*raw = probes.Raw{
-		Entry:     e.Kind == eventEntry,
-		PID:       e.Pid,
-		Time:      e.Ktime,
-		G:         e.G,
-		Goid:      e.Goid,
-		SpanStart: e.SpanStart,
-		Nested:    e.Flags&flagNested != 0,
-		NoEntry:   e.Flags&flagNoEntry != 0,
-		Args:      e.Args,
-		Vals:      e.Vals,
+// DecodeEvent copies the kernel's record into raw (fields, flags, and the strings of a whole
+// struct event); it is pure. A record shorter than struct event_head is malformed (false).
+func DecodeEvent(b []byte, raw *probes.Raw) bool {
+	if len(b) < headSize {
+		return false
 	}
+	h := (*rbpf.TraceEventHead)(unsafe.Pointer(&b[0]))
+	*raw = probes.Raw{
+		Entry:     h.Kind == eventEntry,
+		PID:       h.Pid,
+		Time:      h.Ktime,
+		G:         h.G,
+		Goid:      h.Goid,
+		SpanStart: h.SpanStart,
+		Nested:    h.Flags&flagNested != 0,
+		NoEntry:   h.Flags&flagNoEntry != 0,
+		Args:      h.Args,
+		Vals:      h.Vals,
+	}
+	if len(b) < eventSize {
+		return true // the head alone: the site read no strings
+	}
+	e := (*rbpf.TraceEvent)(unsafe.Pointer(&b[0]))
 	for i := 0; i < strExtra; i++ {
 		raw.Str[i], raw.Truncated[i] = cString(&e.Str[i], e.StrLen[i])
 	}
@@ -146,6 +163,7 @@ func DecodeEvent(e *rbpf.TraceEvent, raw *probes.Raw) {
 			raw.ErrorMsg += "…" // long messages are cut; the span stays complete
 		}
 	}
+	return true
 }
 
 func cString(b *[128]int8, n uint16) (string, bool) {

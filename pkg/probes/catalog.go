@@ -9,19 +9,20 @@ package probes
 import (
 	"regexp"
 
+	rbpf "github.com/reconscope/reconscope/bpf"
 	"github.com/reconscope/reconscope/pkg/span"
 )
 
 // Role says whether a probe opens a span or records a call inside one.
 type Role uint8
 
-// Roles. The values are the C ROLE_* constants (bpf/include/events.h).
+// Roles: the C enum site_role (bpf/include/events.h).
 const (
-	RoleSpan  Role = 1 // ROLE_SPAN
-	RoleCall  Role = 2 // ROLE_CALL
-	RoleSpawn Role = 3 // ROLE_SPAWN
-	RoleExit  Role = 4 // ROLE_EXIT
-	RoleMark  Role = 5 // ROLE_MARK
+	RoleSpan  = Role(rbpf.TraceSiteRoleROLE_SPAN)
+	RoleCall  = Role(rbpf.TraceSiteRoleROLE_CALL)
+	RoleSpawn = Role(rbpf.TraceSiteRoleROLE_SPAWN)
+	RoleExit  = Role(rbpf.TraceSiteRoleROLE_EXIT)
+	RoleMark  = Role(rbpf.TraceSiteRoleROLE_MARK)
 )
 
 // String names the role as inspect prints it.
@@ -73,10 +74,10 @@ type ValueArg struct {
 
 // Layout is what one site (entry or return) reads.
 type Layout struct {
-	Strings [5]StringArg
-	Values  [2]ValueArg
-	Ctx     int // slot of the context.Context's data word (reconcile ID), or None
-	Err     int // slot of a returned error's itab (its data word follows), or None
+	Strings [len(rbpf.TraceSiteConfig{}.Str)]StringArg // STR_SPECS
+	Values  [len(rbpf.TraceSiteConfig{}.Val)]ValueArg  // VAL_SPECS
+	Ctx     int                                        // slot of the context.Context's data word (reconcile ID), or None
+	Err     int                                        // slot of a returned error's itab (its data word follows), or None
 	// Save keeps this register at a call's entry for its return sites (Base: Saved), or None.
 	Save int
 	// Itab is a slot holding an interface's itab whose concrete type the decoder wants named

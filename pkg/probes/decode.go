@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	rbpf "github.com/reconscope/reconscope/bpf"
 	"github.com/reconscope/reconscope/pkg/span"
 )
 
@@ -17,10 +18,10 @@ type Raw struct {
 	SpanStart   uint64
 	Nested      bool
 	NoEntry     bool
-	Args        [9]uint64
-	Vals        [2]uint64
-	Str         [6]string
-	Truncated   [6]bool
+	Args        [len(rbpf.TraceEventHead{}.Args)]uint64
+	Vals        [len(rbpf.TraceEventHead{}.Vals)]uint64
+	Str         [len(rbpf.TraceEvent{}.StrLen)]string // STR_COUNT: the site's strings, then the reconcile ID or error text
+	Truncated   [len(rbpf.TraceEvent{}.StrLen)]bool
 	ReconcileID string
 	ErrorMsg    string
 	// ErrorType is the concrete type of the returned error, resolved by the collector from

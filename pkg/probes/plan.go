@@ -16,10 +16,10 @@ import (
 // SiteKind is where in a function a site sits.
 type SiteKind uint8
 
-// Site kinds. The values are the C SITE_* constants (bpf/include/events.h).
+// Site kinds: the C enum site_kind (bpf/include/events.h).
 const (
-	SiteEntry  SiteKind = 1 // SITE_ENTRY
-	SiteReturn SiteKind = 2 // SITE_RETURN
+	SiteEntry  = SiteKind(rbpf.TraceSiteKindSITE_ENTRY)
+	SiteReturn = SiteKind(rbpf.TraceSiteKindSITE_RETURN)
 )
 
 func (k SiteKind) String() string {
