@@ -173,6 +173,8 @@ func gobench(args []string) error {
 			Figure:   ck.label,
 			Goal:     strings.NewReplacer(">=", "≥", "<=", "≤").Replace(ck.op) + " " + formatUnit(ck.unit, ck.limit),
 			Measured: formatUnit(ck.unit, med) + " (" + ck.unit + ")",
+			Value:    med,
+			Unit:     ck.unit,
 			Met:      ck.met(med),
 		}
 		if !v.Met {

@@ -194,6 +194,8 @@ DaemonSet, shortens that wait.
 		Figure:   "lost events at 20 k reconciles/s, default 4 MiB ring buffer (4 events per reconcile)",
 		Goal:     "0 lost at 20 k/s",
 		Measured: fmt.Sprintf("%.0f lost (max %.0f) at %s achieved", lost.median(), lost.max(), rate(ach.median())),
+		Value:    lost.median(),
+		Unit:     "events lost",
 		Met:      lost.max() == 0 && ach.median() >= 0.95*goal,
 	}
 	switch {

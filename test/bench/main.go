@@ -9,6 +9,7 @@
 //	bench inspect    time and memory of `reconscope-agent inspect` on big binaries
 //	bench gobench    table and checks from `go test -bench` output
 //	bench summary    the table of budgets met and missed, from the checks the others recorded
+//	bench compare    the figures against the previous run's (BENCHMARKS.json), and the new result
 //
 // Every timed figure is a median over several runs with its spread (min–max); configurations
 // compared with each other run side by side, interleaved, in one invocation, because the
@@ -24,7 +25,7 @@ import (
 	"strings"
 )
 
-const usage = `usage: bench overhead|loss|rss|inspect|gobench|summary [flags]   (bench CMD -h for flags)`
+const usage = `usage: bench overhead|loss|rss|inspect|gobench|summary|compare [flags]   (bench CMD -h for flags)`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -39,6 +40,7 @@ func main() {
 		"inspect":   inspect,
 		"gobench":   gobench,
 		"summary":   summary,
+		"compare":   compare,
 	}
 	run, ok := cmds[os.Args[1]]
 	if !ok {
@@ -92,8 +94,12 @@ type Verdict struct {
 	Figure   string `json:"figure"`
 	Goal     string `json:"goal"`
 	Measured string `json:"measured"`
-	Met      bool   `json:"met"`
-	Why      string `json:"why,omitempty"`
+	// Value is the measured figure as a number in Unit ("ns", "B", "×", "events/cpu-s", ...):
+	// what bench compare sets side by side with the previous run.
+	Value float64 `json:"value"`
+	Unit  string  `json:"unit"`
+	Met   bool    `json:"met"`
+	Why   string  `json:"why,omitempty"`
 }
 
 func (c *common) verdict(v Verdict) error {
@@ -114,21 +120,9 @@ func summary(args []string) error {
 	fs := flag.NewFlagSet("summary", flag.ExitOnError)
 	file := fs.String("verdicts", "", "JSON-lines file of checks")
 	fs.Parse(args)
-	f, err := os.Open(*file)
+	vs, err := readVerdicts(*file)
 	if err != nil {
 		return err
-	}
-	defer f.Close()
-	var vs []Verdict
-	dec := json.NewDecoder(f)
-	for {
-		var v Verdict
-		if err := dec.Decode(&v); err == io.EOF {
-			break
-		} else if err != nil {
-			return fmt.Errorf("read %s: %w", *file, err)
-		}
-		vs = append(vs, v)
 	}
 	fmt.Println("| figure | goal | measured (median) | met |")
 	fmt.Println("| --- | --- | --- | --- |")
@@ -153,4 +147,24 @@ func summary(args []string) error {
 	}
 	fmt.Println()
 	return nil
+}
+
+// readVerdicts reads a JSON-lines file of checks.
+func readVerdicts(file string) ([]Verdict, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var vs []Verdict
+	dec := json.NewDecoder(f)
+	for {
+		var v Verdict
+		if err := dec.Decode(&v); err == io.EOF {
+			return vs, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("read %s: %w", file, err)
+		}
+		vs = append(vs, v)
+	}
 }

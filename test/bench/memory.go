@@ -129,6 +129,8 @@ controllers (tens of MiB each) the per-executable share of the heap grows with t
 		Figure:   fmt.Sprintf("agent peak RSS tracing %d processes (worst variant)", *procs),
 		Goal:     "< 64 MiB",
 		Measured: mib(worst.median()),
+		Value:    worst.median(),
+		Unit:     "B",
 		Met:      worst.median() < 64<<20,
 	}
 	if !v.Met {
@@ -328,6 +330,8 @@ func inspect(args []string) error {
 			Figure:   "`inspect` time, " + filepath.Base(b),
 			Goal:     "< 1 s",
 			Measured: fmt.Sprintf("%s wall, %s CPU", ns(wall), ns(cpu)),
+			Value:    wall,
+			Unit:     "ns",
 			Met:      wall < 1e9,
 		}
 		switch {

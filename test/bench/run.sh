@@ -5,6 +5,13 @@
 # Everything that is compared runs side by side in one invocation, several times, and is
 # reported as a median with its spread, because the machine is shared: other work runs at the
 # same time. BENCH_QUICK=1 runs fewer rounds (a smoke test; do not commit what it writes).
+#
+# It also writes BENCHMARKS.json (the budget figures as numbers) and compares this run with the
+# committed one (BENCHMARKS.json; before it existed, BENCHMARKS.md's Budgets table): ratios,
+# changes of 15% or more flagged, printed and kept in BENCHMARKS.md. BENCH_SHORT=1 is the mode
+# for CI: section 1 (cost per reconcile, kernel program time) and section 2 (decode) with fewer
+# rounds, the comparison printed, nothing written; it fails only when a benchmark cannot run,
+# never on what the comparison shows.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -15,7 +22,10 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 quick=${BENCH_QUICK:-0}
-if [ "$quick" = 1 ]; then
+short=${BENCH_SHORT:-0}
+if [ "$short" = 1 ]; then
+  rounds=3 stats_rounds=2 count=2
+elif [ "$quick" = 1 ]; then
   rounds=2 stats_rounds=1 count=2 runs=2 repeats=1 duration=1s rss_duration=2s
 else
   rounds=11 stats_rounds=5 count=6 runs=5 repeats=3 duration=1500ms rss_duration=3s
@@ -36,22 +46,64 @@ trap cleanup EXIT
 step() { printf '== %s (%s)\n' "$*" "$(date -u +%H:%M:%S)" >&2; }
 started=$(date +%s)
 
-step "control plane binaries (cached)"
-controlplane=$(test/tools/build-controlplane.sh | tail -1)
+# The committed result this run is compared with, read before anything is rewritten.
+if [ -f BENCHMARKS.json ]; then
+  previous="$work/previous.json"
+  cp BENCHMARKS.json "$previous"
+else
+  previous="$work/previous.md"
+  cp BENCHMARKS.md "$previous" 2>/dev/null || previous=""
+fi
+
+controlplane=""
+if [ "$short" != 1 ]; then
+  step "control plane binaries (cached)"
+  controlplane=$(test/tools/build-controlplane.sh | tail -1)
+fi
 
 step "build"
 go build -o "$work/bench" ./test/bench
 go build -o "$work/reconcileloop" ./test/bench/testdata/reconcileloop
 go build -tags otel -o "$work/reconcileloop-otel" ./test/bench/testdata/reconcileloop
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+bench=("$work/bench")
+common=(-work "$work" -controlplane "$controlplane" -verdicts "$work/verdicts.jsonl")
+cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+virt=bare-metal
+grep -qw hypervisor /proc/cpuinfo && virt="virtual machine (hypervisor flag set)"
+commit=$(git describe --tags --always --dirty 2>/dev/null || echo unknown)
+# compare_runs NOTE: this run's figures against the previous run's (stdout), this run's result in
+# $work/BENCHMARKS.json.
+compare_runs() {
+  "${bench[@]}" compare -verdicts "$work/verdicts.jsonl" -previous "$previous" -out "$work/BENCHMARKS.json" \
+    -date "$(date -u +'%Y-%m-%d %H:%M UTC')" -commit "$commit" -machine "$cpu_model, $virt, $(nproc) cores, kernel $(uname -r)" \
+    -load "$load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end" -note "$1"
+}
+
+if [ "$short" = 1 ]; then
+  step "1. cost per reconcile in the traced process (short: $rounds rounds)"
+  "${bench[@]}" overhead "${common[@]}" -rounds "$rounds" -stats-rounds "$stats_rounds" -n-traced 10000 -n-untraced 500000 -n-otel 20000 \
+    -harness "$work/reconcileloop" -otel-harness "$work/reconcileloop-otel" > "$work/1-overhead.md"
+  step "2. decode + assemble (go test -bench, short)"
+  go test -run '^$' -benchmem -count "$count" -bench 'DecodeAssemble' -benchtime 300000x ./pkg/collector > "$work/decode.txt"
+  "${bench[@]}" gobench "${common[@]}" \
+    -check 'decode + assemble per core, reconciles with calls (8 events each)|DecodeAssemble/with-calls:events/cpu-s>=1e6|short mode' \
+    -check 'decode + assemble per core, reconciles without calls (2 events each)|DecodeAssemble/reconcile-only:events/cpu-s>=1e6|short mode' \
+    "$work/decode.txt" > /dev/null
+  step "comparison with the committed result"
+  echo
+  "${bench[@]}" summary -verdicts "$work/verdicts.jsonl"
+  compare_runs "Short mode (BENCH_SHORT=1: $rounds rounds, $stats_rounds with kernel stats, sections 1 and 2 only; the committed figures are a full run's): nothing was written." \
+    | sed -e "s|$work|\$WORK|g"
+  step "done ($(( $(date +%s) - started ))s)"
+  exit 0
+fi
+
 go build -o "$work/fakectl" ./test/fakectl
 go build -o "$work/scripted-controller" ./test/fixtures/scripted-controller
 # the same build as `make build`
 CGO_ENABLED=0 go build -trimpath -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" \
   -o "$work/reconscope-agent" ./cmd/agent
-
-load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-bench=("$work/bench")
-common=(-work "$work" -controlplane "$controlplane" -verdicts "$work/verdicts.jsonl")
 
 step "1. cost per reconcile in the traced process"
 "${bench[@]}" overhead "${common[@]}" -rounds "$rounds" -stats-rounds "$stats_rounds" -n-traced 30000 \
@@ -94,9 +146,7 @@ done
 
 step "write BENCHMARKS.md"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
-cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
-virt=bare-metal
-grep -qw hypervisor /proc/cpuinfo && virt="virtual machine (hypervisor flag set)"
+compare_runs "" > "$work/compare.md"
 elapsed=$(( $(date +%s) - started ))
 fence='```'
 {
@@ -112,7 +162,7 @@ programs into; \`\$CONTROLPLANE\` is the test bed's control-plane folder
 | machine | |
 | --- | --- |
 | date | $(date -u +'%Y-%m-%d %H:%M UTC') |
-| commit | $(git describe --tags --always --dirty 2>/dev/null || echo unknown) |
+| commit | $commit |
 | nproc | $(nproc) |
 | CPU | $cpu_model, $virt |
 | kernel | $(uname -r) |
@@ -127,6 +177,14 @@ process's CPU time, which time other programs held the CPU does not count.
 
 EOT
   "${bench[@]}" summary -verdicts "$work/verdicts.jsonl"
+  cat <<EOT
+## Compared with the previous run
+
+The budget figures against those of the previous committed run; \`BENCHMARKS.json\` holds this
+run's, for the next. \`make bench BENCH_SHORT=1\` prints the same comparison from a short run.
+
+EOT
+  cat "$work/compare.md"
   cat <<EOT
 ## 1. Cost added to the traced process per reconcile
 
@@ -195,11 +253,14 @@ EOT
   cat "$work/4-rss.md"
 } > "$work/BENCHMARKS.md"
 
-# BENCHMARKS.md is committed: no path of this machine in it.
-sed -i -e "s|$work|\$WORK|g" -e "s|$controlplane|\$CONTROLPLANE|g" -e "s|$repo/|./|g" -e "s|$HOME|~|g" "$work/BENCHMARKS.md"
-if grep -nE "$repo|$HOME|/tmp/" "$work/BENCHMARKS.md" >&2; then
-  echo "test/bench/run.sh: BENCHMARKS.md would name paths of this machine (above)" >&2
+# BENCHMARKS.md and BENCHMARKS.json are committed: no path of this machine in them.
+sed -i -e "s|$work|\$WORK|g" -e "s|$controlplane|\$CONTROLPLANE|g" -e "s|$repo/|./|g" -e "s|$HOME|~|g" "$work/BENCHMARKS.md" "$work/BENCHMARKS.json"
+if grep -nE "$repo|$HOME|/tmp/" "$work/BENCHMARKS.md" "$work/BENCHMARKS.json" >&2; then
+  echo "test/bench/run.sh: BENCHMARKS.md or BENCHMARKS.json would name paths of this machine (above)" >&2
   exit 1
 fi
 cp "$work/BENCHMARKS.md" "$repo/BENCHMARKS.md"
+cp "$work/BENCHMARKS.json" "$repo/BENCHMARKS.json"
+echo >&2
+cat "$work/compare.md" >&2
 step "BENCHMARKS.md written ($(( $(date +%s) - started ))s)"
