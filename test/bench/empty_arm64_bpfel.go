@@ -16,10 +16,11 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	EmptyMapEvents          = "events"
-	EmptyProgEmpty          = "empty"
-	EmptyProgEmptyMulti     = "empty_multi"
-	EmptyProgEventOnlyMulti = "event_only_multi"
+	EmptyMapEvents              = "events"
+	EmptyProgEmpty              = "empty"
+	EmptyProgEmptyMulti         = "empty_multi"
+	EmptyProgEventHeadOnlyMulti = "event_head_only_multi"
+	EmptyProgEventOnlyMulti     = "event_only_multi"
 )
 
 // LoadEmpty returns the embedded CollectionSpec for Empty.
@@ -64,9 +65,10 @@ type EmptySpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EmptyProgramSpecs struct {
-	Empty          *ebpf.ProgramSpec `ebpf:"empty"`
-	EmptyMulti     *ebpf.ProgramSpec `ebpf:"empty_multi"`
-	EventOnlyMulti *ebpf.ProgramSpec `ebpf:"event_only_multi"`
+	Empty              *ebpf.ProgramSpec `ebpf:"empty"`
+	EmptyMulti         *ebpf.ProgramSpec `ebpf:"empty_multi"`
+	EventHeadOnlyMulti *ebpf.ProgramSpec `ebpf:"event_head_only_multi"`
+	EventOnlyMulti     *ebpf.ProgramSpec `ebpf:"event_only_multi"`
 }
 
 // EmptyMapSpecs contains maps before they are loaded into the kernel.
@@ -121,15 +123,17 @@ type EmptyVariables struct {
 //
 // It can be passed to LoadEmptyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EmptyPrograms struct {
-	Empty          *ebpf.Program `ebpf:"empty"`
-	EmptyMulti     *ebpf.Program `ebpf:"empty_multi"`
-	EventOnlyMulti *ebpf.Program `ebpf:"event_only_multi"`
+	Empty              *ebpf.Program `ebpf:"empty"`
+	EmptyMulti         *ebpf.Program `ebpf:"empty_multi"`
+	EventHeadOnlyMulti *ebpf.Program `ebpf:"event_head_only_multi"`
+	EventOnlyMulti     *ebpf.Program `ebpf:"event_only_multi"`
 }
 
 func (p *EmptyPrograms) Close() error {
 	return _EmptyClose(
 		p.Empty,
 		p.EmptyMulti,
+		p.EventHeadOnlyMulti,
 		p.EventOnlyMulti,
 	)
 }

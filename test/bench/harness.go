@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -28,6 +29,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/symbols"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
@@ -150,9 +152,21 @@ func startTracing(catalog []*probes.Probe, opts collector.Options) (*tracing, er
 	if err != nil {
 		return nil, fmt.Errorf("start tracer: %w", err)
 	}
+	if t.prog, err = probeProgram(before); err != nil {
+		t.tr.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.cancel = cancel
+	go func() { t.done <- t.tr.Run(ctx) }()
+	return t, nil
+}
+
+// probeProgram returns the collector's probe program among the programs this process holds
+// now and did not hold before (ownPrograms), for its kernel run-time stats.
+func probeProgram(before map[ebpf.ProgramID]bool) (*ebpf.Program, error) {
 	after, err := ownPrograms()
 	if err != nil {
-		t.tr.Close()
 		return nil, err
 	}
 	for id := range after {
@@ -164,15 +178,62 @@ func startTracing(catalog []*probes.Probe, opts collector.Options) (*tracing, er
 			continue
 		}
 		if info, err := p.Info(); err == nil && strings.HasPrefix(info.Name, "probe_site") {
-			t.prog = p
-			break
+			return p, nil
 		}
 		p.Close()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.cancel = cancel
-	go func() { t.done <- t.tr.Run(ctx) }()
-	return t, nil
+	return nil, nil
+}
+
+// attachCollector attaches the collector's program to exe with catalog's plan, only the sites
+// of probe only when it is not nil (a plan needs a span probe, this need not), and traces
+// process pid, or none when pid is 0: then every hit in exe's processes leaves the program at
+// its PID filter. Nothing reads the ring buffer. stop detaches it and returns the program's
+// kernel run-time stats.
+func attachCollector(catalog []*probes.Probe, only *probes.Probe, exe string, pid int, opts collector.Options) (stop func() (progStats, error), err error) {
+	before, err := ownPrograms()
+	if err != nil {
+		return nil, err
+	}
+	col, err := collector.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("load collector: %w", err)
+	}
+	bin, err := symbols.Open(exe)
+	if err != nil {
+		col.Close()
+		return nil, err
+	}
+	defer bin.Close()
+	plan, err := probes.NewPlan(bin, catalog)
+	if err != nil {
+		col.Close()
+		return nil, err
+	}
+	if only != nil {
+		plan.Sites = slices.DeleteFunc(plan.Sites, func(s probes.Site) bool { return s.Probe != only })
+	}
+	att, err := col.Attach(exe, plan)
+	if err != nil {
+		col.Close()
+		return nil, fmt.Errorf("attach: %w", err)
+	}
+	if pid != 0 {
+		if err := col.Trace(pid, att); err != nil {
+			col.Close()
+			return nil, fmt.Errorf("trace harness: %w", err)
+		}
+	}
+	prog, err := probeProgram(before)
+	if err != nil || prog == nil {
+		col.Close()
+		return nil, fmt.Errorf("find the collector's program: %v", err)
+	}
+	return func() (progStats, error) {
+		ps, err := readProgStats(prog)
+		prog.Close()
+		return ps, errors.Join(err, col.Close())
+	}, nil
 }
 
 // waitSpans waits until at least want spans were finished, or their count stops moving.
@@ -315,16 +376,17 @@ func attachEmpty(prog *ebpf.Program, multi bool, exe string, offsets []uint64) (
 	return closeAll, nil
 }
 
-// eventOnly loads event_only_multi with a ring buffer of size bytes and drains that buffer
-// from a goroutine, as the agent's reader would. stop stops both.
-func eventOnly(size int) (prog *ebpf.Program, stop func(), err error) {
+// eventOnly loads the event-only program name (EmptyProgEventOnlyMulti or
+// EmptyProgEventHeadOnlyMulti) with a ring buffer of size bytes and drains that buffer from a
+// goroutine, as the agent's reader would. stop stops both.
+func eventOnly(name string, size int) (prog *ebpf.Program, stop func(), err error) {
 	spec, err := LoadEmpty()
 	if err != nil {
 		return nil, nil, err
 	}
-	for name := range spec.Programs {
-		if name != EmptyProgEventOnlyMulti {
-			delete(spec.Programs, name)
+	for n := range spec.Programs {
+		if n != name {
+			delete(spec.Programs, n)
 		}
 	}
 	spec.Maps[EmptyMapEvents].MaxEntries = uint32(size)
@@ -348,7 +410,7 @@ func eventOnly(size int) (prog *ebpf.Program, stop func(), err error) {
 			}
 		}
 	}()
-	return coll.Programs[EmptyProgEventOnlyMulti], func() { rd.Close(); <-done; coll.Close() }, nil
+	return coll.Programs[name], func() { rd.Close(); <-done; coll.Close() }, nil
 }
 
 const bpfStatsSysctl = "/proc/sys/kernel/bpf_stats_enabled"

@@ -6,7 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
+	rbpf "github.com/reconscope/reconscope/bpf"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/probes"
 )
@@ -31,14 +33,15 @@ func sizeName(n int) string {
 	return fmt.Sprintf("%d KiB", n>>10)
 }
 
-// recordSize is one event's room in the ring buffer: struct event (920 bytes) and the ring
-// buffer's 8-byte record header.
-const recordSize = 928
+// reconcileBytes is one harness reconcile's room in the ring buffer: the reconcile's and the
+// call's entries read strings (a whole struct event each), their returns do not (struct
+// event_head each, no error), and each record has the ring buffer's 8-byte header.
+var reconcileBytes = 2*(int(unsafe.Sizeof(rbpf.TraceEvent{}))+8) + 2*(int(unsafe.Sizeof(rbpf.TraceEventHead{}))+8)
 
 // holds is how long a ring buffer of size bytes takes to fill at rate reconciles per second
 // of 4 events each, in nanoseconds.
 func holds(size int, rate float64) float64 {
-	return float64(size) / (4 * recordSize * rate) * 1e9
+	return float64(size) / (float64(reconcileBytes) * rate) * 1e9
 }
 
 type lossRun struct {
@@ -130,13 +133,13 @@ func loss(args []string) error {
 
 	fmt.Printf("Command: `%s` (%s)\n\n", c.command(), time.Since(start).Round(time.Second))
 	fmt.Printf(`The harness (reconcileloop -rate R -duration %s -workers %d) paces R reconciles per second over
-%d goroutines; each reconcile hits the reconcile probe and the call probe, so 4 events (920-byte
-records) per reconcile. One tracer per ring-buffer size reads the ring buffer in this process, as
+%d goroutines; each reconcile hits the reconcile probe and the call probe, so 4 events per
+reconcile (two entries with strings, two returns without: %d bytes of ring buffer). One tracer per ring-buffer size reads the ring buffer in this process, as
 the agent would (the reader is woken when a quarter of the buffer is full, else polls every %s).
 Each cell: events lost (median, max over %d runs) and the rate the harness achieved (median).
 "Lost" is the kernel's exact count (tracer.Stats().Kernel.LostRingBuffer).
 
-`, *duration, *workers, *workers, collector.PollInterval, *repeats)
+`, *duration, *workers, *workers, reconcileBytes, collector.PollInterval, *repeats)
 	head := []string{"ring buffer"}
 	for _, r := range rates {
 		head = append(head, rate(r)+" target")
@@ -171,12 +174,12 @@ Each cell: events lost (median, max over %d runs) and the rate the harness achie
 	}
 	fmt.Println()
 	fmt.Printf(`Whether events are lost depends on how long the reader can go without a CPU: a buffer of S bytes
-holds S / (4 × %d B × rate) of events (last column); woken when a quarter of it is full, the reader
+holds S / (%d B × rate) of events (last column); woken when a quarter of it is full, the reader
 must get a CPU and drain it before the rest fills. On this shared machine (see the load average above) the reader, in the benchmark
 process, sometimes waits longer than that; a dedicated core, or the agent's CPU request in the
 DaemonSet, shortens that wait.
 
-`, recordSize)
+`, reconcileBytes)
 
 	// Budget: zero loss at 20 k reconciles/s with the default size.
 	def := 4 << 20

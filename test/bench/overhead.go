@@ -21,6 +21,8 @@ const (
 	traced
 	emptyAt
 	eventOnlyAt // stats runs only: the program that just emits an event
+	notTraced   // stats runs only: reconscope's program attached, the process not traced
+	callsOnly   // stats runs only: reconscope's program at call sites alone, the process traced
 )
 
 // ohConfig is one way of running the harness.
@@ -34,6 +36,8 @@ type ohConfig struct {
 	n        int
 	catalog  []*probes.Probe
 	offsets  []uint64
+	program  string        // eventOnlyAt: the program (EmptyProgEventOnlyMulti, EmptyProgEventHeadOnlyMulti)
+	only     *probes.Probe // callsOnly: the probe whose sites alone are attached
 }
 
 // ohRun is what one run of a configuration measured.
@@ -76,7 +80,7 @@ func (o *overheadBench) run(cfg ohConfig) (ohRun, error) {
 		}
 	case eventOnlyAt:
 		attach = func(pid int) (func() error, error) {
-			prog, closeProg, err := eventOnly(o.ring)
+			prog, closeProg, err := eventOnly(cfg.program, o.ring)
 			if err != nil {
 				return nil, err
 			}
@@ -89,6 +93,20 @@ func (o *overheadBench) run(cfg ohConfig) (ohRun, error) {
 				err := detach()
 				r.prog, _ = readProgStats(prog)
 				closeProg()
+				return err
+			}, nil
+		}
+	case notTraced, callsOnly:
+		attach = func(pid int) (func() error, error) {
+			if cfg.kind == notTraced {
+				pid = 0
+			}
+			stop, err := attachCollector(cfg.catalog, cfg.only, cfg.harness, pid, collector.Options{RingBufferSize: o.ring})
+			if err != nil {
+				return nil, err
+			}
+			return func() (err error) {
+				r.prog, err = stop()
 				return err
 			}, nil
 		}
@@ -218,9 +236,15 @@ func overhead(args []string) error {
 
 	// The programs' own run time, measured by the kernel, in runs of their own: the stats
 	// add two clock reads to every program run, which the runs above must not pay.
-	statsCfgs := []ohConfig{configs[1], configs[2], configs[4]}
+	// The early exits: hits in a process that is not traced, and call sites with no span open.
+	statsCfgs := []ohConfig{configs[1], configs[2], configs[4],
+		{key: "xp", label: "(x) reconscope's program at (c)'s sites, the process not traced", kind: notTraced, harness: h, n: *nTraced, catalog: []*probes.Probe{recon, call}},
+		{key: "xc", label: "(x) reconscope, call probe alone (no span ever open)", kind: callsOnly, harness: h, n: *nTraced, catalog: []*probes.Probe{recon, call}, only: call},
+	}
 	if o.multi {
-		statsCfgs = append(statsCfgs, ohConfig{key: "ev", label: "event-only program at (c)'s sites", kind: eventOnlyAt, harness: h, n: *nTraced, offsets: allSites})
+		statsCfgs = append(statsCfgs,
+			ohConfig{key: "ev", label: "event-only program at (c)'s sites", kind: eventOnlyAt, harness: h, n: *nTraced, offsets: allSites, program: EmptyProgEventOnlyMulti},
+			ohConfig{key: "eh", label: "event-head-only program at (c)'s sites", kind: eventOnlyAt, harness: h, n: *nTraced, offsets: allSites, program: EmptyProgEventHeadOnlyMulti})
 	}
 	statsRuns := map[string][]ohRun{}
 	restore, err := enableBPFStats()
@@ -379,8 +403,11 @@ the events lost in the runs kept.
 	for _, k := range []struct{ key, prog, cfg, goal string }{
 		{"b", "reconscope `probe_site_multi`", configs[1].label, "≤ 300 ns"},
 		{"c", "reconscope `probe_site_multi`", configs[2].label, "≤ 300 ns"},
+		{"xp", "reconscope `probe_site_multi`, early exit: the process is not traced", "(x) at (c)'s sites, no process traced", "≤ 60 ns"},
+		{"xc", "reconscope `probe_site_multi`, early exit: a call site with no span open", "(x) call probe alone", "≤ 60 ns"},
 		{"dc", "empty program", configs[4].label, "—"},
-		{"ev", "event-only program: reserve, stamp and submit one event record, nothing else", "at (c)'s sites", "—"},
+		{"ev", "event-only program: reserve, stamp and submit one whole struct event (920 bytes), nothing else", "at (c)'s sites", "—"},
+		{"eh", "event-head-only program: the same with the record of a site without strings (struct event_head, 136 bytes)", "at (c)'s sites", "—"},
 	} {
 		if len(statsRuns[k.key]) == 0 {
 			continue
@@ -407,6 +434,8 @@ the events lost in the runs kept.
 			Figure:   "traced reconcile / bare probe hits, " + c.name + " (added CPU, same sites, empty program)",
 			Goal:     "≤ 1.10×",
 			Measured: ratio(c.add.median()),
+			Value:    c.add.median(),
+			Unit:     "×",
 			Met:      c.add.median() <= 1.10,
 		}
 		if !v.Met {
@@ -420,12 +449,33 @@ the events lost in the runs kept.
 			Figure:   "BPF program time per hit (kernel stats), " + c.name,
 			Goal:     "≤ 300 ns",
 			Measured: ns(c.kernel.median()),
+			Value:    c.kernel.median(),
+			Unit:     "ns",
 			Met:      c.kernel.median() <= 300,
 		}
 		if !kv.Met {
-			kv.Why = fmt.Sprintf("per hit the program does several map operations (PID filter, site table, goroutine state in an LRU hash, counters), reads the goroutine ID, up to five strings and the context chain with bpf_probe_read_user, and fills a 920-byte ring-buffer record; emitting the record alone costs %s per hit (event-only program)", ns(perHit("ev").median()))
+			kv.Why = fmt.Sprintf("per hit the program does several map operations (PID filter, site table, goroutine state in an LRU hash, counters), reads up to five strings and, at a span's entry, the goroutine ID and the context chain with bpf_probe_read_user, and emits a ring-buffer record; emitting a record alone costs %s per hit with strings (920 bytes), %s without (136 bytes; event-only programs), of which the empty program's %s", ns(perHit("ev").median()), ns(perHit("eh").median()), ns(perHit("dc").median()))
 		}
 		if err := o.verdict(kv); err != nil {
+			return err
+		}
+	}
+	for _, x := range []struct{ key, what string }{
+		{"xp", "the process is not traced"},
+		{"xc", "a call site with no span open"},
+	} {
+		v := Verdict{
+			Figure:   "BPF program time per hit (kernel stats), early exit: " + x.what,
+			Goal:     "≤ 60 ns",
+			Measured: ns(perHit(x.key).median()),
+			Value:    perHit(x.key).median(),
+			Unit:     "ns",
+			Met:      perHit(x.key).median() <= 60,
+		}
+		if !v.Met {
+			v.Why = fmt.Sprintf("the empty program itself measures %s per hit here (the kernel's stats count the program's call and two clock reads); the exit adds the PID filter's hash lookup (and for a call site, the site table, the goroutine-state lookup and two per-CPU counters)", ns(perHit("dc").median()))
+		}
+		if err := o.verdict(v); err != nil {
 			return err
 		}
 	}

@@ -16,7 +16,8 @@ import (
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
-// TestRingBufferOverflow: a ring buffer of one page (4 events of ~920 bytes) under a burst of
+// TestRingBufferOverflow: a ring buffer of one page (4 entries of 920 bytes, or more with the
+// returns' 136-byte records) under a burst of
 // 8 workers reconciling flat out. The kernel must drop events and count each drop; the agent
 // goes on; and no span is wrong: a span that is not marked incomplete or abandoned matches
 // its reconcile exactly, the others carry the right object, and the spans, the missing

@@ -8,7 +8,8 @@
  *
  * `event_only_multi` only reserves reconscope's event record in a ring buffer, stamps it and
  * submits it without a wakeup: the part of reconscope's per-hit time that emitting one event
- * costs, whatever the event holds. */
+ * costs, whatever the event holds. `event_head_only_multi` does the same with the record a site
+ * without strings sends (struct event_head). */
 
 #include "types.h"
 #include "bpf_helpers.h"
@@ -37,6 +38,18 @@ SEC("uprobe.multi")
 int event_only_multi(void *ctx)
 {
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e)
+		return 0;
+	e->kind = EVENT_ENTRY;
+	e->ktime = bpf_ktime_get_ns();
+	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+SEC("uprobe.multi")
+int event_head_only_multi(void *ctx)
+{
+	struct event_head *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e)
 		return 0;
 	e->kind = EVENT_ENTRY;
