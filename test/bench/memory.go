@@ -299,7 +299,7 @@ func inspect(args []string) error {
 			err := cmd.Run()
 			wall := time.Since(t0)
 			var ee *exec.ExitError
-			if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 2) { // 2: not traceable, still inspected
+			if err != nil && !(errors.As(err, &ee) && ee.ExitCode() == 3) { // 3: not traceable, still inspected
 				return fmt.Errorf("inspect %s: %w\n%s", c.show(b), err, c.show(stderr.String()))
 			}
 			ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
