@@ -119,38 +119,13 @@ func TestEndToEnd(t *testing.T) {
 		})
 	}
 
-	// The agent, as the DaemonSet runs it, limited to this test's three executables (other
-	// tests on the machine may run controllers too), exporting to a real OTLP/gRPC receiver.
+	// The agent, as the DaemonSet runs it, limited to this test's three executables, exporting
+	// to a real OTLP/gRPC receiver. Nothing has been reconciled yet: the agent attaches before
+	// the story starts, so every reconcile the controllers count, it sees.
 	rx, otlpAddr := startOTLPReceiver(t)
-	metricsAddr := freeAddr(t)
-	exes, _ := json.Marshal([]string{globEscape(fixtureBin), globEscape(builtinsPath), globEscape(env.ControllerManagerPath)})
-	cfgPath := filepath.Join(t.TempDir(), "reconscope.yaml")
-	if err := os.WriteFile(cfgPath, []byte("include:\n  - executables: "+string(exes)+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	agent := testenv.StartProcess(t, "reconscope-agent", exec.Command(agentBin, "run",
-		"--kubeconfig", env.Kubeconfig, "--node-name", node, "--metrics-addr", metricsAddr, "--scan-interval", "200ms",
-		"--otlp-endpoint", otlpAddr, "--otlp-protocol", "grpc", "--otlp-insecure",
-		"--output", "json", "--log-format", "json", "--config", cfgPath))
+	agent, metricsAddr := startRunAgent(t, agentBin, env.Kubeconfig, node, otlpAddr, fixtureBin, builtinsPath, env.ControllerManagerPath)
 	pids := map[int]string{fixture.PID(): "scripted-controller", builtins.PID(): "builtins", env.ControllerManagerPID: "kube-controller-manager"}
-	// Nothing has been reconciled yet: the agent attaches before the story starts, so every
-	// reconcile the controllers count, it sees.
-	waitFor(t, "the agent traces the three controllers", 90*time.Second, func() (bool, string) {
-		mustRun(t, agent, "reconscope-agent")
-		seen := map[int]bool{}
-		for _, l := range agentLogs(agent.StderrPath()) {
-			if l.msg() == "tracing" {
-				seen[int(l.int("pid"))] = true
-			}
-		}
-		var missing []string
-		for pid, name := range pids {
-			if !seen[pid] {
-				missing = append(missing, fmt.Sprintf("%s (pid %d)", name, pid))
-			}
-		}
-		return len(missing) == 0, "not tracing " + strings.Join(missing, ", ")
-	})
+	waitTracing(t, agent, pids)
 	promURL, _ := startPrometheus(t, promBin, metricsAddr)
 	t.Logf("set up in %s: control plane, kube-controller-manager (pid %d), scripted-controller (pid %d), builtins (pid %d), agent, OTLP receiver, Prometheus",
 		time.Since(began).Round(time.Millisecond), env.ControllerManagerPID, fixture.PID(), builtins.PID())

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -283,4 +284,50 @@ func globEscape(p string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// startRunAgent starts the agent as the DaemonSet runs it (`run`), on node, limited to the
+// executables exes (other tests on the machine may run controllers too), exporting OTLP/gRPC to
+// otlpAddr and writing JSON spans to its stdout and JSON logs to its stderr. It returns the
+// agent and its metrics address.
+func startRunAgent(t *testing.T, agentBin, kubeconfig, node, otlpAddr string, exes ...string) (*testenv.Process, string) {
+	t.Helper()
+	var globs []string
+	for _, e := range exes {
+		globs = append(globs, globEscape(e))
+	}
+	list, _ := json.Marshal(globs)
+	cfgPath := filepath.Join(t.TempDir(), "reconscope.yaml")
+	if err := os.WriteFile(cfgPath, []byte("include:\n  - executables: "+string(list)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := freeAddr(t)
+	agent := testenv.StartProcess(t, "reconscope-agent "+node, exec.Command(agentBin, "run",
+		"--kubeconfig", kubeconfig, "--node-name", node, "--metrics-addr", metricsAddr, "--scan-interval", "200ms",
+		"--otlp-endpoint", otlpAddr, "--otlp-protocol", "grpc", "--otlp-insecure",
+		"--output", "json", "--log-format", "json", "--config", cfgPath))
+	return agent, metricsAddr
+}
+
+// waitTracing waits until the agent has logged "tracing" for every process of pids (PID →
+// name).
+func waitTracing(t *testing.T, agent *testenv.Process, pids map[int]string) {
+	t.Helper()
+	waitFor(t, "the agent traces "+fmt.Sprint(len(pids))+" processes", 90*time.Second, func() (bool, string) {
+		mustRun(t, agent, "reconscope-agent")
+		seen := map[int]bool{}
+		for _, l := range agentLogs(agent.StderrPath()) {
+			if l.msg() == "tracing" {
+				seen[int(l.int("pid"))] = true
+			}
+		}
+		var missing []string
+		for pid, name := range pids {
+			if !seen[pid] {
+				missing = append(missing, fmt.Sprintf("%s (pid %d)", name, pid))
+			}
+		}
+		sort.Strings(missing)
+		return len(missing) == 0, "not tracing " + strings.Join(missing, ", ")
+	})
 }
