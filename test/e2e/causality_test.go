@@ -30,7 +30,8 @@ import (
 // across two, read back from a real trace backend. Two processes of the scripted fixture split
 // the work by label: "writer" reconciles the ConfigMaps labelled role=writer, whose script
 // patches the ConfigMap "target"; "reader" reconciles "target" (role=reader). Each patch makes a
-// version of "target" that triggers a reader reconcile.
+// version of "target" that triggers a reader reconcile. A reader reconcile lasts 30 ms, so the
+// versions written meanwhile are read by a reconcile that starts after their write returned.
 //
 //   - One node: one agent traces both. A reader reconcile of a version the writer made names
 //     the writer (trigger_controller) and the lag from the write's return to its start, and
@@ -69,7 +70,7 @@ func TestCausalityAcrossNodes(t *testing.T) {
 			"--namespace", cns, "--controller-name", role, "--selector", "role="+role))
 	}
 	target := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cns, Name: "target",
-		Labels: map[string]string{"role": "reader"}, Annotations: map[string]string{scriptAnnotation: "success"}}}
+		Labels: map[string]string{"role": "reader"}, Annotations: map[string]string{scriptAnnotation: "sleep:30ms"}}}
 	if err := c.Create(ctx, target); err != nil {
 		t.Fatal(err)
 	}
@@ -111,27 +112,31 @@ func TestCausalityAcrossNodes(t *testing.T) {
 	one, _ := startRunAgent(t, agentBin, env.Kubeconfig, "node-1", jaeger.OTLPAddr, exe["writer"], exe["reader"])
 	waitTracing(t, one, map[int]string{proc["writer"].PID(): "writer", proc["reader"].PID(): "reader"})
 	writes, spans := writeTarget("write-1", one)
-	read := 0
+	read, lagged := 0, 0
 	for _, s := range byPID(spans, proc["reader"].PID()) {
 		w, ok := writeOf(writes, s)
 		if !ok {
 			continue
 		}
 		read++
-		if s.TriggerController != "writer" {
-			t.Errorf("one node: reader reconcile of target@%s, which the writer wrote: trigger_controller %q", s.ResourceVersion, s.TriggerController)
-		}
 		switch lag := s.Start.Sub(w.end); {
+		case lag >= 0 && s.TriggerController != "writer":
+			t.Errorf("one node: reader reconcile of target@%s began %v after the writer's patch of it returned: trigger_controller %q", s.ResourceVersion, lag, s.TriggerController)
 		case lag >= 0 && (s.TriggerLagNS <= 0 || absDuration(time.Duration(s.TriggerLagNS)-lag) > time.Microsecond):
 			t.Errorf("one node: reader reconcile of target@%s began %v after the write returned: trigger_lag_ns %d", s.ResourceVersion, lag, s.TriggerLagNS)
-		case lag < 0 && s.TriggerLagNS != 0:
-			t.Errorf("one node: reader reconcile of target@%s began %v before the write returned, yet trigger_lag_ns %d", s.ResourceVersion, -lag, s.TriggerLagNS)
+		case lag < 0 && (s.TriggerLagNS != 0 || (s.TriggerController != "writer" && s.TriggerController != span.TriggerUnknown)):
+			// The watch can deliver the version before the writer has its response: the writer
+			// is known only if the reconcile was still running when the response came.
+			t.Errorf("one node: reader reconcile of target@%s began %v before the write returned, yet trigger %q, trigger_lag_ns %d", s.ResourceVersion, -lag, s.TriggerController, s.TriggerLagNS)
 		default:
+			if lag >= 0 {
+				lagged++
+			}
 			t.Logf("one node: reader reconcile of target@%s: trigger %s, lag %v (start minus write end %v)", s.ResourceVersion, s.TriggerController, time.Duration(s.TriggerLagNS), lag)
 		}
 	}
-	if read == 0 {
-		t.Errorf("one node: no reader reconcile read a version the writer wrote")
+	if read == 0 || lagged == 0 {
+		t.Errorf("one node: %d reader reconciles read a version the writer wrote, %d of them with a known lag", read, lagged)
 	}
 	checkNoFights(t, spans)
 	if err := one.Stop(); err != nil { // flushes its spans to Jaeger
@@ -183,7 +188,7 @@ func targetWrites(spans []exporter.JSONSpan, pid int, name, uid string) []target
 			continue
 		}
 		for _, cl := range s.Calls {
-			if cl.UID == uid && cl.Verb == "patch" && cl.Status >= 200 && cl.Status < 300 && cl.ResourceVersion != "" {
+			if cl.UID == uid && cl.Verb == "PATCH" && cl.Status >= 200 && cl.Status < 300 && cl.ResourceVersion != "" {
 				out = append(out, targetWrite{cl.ResourceVersion, cl.Start.Add(time.Duration(cl.DurationNS))})
 			}
 		}
