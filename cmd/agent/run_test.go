@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -259,31 +260,34 @@ func TestRunWithoutAPI(t *testing.T) {
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
 	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "--output", "json")
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
-	var out, logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	time.Sleep(3 * time.Second)
+	p := testenv.StartProcess(t, "reconscope-agent", cmd)
+	// The reconcile must come after the agent attached (on a loaded machine that takes seconds).
+	waitForStderr(t, p, regexp.MustCompile(fmt.Sprintf(`"msg":"(tracing)","pid":%d,`, ctl.PID())))
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "no-api",
 		Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
 	if err := env.Client.Create(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("agent: %v\n%s", err, logs.String())
+	var out []byte
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		out, _ = os.ReadFile(p.StdoutPath())
+		if bytes.Contains(out, []byte(`"name":"no-api"`)) {
+			break
+		}
 	}
-	if n := strings.Count(logs.String(), "kubernetes metadata unavailable"); n != 1 {
-		t.Errorf("said %d times that there is no API access, want once:\n%s", n, logs.String())
+	if err := p.Stop(); err != nil {
+		t.Fatalf("agent: %v", err)
 	}
-	if !strings.Contains(out.String(), `"name":"no-api"`) || !strings.Contains(out.String(), fmt.Sprintf(`"pid":%d`, ctl.PID())) {
-		t.Errorf("no span for the fixture without API access; stdout:\n%s\nlogs:\n%s", out.String(), logs.String())
+	out, _ = os.ReadFile(p.StdoutPath())
+	logs, _ := os.ReadFile(p.StderrPath())
+	if n := bytes.Count(logs, []byte("kubernetes metadata unavailable")); n != 1 {
+		t.Errorf("said %d times that there is no API access, want once:\n%s", n, logs)
 	}
-	if strings.Contains(out.String(), `"pod":"default/`) {
-		t.Errorf("pod metadata without API access?\n%s", out.String())
+	if !bytes.Contains(out, []byte(`"name":"no-api"`)) || !bytes.Contains(out, []byte(fmt.Sprintf(`"pid":%d`, ctl.PID()))) {
+		t.Errorf("no span for the fixture without API access; stdout:\n%s\nlogs:\n%s", out, logs)
+	}
+	if bytes.Contains(out, []byte(`"pod":"default/`)) {
+		t.Errorf("pod metadata without API access?\n%s", out)
 	}
 }
 
