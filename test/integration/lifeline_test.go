@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +26,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/lifeline"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/testenv"
@@ -101,27 +104,8 @@ func versionSpanID(uid, rv string) string {
 func TestLifelinesAcrossControllers(t *testing.T) {
 	bpftest.Require(t)
 	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: true})
-	recv, addr := startReceiver(t)
-	s := &sink{}
-	var w tee
-	tr, err := tracer.New(tracer.Options{Writer: &w, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	otlp, err := exporter.NewOTLP(context.Background(), exporter.OTLPOptions{Endpoint: addr, Protocol: exporter.ProtocolGRPC,
-		Insecure: true, Clock: tr.Clock(), BatchTimeout: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w = tee{s, otlp}
-	if _, err := tr.TracePID(env.ControllerManagerPID); err != nil {
-		t.Fatalf("trace kube-controller-manager: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
-
+	lt := startLifelineTracer(t, env.ControllerManagerPID)
+	recv, s := lt.recv, lt.sink
 	const ns = "lifelines"
 	c, bg := env.Client, context.Background()
 	if err := c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -141,15 +125,7 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 	}
 	waitPods(t, c, ns, 2)
 	time.Sleep(1500 * time.Millisecond)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	sctx, scancel := context.WithTimeout(bg, 30*time.Second)
-	defer scancel()
-	if err := otlp.Shutdown(sctx); err != nil {
-		t.Fatalf("flush OTLP: %v", err)
-	}
+	lt.stop(t)
 	versions := seen()
 	var rsList appsv1.ReplicaSetList
 	if err := c.List(bg, &rsList, client.InNamespace(ns)); err != nil || len(rsList.Items) != 1 {
@@ -163,15 +139,6 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 	byID := map[string]*tracepb.Span{}
 	for _, sp := range got {
 		byID[hex.EncodeToString(sp.GetSpanId())] = sp
-	}
-	linksOf := func(sp *tracepb.Span, typ string) []*tracepb.Span_Link {
-		var ls []*tracepb.Span_Link
-		for _, l := range sp.GetLinks() {
-			if attrs(l.GetAttributes())["reconscope.link.type"] == typ {
-				ls = append(ls, l)
-			}
-		}
-		return ls
 	}
 	var lines []string
 	var rsCreate *tracepb.Span
@@ -192,7 +159,7 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 			t.Errorf("lifeline span %s of %s@%s: IDs %x/%x, want the derived %s/%s", sp.GetName(), uid, rv, sp.GetTraceId(), sp.GetSpanId(), lifelineTraceID(uid), versionSpanID(uid, rv))
 		}
 		// ... linked to the call span that wrote it.
-		w := linksOf(sp, "writer")
+		w := linksOfType(sp, "writer")
 		if len(w) != 1 || byID[hex.EncodeToString(w[0].GetSpanId())] == nil || byID[hex.EncodeToString(w[0].GetSpanId())].GetName() != sp.GetName() {
 			t.Errorf("lifeline span %s of %s@%s: writer links %v", sp.GetName(), uid, rv, w)
 		}
@@ -216,7 +183,7 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 		if a["k8s.object.uid"] != rsUID {
 			t.Errorf("replicaset reconcile with uid %q, the API server's is %q", a["k8s.object.uid"], rsUID)
 		}
-		for _, l := range linksOf(sp, "read_version") {
+		for _, l := range linksOfType(sp, "read_version") {
 			lines = append(lines, fmt.Sprintf("reconcile replicaset read %s@%s", attrs(l.GetAttributes())["k8s.object.uid"], attrs(l.GetAttributes())["k8s.object.resource_version"]))
 			if string(l.GetTraceId()) == string(rsCreate.GetTraceId()) && string(l.GetSpanId()) == string(rsCreate.GetSpanId()) {
 				triggered++
@@ -297,4 +264,156 @@ func childrenOf(all []*tracepb.Span, sp *tracepb.Span) []*tracepb.Span {
 		}
 	}
 	return out
+}
+
+// lifelineTracer is a tracer of the given processes exporting over OTLP to a real gRPC receiver,
+// its spans also kept in a sink.
+type lifelineTracer struct {
+	recv *otlpReceiver
+	sink *sink
+	stop func(t *testing.T) // stops tracing and flushes OTLP
+}
+
+func startLifelineTracer(t *testing.T, pids ...int) lifelineTracer {
+	t.Helper()
+	recv, addr := startReceiver(t)
+	s := &sink{}
+	var w tee
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tr, err := tracer.New(tracer.Options{Writer: &w, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	otlp, err := exporter.NewOTLP(context.Background(), exporter.OTLPOptions{Endpoint: addr, Protocol: exporter.ProtocolGRPC,
+		Insecure: true, Clock: tr.Clock(), BatchTimeout: 50 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w = tee{s, otlp}
+	for _, pid := range pids {
+		if _, err := tr.TracePID(pid); err != nil {
+			t.Fatalf("trace pid %d: %v", pid, err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- tr.Run(ctx) }()
+	return lifelineTracer{recv: recv, sink: s, stop: func(t *testing.T) {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer scancel()
+		if err := otlp.Shutdown(sctx); err != nil {
+			t.Fatalf("flush OTLP: %v", err)
+		}
+	}}
+}
+
+// linksOfType returns sp's links of reconscope.link.type typ.
+func linksOfType(sp *tracepb.Span, typ string) []*tracepb.Span_Link {
+	var ls []*tracepb.Span_Link
+	for _, l := range sp.GetLinks() {
+		if attrs(l.GetAttributes())["reconscope.link.type"] == typ {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+// TestLifelineFromOperatorToControllerManager: the scripted fixture (a controller-runtime
+// operator) creates a Deployment; kube-controller-manager's deployment controller reconciles
+// it. The fixture's create is a lifeline span in the Deployment's lifeline trace (IDs derived
+// from the API server's UID and the version the create returned), written by "scripted", and the
+// deployment reconcile that read that version links to it: the causal chain from an operator
+// to kube-controller-manager, through derived IDs only. Its UID is the API server's.
+func TestLifelineFromOperatorToControllerManager(t *testing.T) {
+	bpftest.Require(t)
+	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: true})
+	const ns = "operator-lifeline"
+	c, bg := env.Client, context.Background()
+	if err := c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	bin := testenv.BuildFixture(t, fixturePkg)
+	op := testenv.StartProcess(t, "scripted", exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--namespace", ns))
+	lt := startLifelineTracer(t, env.ControllerManagerPID, op.PID())
+	if err := c.Create(bg, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "maker",
+		Annotations: map[string]string{"scripted.reconscope.io/script": "times:1;create:deployment/made"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var dep appsv1.Deployment
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var rs appsv1.ReplicaSetList
+		err := c.Get(bg, client.ObjectKey{Namespace: ns, Name: "made"}, &dep)
+		if err == nil && c.List(bg, &rs, client.InNamespace(ns)) == nil && len(rs.Items) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no Deployment made with its ReplicaSet within 60s (%v)", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	lt.stop(t)
+
+	// The fixture's create, as the agent saw it: the version it made.
+	var created string
+	for _, sp := range lt.sink.snapshot() {
+		for _, cl := range sp.Calls {
+			if sp.Controller == "scripted" && cl.Kind == span.CallAPI && cl.Verb == "POST" && cl.Resource == "deployments" && cl.Status == 201 {
+				if cl.UID != string(dep.UID) {
+					t.Errorf("the fixture's create of deployments/made: uid %q, the API server's is %q", cl.UID, dep.UID)
+				}
+				created = cl.ResourceVersion
+			}
+		}
+	}
+	if created == "" {
+		t.Fatalf("no traced create of deployments/made by the fixture")
+	}
+	recv := lt.recv
+	recv.mu.Lock()
+	got := append([]*tracepb.Span(nil), recv.spans...)
+	recv.mu.Unlock()
+	want := lifeline.Version(string(dep.UID), created)
+	var lifelineSpan *tracepb.Span
+	for _, sp := range got {
+		tid, sid := want.TraceID(), want.SpanID()
+		if sp.GetKind() == tracepb.Span_SPAN_KIND_PRODUCER && bytes.Equal(sp.GetTraceId(), tid[:]) && bytes.Equal(sp.GetSpanId(), sid[:]) {
+			lifelineSpan = sp
+		}
+	}
+	if lifelineSpan == nil {
+		t.Fatalf("no lifeline span %s/%s for the fixture's create of Deployment %s@%s", want.TraceID(), want.SpanID(), dep.UID, created)
+	}
+	if w := attrs(lifelineSpan.GetAttributes())["reconscope.lifeline.writer"]; w != "scripted" {
+		t.Errorf("the lifeline span of the create names writer %q, want scripted", w)
+	}
+	var lines []string
+	linked := 0
+	for _, sp := range got {
+		a := attrs(sp.GetAttributes())
+		if sp.GetName() != "reconcile deployment" || a["k8s.object.name"] != "made" {
+			continue
+		}
+		if a["k8s.object.uid"] != string(dep.UID) {
+			t.Errorf("deployment reconcile of made with uid %q, the API server's is %q", a["k8s.object.uid"], dep.UID)
+		}
+		for _, l := range linksOfType(sp, "read_version") {
+			la := attrs(l.GetAttributes())
+			lines = append(lines, fmt.Sprintf("deployment reconcile read %s@%s (trigger %s)", la["k8s.object.uid"], la["k8s.object.resource_version"], a["reconscope.trigger.controller"]))
+			if bytes.Equal(l.GetTraceId(), lifelineSpan.GetTraceId()) && bytes.Equal(l.GetSpanId(), lifelineSpan.GetSpanId()) {
+				linked++
+			}
+		}
+	}
+	if linked == 0 {
+		t.Errorf("no deployment reconcile of made links to the fixture's create (version %s):\n%s", created, strings.Join(lines, "\n"))
+	}
+	t.Logf("the fixture created Deployment made (uid %s) at version %s; %d deployment reconciles link to its lifeline span: %s", dep.UID, created, linked, strings.Join(lines, "; "))
 }
