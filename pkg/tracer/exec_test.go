@@ -260,3 +260,52 @@ func TestTracePIDConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestTracePIDSiblingExitsMidInspection traces two processes of one executable at once; the
+// first exits while the executable waits to be inspected through its /proc/PID/exe. That
+// failure is the first process's: the second, which waited for the same inspection, is traced
+// anyway (before, it got the first one's error and stayed untraced).
+func TestTracePIDSiblingExitsMidInspection(t *testing.T) {
+	bpftest.Require(t)
+	bin := buildFake(t, nil)
+	never := filepath.Join(t.TempDir(), "never")
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "-start", never)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		return cmd
+	}
+	first, second := start(), start()
+	tr, err := tracer.New(tracer.Options{Catalog: fakeProbe(t), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Inspections: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	release := tr.HoldInspections()
+	waitUsers := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); tr.Users(second.Process.Pid) != n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d callers of the executable, want %d", tr.Users(second.Process.Pid), n)
+			}
+		}
+	}
+	errs := [2]chan error{make(chan error, 1), make(chan error, 1)}
+	go func() { _, err := tr.TracePID(first.Process.Pid); errs[0] <- err }()
+	waitUsers(1)
+	go func() { _, err := tr.TracePID(second.Process.Pid); errs[1] <- err }()
+	waitUsers(2)
+	_ = first.Process.Kill()
+	_ = first.Wait()
+	release()
+	if err := <-errs[0]; err == nil {
+		t.Errorf("the first process exited before its executable was inspected, yet TracePID succeeded")
+	} else {
+		t.Logf("first process: %v", err)
+	}
+	if err := <-errs[1]; err != nil {
+		t.Fatalf("the second process, alive, not traced: %v", err)
+	}
+}

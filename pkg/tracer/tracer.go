@@ -322,26 +322,35 @@ func permanent(err error) bool {
 // acquire returns the attached executable key, inspecting and attaching it first unless done
 // or under way; the caller then holds a reference (release it with unref). On failure the
 // returned exe, when not nil, carries the plan that says what is missing.
+//
+// A caller that waited for another's inspection and got a failure of the moment (not of the
+// file: the other process exited mid-inspection, say) tries again with its own open: the
+// failure was the other process's, and this one would otherwise never be traced.
 func (t *Tracer) acquire(key proc.FileID, path string, open func() (*symbols.Binary, error), attachPath string) (*exe, error) {
-	t.mu.Lock()
-	e := t.exes[key]
-	if e != nil {
-		e.users++
-		t.mu.Unlock()
-		<-e.ready
-	} else {
-		e = &exe{key: key, ready: make(chan struct{}), path: path, pids: map[int]bool{}, users: 1}
-		t.exes[key] = e
-		t.mu.Unlock()
-		t.attach(e, open, attachPath)
-	}
-	if e.err != nil {
+	for {
+		t.mu.Lock()
+		e := t.exes[key]
+		mine := e == nil
+		if !mine {
+			e.users++
+			t.mu.Unlock()
+			<-e.ready
+		} else {
+			e = &exe{key: key, ready: make(chan struct{}), path: path, pids: map[int]bool{}, users: 1}
+			t.exes[key] = e
+			t.mu.Unlock()
+			t.attach(e, open, attachPath)
+		}
+		if e.err == nil {
+			return e, nil
+		}
 		t.mu.Lock()
 		e.users--
 		t.mu.Unlock()
-		return e, e.err
+		if mine || permanent(e.err) {
+			return e, e.err
+		}
 	}
-	return e, nil
 }
 
 // attach inspects and attaches e, at most Options.Inspections at once, then closes e.ready.

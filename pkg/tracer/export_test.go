@@ -1,0 +1,28 @@
+package tracer
+
+// HoldInspections takes every inspection slot, so that executables wait to be inspected until
+// the returned function is called.
+func (t *Tracer) HoldInspections() (release func()) {
+	for range cap(t.inspect) {
+		t.inspect <- struct{}{}
+	}
+	return func() {
+		for range cap(t.inspect) {
+			<-t.inspect
+		}
+	}
+}
+
+// Users returns how many callers hold or wait for the executable of process pid.
+func (t *Tracer) Users(pid int) int {
+	id, err := t.col.FileID(t.proc.ExeLink(pid))
+	if err != nil {
+		return -1
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.exes[id]; e != nil {
+		return e.users
+	}
+	return 0
+}
