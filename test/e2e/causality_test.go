@@ -114,7 +114,7 @@ func TestCausalityAcrossNodes(t *testing.T) {
 	writes, spans := writeTarget("write-1", one)
 	read, lagged := 0, 0
 	for _, s := range byPID(spans, proc["reader"].PID()) {
-		w, ok := writeOf(writes, s)
+		w, ok := writeOf(writes, s.ResourceVersion)
 		if !ok {
 			continue
 		}
@@ -153,7 +153,7 @@ func TestCausalityAcrossNodes(t *testing.T) {
 	writes, spans = writeTarget("write-2", a, b)
 	read = 0
 	for _, s := range readSpans(t, b.StdoutPath(), false) {
-		if _, ok := writeOf(writes, s); !ok {
+		if _, ok := writeOf(writes, s.ResourceVersion); !ok {
 			continue
 		}
 		read++
@@ -196,10 +196,10 @@ func targetWrites(spans []exporter.JSONSpan, pid int, name, uid string) []target
 	return out
 }
 
-// writeOf returns the write that made the version reconcile s read.
-func writeOf(writes []targetWrite, s exporter.JSONSpan) (targetWrite, bool) {
+// writeOf returns the write that made version rv.
+func writeOf(writes []targetWrite, rv string) (targetWrite, bool) {
 	for _, w := range writes {
-		if s.ResourceVersion == w.rv {
+		if w.rv == rv {
 			return w, true
 		}
 	}
@@ -248,7 +248,7 @@ func checkLinkedInJaeger(t *testing.T, j *testenv.Jaeger, began time.Time, reade
 				continue
 			}
 			rv := attrStr(a, "k8s.object.resource_version")
-			if !written(writes, rv) {
+			if _, ok := writeOf(writes, rv); !ok {
 				continue
 			}
 			if node := attrStr(s.resource, "k8s.node.name"); node != readerNode {
@@ -279,13 +279,4 @@ func checkLinkedInJaeger(t *testing.T, j *testenv.Jaeger, began time.Time, reade
 		return linked > 0, strings.Join(lines, "; ")
 	})
 	t.Logf("Jaeger (%s → %s): %s", writerNode, readerNode, strings.Join(lines, "; "))
-}
-
-func written(writes []targetWrite, rv string) bool {
-	for _, w := range writes {
-		if w.rv == rv {
-			return true
-		}
-	}
-	return false
 }
