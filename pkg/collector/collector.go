@@ -195,10 +195,20 @@ func (c *Collector) GoroutinesOf(pid int) (int, error) {
 // with a span open or inherited). An aborted walk (the map changing under it too much) is an
 // error, not a short list.
 func (c *Collector) goroutineKeys(pid int, live bool) ([]rbpf.TraceG_key, error) {
+	return goroutineKeys(c.gors.Iterate(), pid, live)
+}
+
+// mapWalk is what a walk needs of an *ebpf.MapIterator.
+type mapWalk interface {
+	Next(key, value any) bool
+	Err() error
+}
+
+// goroutineKeys walks the goroutine-state entries it yields; see Collector.goroutineKeys.
+func goroutineKeys(it mapWalk, pid int, live bool) ([]rbpf.TraceG_key, error) {
 	var k rbpf.TraceG_key
 	var v rbpf.TraceG_state
 	var keys []rbpf.TraceG_key
-	it := c.gors.Iterate()
 	for it.Next(&k, &v) {
 		if k.Pid == uint32(pid) && (!live || v.Start != 0) {
 			keys = append(keys, k)
