@@ -8,19 +8,51 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type EmptyEventHead struct {
+	_         structs.HostLayout
+	Kind      uint8
+	Flags     uint8
+	Pad0      uint16
+	Site      uint32
+	Pid       uint32
+	Tid       uint32
+	Ktime     uint64
+	G         uint64
+	Goid      int64
+	SpanStart uint64
+	Args      [9]uint64
+	Vals      [2]uint64
+}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	EmptyMapEvents              = "events"
+	EmptyMapPerfEvents          = "perf_events"
+	EmptyMapPids                = "pids"
+	EmptyMapScratch             = "scratch"
 	EmptyProgEmpty              = "empty"
 	EmptyProgEmptyMulti         = "empty_multi"
 	EmptyProgEventHeadOnlyMulti = "event_head_only_multi"
 	EmptyProgEventOnlyMulti     = "event_only_multi"
+	EmptyProgRec16Multi         = "rec_16_multi"
+	EmptyProgRec64Multi         = "rec_64_multi"
+	EmptyProgRecBitmapMissMulti = "rec_bitmap_miss_multi"
+	EmptyProgRecCounterMulti    = "rec_counter_multi"
+	EmptyProgRecDiscardMulti    = "rec_discard_multi"
+	EmptyProgRecHashMissMulti   = "rec_hash_miss_multi"
+	EmptyProgRecKtimeMulti      = "rec_ktime_multi"
+	EmptyProgRecOutputMulti     = "rec_output_multi"
+	EmptyProgRecPerfMulti       = "rec_perf_multi"
+	EmptyProgRecWakeupMulti     = "rec_wakeup_multi"
+	EmptyVarPidBits             = "pid_bits"
+	EmptyVarWakeupBytes         = "wakeup_bytes"
 )
 
 // LoadEmpty returns the embedded CollectionSpec for Empty.
@@ -69,19 +101,34 @@ type EmptyProgramSpecs struct {
 	EmptyMulti         *ebpf.ProgramSpec `ebpf:"empty_multi"`
 	EventHeadOnlyMulti *ebpf.ProgramSpec `ebpf:"event_head_only_multi"`
 	EventOnlyMulti     *ebpf.ProgramSpec `ebpf:"event_only_multi"`
+	Rec16Multi         *ebpf.ProgramSpec `ebpf:"rec_16_multi"`
+	Rec64Multi         *ebpf.ProgramSpec `ebpf:"rec_64_multi"`
+	RecBitmapMissMulti *ebpf.ProgramSpec `ebpf:"rec_bitmap_miss_multi"`
+	RecCounterMulti    *ebpf.ProgramSpec `ebpf:"rec_counter_multi"`
+	RecDiscardMulti    *ebpf.ProgramSpec `ebpf:"rec_discard_multi"`
+	RecHashMissMulti   *ebpf.ProgramSpec `ebpf:"rec_hash_miss_multi"`
+	RecKtimeMulti      *ebpf.ProgramSpec `ebpf:"rec_ktime_multi"`
+	RecOutputMulti     *ebpf.ProgramSpec `ebpf:"rec_output_multi"`
+	RecPerfMulti       *ebpf.ProgramSpec `ebpf:"rec_perf_multi"`
+	RecWakeupMulti     *ebpf.ProgramSpec `ebpf:"rec_wakeup_multi"`
 }
 
 // EmptyMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EmptyMapSpecs struct {
-	Events *ebpf.MapSpec `ebpf:"events"`
+	Events     *ebpf.MapSpec `ebpf:"events"`
+	PerfEvents *ebpf.MapSpec `ebpf:"perf_events"`
+	Pids       *ebpf.MapSpec `ebpf:"pids"`
+	Scratch    *ebpf.MapSpec `ebpf:"scratch"`
 }
 
 // EmptyVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EmptyVariableSpecs struct {
+	PidBits     *ebpf.VariableSpec `ebpf:"pid_bits"`
+	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // EmptyObjects contains all objects after they have been loaded into the kernel.
@@ -104,12 +151,18 @@ func (o *EmptyObjects) Close() error {
 //
 // It can be passed to LoadEmptyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EmptyMaps struct {
-	Events *ebpf.Map `ebpf:"events"`
+	Events     *ebpf.Map `ebpf:"events"`
+	PerfEvents *ebpf.Map `ebpf:"perf_events"`
+	Pids       *ebpf.Map `ebpf:"pids"`
+	Scratch    *ebpf.Map `ebpf:"scratch"`
 }
 
 func (m *EmptyMaps) Close() error {
 	return _EmptyClose(
 		m.Events,
+		m.PerfEvents,
+		m.Pids,
+		m.Scratch,
 	)
 }
 
@@ -117,6 +170,8 @@ func (m *EmptyMaps) Close() error {
 //
 // It can be passed to LoadEmptyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EmptyVariables struct {
+	PidBits     *ebpf.Variable `ebpf:"pid_bits"`
+	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // EmptyPrograms contains all programs after they have been loaded into the kernel.
@@ -127,6 +182,16 @@ type EmptyPrograms struct {
 	EmptyMulti         *ebpf.Program `ebpf:"empty_multi"`
 	EventHeadOnlyMulti *ebpf.Program `ebpf:"event_head_only_multi"`
 	EventOnlyMulti     *ebpf.Program `ebpf:"event_only_multi"`
+	Rec16Multi         *ebpf.Program `ebpf:"rec_16_multi"`
+	Rec64Multi         *ebpf.Program `ebpf:"rec_64_multi"`
+	RecBitmapMissMulti *ebpf.Program `ebpf:"rec_bitmap_miss_multi"`
+	RecCounterMulti    *ebpf.Program `ebpf:"rec_counter_multi"`
+	RecDiscardMulti    *ebpf.Program `ebpf:"rec_discard_multi"`
+	RecHashMissMulti   *ebpf.Program `ebpf:"rec_hash_miss_multi"`
+	RecKtimeMulti      *ebpf.Program `ebpf:"rec_ktime_multi"`
+	RecOutputMulti     *ebpf.Program `ebpf:"rec_output_multi"`
+	RecPerfMulti       *ebpf.Program `ebpf:"rec_perf_multi"`
+	RecWakeupMulti     *ebpf.Program `ebpf:"rec_wakeup_multi"`
 }
 
 func (p *EmptyPrograms) Close() error {
@@ -135,6 +200,16 @@ func (p *EmptyPrograms) Close() error {
 		p.EmptyMulti,
 		p.EventHeadOnlyMulti,
 		p.EventOnlyMulti,
+		p.Rec16Multi,
+		p.Rec64Multi,
+		p.RecBitmapMissMulti,
+		p.RecCounterMulti,
+		p.RecDiscardMulti,
+		p.RecHashMissMulti,
+		p.RecKtimeMulti,
+		p.RecOutputMulti,
+		p.RecPerfMulti,
+		p.RecWakeupMulti,
 	)
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/perf"
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/reconscope/reconscope/pkg/collector"
@@ -127,6 +128,26 @@ func callProbe() (*probes.Probe, error) {
 		}
 	}
 	return nil, errors.New("the catalog has no client-go request probe")
+}
+
+// cacheGetProbe is the catalog's controller-runtime cache Get probe (the key's strings from
+// registers at entry, the object's pointer kept; the object's UID and resourceVersion read
+// through it at return, with the error) pointed at reconcileloop's (*informerCache).Get.
+func cacheGetProbe() (*probes.Probe, error) {
+	for _, p := range probes.Catalog {
+		if p.ID == "controller-runtime/cache-get" {
+			c := *p
+			c.ID, c.Module = "bench/cache-get", ""
+			c.Symbol = regexp.MustCompile(`^main\.\(\*informerCache\)\.Get$`)
+			for i := range c.Return.Strings {
+				if c.Return.Strings[i].Base != probes.None {
+					c.Return.Strings[i].Field.Type = "main.ObjectMeta"
+				}
+			}
+			return &c, nil
+		}
+	}
+	return nil, errors.New("the catalog has no controller-runtime cache Get probe")
 }
 
 // tracing is one tracer.Tracer, running, that counts the spans it finishes.
@@ -376,10 +397,18 @@ func attachEmpty(prog *ebpf.Program, multi bool, exe string, offsets []uint64) (
 	return closeAll, nil
 }
 
-// eventOnly loads the event-only program name (EmptyProgEventOnlyMulti or
-// EmptyProgEventHeadOnlyMulti) with a ring buffer of size bytes and drains that buffer from a
-// goroutine, as the agent's reader would. stop stops both.
-func eventOnly(name string, size int) (prog *ebpf.Program, stop func(), err error) {
+// Readers of an event-only program's records (eventOnly).
+const (
+	readRing = iota // a ringbuf.Reader on the ring buffer, as the agent's reader
+	readPerf        // a perf.Reader on the perf event array (rec_perf_multi)
+	readNone        // nothing reads: the ring buffer must hold every record of the run
+)
+
+// eventOnly loads the event-only program name (one of empty.bpf.c's event_* and rec_*
+// programs) with a ring buffer of size bytes (a perf event array of size bytes per CPU for
+// readPerf) and drains what it emits from a goroutine, as the agent's reader would. stop stops
+// both.
+func eventOnly(name string, size int, reader int) (prog *ebpf.Program, stop func(), err error) {
 	spec, err := LoadEmpty()
 	if err != nil {
 		return nil, nil, err
@@ -394,18 +423,39 @@ func eventOnly(name string, size int) (prog *ebpf.Program, stop func(), err erro
 	if err != nil {
 		return nil, nil, fmt.Errorf("load event-only program: %w", err)
 	}
-	rd, err := ringbuf.NewReader(coll.Maps[EmptyMapEvents])
-	if err != nil {
-		coll.Close()
-		return nil, nil, err
+	type deadlineReader interface {
+		SetDeadline(time.Time)
+		Close() error
+	}
+	var rd deadlineReader
+	var read func() error
+	switch reader {
+	case readRing:
+		r, err := ringbuf.NewReader(coll.Maps[EmptyMapEvents])
+		if err != nil {
+			coll.Close()
+			return nil, nil, err
+		}
+		var rec ringbuf.Record
+		rd, read = r, func() error { return r.ReadInto(&rec) }
+	case readPerf:
+		// woken at a quarter full, as the collector's ring buffer reader is
+		r, err := perf.NewReaderWithOptions(coll.Maps[EmptyMapPerfEvents], size, perf.ReaderOptions{Watermark: size / 4})
+		if err != nil {
+			coll.Close()
+			return nil, nil, err
+		}
+		var rec perf.Record
+		rd, read = r, func() error { return r.ReadInto(&rec) }
+	default:
+		return coll.Programs[name], func() { coll.Close() }, nil
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		var rec ringbuf.Record
 		for {
 			rd.SetDeadline(time.Now().Add(collector.PollInterval))
-			if err := rd.ReadInto(&rec); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			if err := read(); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 				return
 			}
 		}

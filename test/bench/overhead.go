@@ -37,6 +37,8 @@ type ohConfig struct {
 	catalog  []*probes.Probe
 	offsets  []uint64
 	program  string        // eventOnlyAt: the program (EmptyProgEventOnlyMulti, EmptyProgEventHeadOnlyMulti)
+	ringSize int           // eventOnlyAt: the buffer's size when not the traced runs' (0)
+	reader   int           // eventOnlyAt: readRing, readPerf or readNone
 	only     *probes.Probe // callsOnly: the probe whose sites alone are attached
 }
 
@@ -80,7 +82,11 @@ func (o *overheadBench) run(cfg ohConfig) (ohRun, error) {
 		}
 	case eventOnlyAt:
 		attach = func(pid int) (func() error, error) {
-			prog, closeProg, err := eventOnly(cfg.program, o.ring)
+			size := o.ring
+			if cfg.ringSize != 0 {
+				size = cfg.ringSize
+			}
+			prog, closeProg, err := eventOnly(cfg.program, size, cfg.reader)
 			if err != nil {
 				return nil, err
 			}
@@ -162,6 +168,7 @@ func overhead(args []string) error {
 	ring := fs.Int("ring-buffer", 4<<20, "ring-buffer size of the traced runs (the collector's default)")
 	nUntraced := fs.Int("n-untraced", 2000000, "reconciles per untraced run")
 	nOtel := fs.Int("n-otel", 100000, "reconciles per OpenTelemetry run")
+	variants := fs.Bool("record-variants", true, "also measure what a record costs, taken apart (empty.bpf.c's rec_* programs, in the kernel-stats rounds)")
 	fs.Parse(args)
 	if *harness == "" || *otelHarness == "" {
 		return fmt.Errorf("-harness and -otel-harness are required")
@@ -175,28 +182,36 @@ func overhead(args []string) error {
 	if err != nil {
 		return err
 	}
+	get, err := cacheGetProbe()
+	if err != nil {
+		return err
+	}
 	bin, err := symbols.Open(*harness)
 	if err != nil {
 		return err
 	}
-	plan, err := probes.NewPlan(bin, []*probes.Probe{recon, call})
+	plan, err := probes.NewPlan(bin, []*probes.Probe{recon, call, get})
 	bin.Close()
 	if err != nil {
 		return fmt.Errorf("plan for the harness: %w", err)
 	}
-	var reconEntry, reconRets, callSites, allSites []uint64
+	var reconEntry, reconRets, callSites, getSites, allSites []uint64
 	for _, s := range plan.Sites {
-		allSites = append(allSites, s.FileOffset)
+		if s.Probe != get {
+			allSites = append(allSites, s.FileOffset)
+		}
 		switch {
 		case s.Probe == recon && s.Kind == probes.SiteEntry:
 			reconEntry = append(reconEntry, s.FileOffset)
 		case s.Probe == recon:
 			reconRets = append(reconRets, s.FileOffset)
-		default:
+		case s.Probe == call:
 			callSites = append(callSites, s.FileOffset)
+		default:
+			getSites = append(getSites, s.FileOffset)
 		}
 	}
-	if len(reconEntry) != 1 || len(reconRets) == 0 || len(callSites) < 2 {
+	if len(reconEntry) != 1 || len(reconRets) == 0 || len(callSites) < 2 || len(getSites) < 2 {
 		return fmt.Errorf("unexpected plan for the harness: %s", plan)
 	}
 	reconSites := append(append([]uint64{}, reconEntry...), reconRets...)
@@ -237,7 +252,9 @@ func overhead(args []string) error {
 	// The programs' own run time, measured by the kernel, in runs of their own: the stats
 	// add two clock reads to every program run, which the runs above must not pay.
 	// The early exits: hits in a process that is not traced, and call sites with no span open.
+	// (f): a call site that reads an object's UID and resourceVersion (issue 15's extra reads).
 	statsCfgs := []ohConfig{configs[1], configs[2], configs[4],
+		{key: "f", label: "(f) reconscope, reconcile + cache Get probe", hits: 4, kind: traced, harness: h, n: *nTraced, catalog: []*probes.Probe{recon, get}},
 		{key: "xp", label: "(x) reconscope's program at (c)'s sites, the process not traced", kind: notTraced, harness: h, n: *nTraced, catalog: []*probes.Probe{recon, call}},
 		{key: "xc", label: "(x) reconscope, call probe alone (no span ever open)", kind: callsOnly, harness: h, n: *nTraced, catalog: []*probes.Probe{recon, call}, only: call},
 	}
@@ -245,6 +262,13 @@ func overhead(args []string) error {
 		statsCfgs = append(statsCfgs,
 			ohConfig{key: "ev", label: "event-only program at (c)'s sites", kind: eventOnlyAt, harness: h, n: *nTraced, offsets: allSites, program: EmptyProgEventOnlyMulti},
 			ohConfig{key: "eh", label: "event-head-only program at (c)'s sites", kind: eventOnlyAt, harness: h, n: *nTraced, offsets: allSites, program: EmptyProgEventHeadOnlyMulti})
+		for _, v := range recordVariants {
+			if !*variants {
+				break
+			}
+			statsCfgs = append(statsCfgs, ohConfig{key: v.key, label: v.what, kind: eventOnlyAt, harness: h, n: *nTraced, offsets: allSites,
+				program: v.program, ringSize: v.ringSize, reader: v.reader})
+		}
 	}
 	statsRuns := map[string][]ohRun{}
 	restore, err := enableBPFStats()
@@ -283,8 +307,11 @@ func overhead(args []string) error {
 	fmt.Printf(`The traced process is test/bench/testdata/reconcileloop: one goroutine calls a function with
 controller-runtime's exact `+"`(*Controller[request]).Reconcile`"+` shape (deferred recover, context with a
 reconcile ID, NamespacedName request, (Result, error) results) in a tight loop, and each reconcile
-makes one call through a function shaped like client-go's `+"`(*Request).request`"+`. The probes are the
-catalog's controller-runtime reconcile probe and client-go request probe pointed at these functions.
+makes one call through a function shaped like client-go's `+"`(*Request).request`"+` and one through a
+function shaped like controller-runtime's `+"`(*informerCache).Get`"+`, which fills a typed object (TypeMeta,
+ObjectMeta with UID and resourceVersion). The probes are the catalog's controller-runtime reconcile
+probe, client-go request probe and controller-runtime cache Get probe pointed at these functions
+(the cache Get probe only in the kernel-stats runs (f)).
 The harness times its own loop after %d warm-up reconciles: **CPU** is the process's CPU time
 (CLOCK_PROCESS_CPUTIME_ID, user + system, so the kernel's uprobe handling is in it and time other
 programs held the CPU is not) divided by the reconciles; **wall** is elapsed time divided by the
@@ -403,6 +430,7 @@ the events lost in the runs kept.
 	for _, k := range []struct{ key, prog, cfg, goal string }{
 		{"b", "reconscope `probe_site_multi`", configs[1].label, "≤ 300 ns"},
 		{"c", "reconscope `probe_site_multi`", configs[2].label, "≤ 300 ns"},
+		{"f", "reconscope `probe_site_multi`", "(f) reconscope, reconcile + cache Get probe (its return reads the object's UID and resourceVersion)", "≤ 300 ns"},
 		{"xp", "reconscope `probe_site_multi`, early exit: the process is not traced", "(x) at (c)'s sites, no process traced", "≤ 60 ns"},
 		{"xc", "reconscope `probe_site_multi`, early exit: a call site with no span open", "(x) call probe alone", "≤ 60 ns"},
 		{"dc", "empty program", configs[4].label, "—"},
@@ -416,6 +444,44 @@ the events lost in the runs kept.
 	}
 	fmt.Println()
 
+	// Per hit of a call probe's own two sites: the reconcile's two hits taken out, within each
+	// stats round.
+	callHits := func(key string) samples {
+		var s samples
+		for i, r := range statsRuns[key] {
+			b := statsRuns["b"][i].prog
+			s = append(s, float64(r.prog.runTime.Nanoseconds()-b.runTime.Nanoseconds())/float64(r.prog.runs-b.runs))
+		}
+		return s
+	}
+	fmt.Println("Per hit of the call probes' own sites, the reconcile's hits taken out ((run time of (c) or (f) − run time of (b)) / (runs of (c) or (f) − runs of (b)), within each stats round):")
+	fmt.Println()
+	fmt.Println("| call probe | entry reads | return reads | ns per hit |")
+	fmt.Println("| --- | --- | --- | ---: |")
+	fmt.Printf("| request (client-go `(*Request).request` shape) | five strings through the receiver (a whole record) | the error only (the record's head) | %s |\n", callHits("c").spread(ns))
+	fmt.Printf("| cache Get (controller-runtime `(*informerCache).Get` shape) | the key's two strings from registers, the object's pointer kept (a whole record) | the object's UID and resourceVersion through the kept pointer, and the error (a whole record) | %s |\n", callHits("f").spread(ns))
+	fmt.Println()
+
+	if len(statsRuns["eh"]) > 0 {
+		fmt.Println("What a record costs: empty.bpf.c's programs, each alone at (c)'s sites (4 hits per reconcile), kernel stats as above, in the same rounds; a record is stamped with the clock and submitted without a wakeup unless said otherwise; ring buffers are read by a ringbuf.Reader in this process as the agent reads its own, the perf event array by a perf.Reader woken at a quarter full:")
+		fmt.Println()
+		fmt.Println("| program | ns per run (per hit) | over the empty program |")
+		fmt.Println("| --- | ---: | ---: |")
+		empty := perHit("dc").median()
+		row := func(what, key string) {
+			if len(statsRuns[key]) > 0 {
+				fmt.Printf("| %s | %s | %s |\n", what, perHit(key).spread(ns), ns(perHit(key).median()-empty))
+			}
+		}
+		row("empty program", "dc")
+		row("event-head-only: reserve, stamp, submit 136 bytes (struct event_head), 4 MiB", "eh")
+		row("event-only: the same with 920 bytes (struct event)", "ev")
+		for _, v := range recordVariants {
+			row(v.what, v.key)
+		}
+		fmt.Println()
+	}
+
 	// Budget checks.
 	for _, c := range []struct {
 		name    string
@@ -428,7 +494,21 @@ the events lost in the runs kept.
 	}{
 		{"reconcile probe", addB, progB, perHit("b"), 2, "db", "b"},
 		{"reconcile + call probe", addC, progC, perHit("c"), 4, "dc", "c"},
+		{"reconcile + cache Get probe (object UID and resourceVersion reads)", nil, nil, perHit("f"), 4, "", "f"},
 	} {
+		if c.add == nil { // kernel stats only
+			kv := Verdict{
+				Figure: "BPF program time per hit (kernel stats), " + c.name, Goal: "≤ 300 ns",
+				Measured: ns(c.kernel.median()), Value: c.kernel.median(), Unit: "ns", Met: c.kernel.median() <= 300,
+			}
+			if !kv.Met {
+				kv.Why = fmt.Sprintf("as for the request probe (above); per hit of the call probe's own sites (section 1), the cache Get, whose return reads the object's UID and resourceVersion, costs %s, the request, whose return reads no string, %s", ns(callHits("f").median()), ns(callHits("c").median()))
+			}
+			if err := o.verdict(kv); err != nil {
+				return err
+			}
+			continue
+		}
 		bare := perRound(func(i int) float64 { return at(c.bareKey, i) - at("a", i) })
 		v := Verdict{
 			Figure:   "traced reconcile / bare probe hits, " + c.name + " (added CPU, same sites, empty program)",
@@ -480,4 +560,24 @@ the events lost in the runs kept.
 		}
 	}
 	return nil
+}
+
+// recordVariants take apart what emitting a record costs (empty.bpf.c's rec_* programs).
+var recordVariants = []struct {
+	key, program, what string
+	ringSize           int
+	reader             int
+}{
+	{"rk", EmptyProgRecKtimeMulti, "the clock read alone (bpf_ktime_get_ns)", 0, readRing},
+	{"r16", EmptyProgRec16Multi, "reserve, stamp, submit 16 bytes", 0, readRing},
+	{"r64", EmptyProgRec64Multi, "reserve, stamp, submit 64 bytes", 0, readRing},
+	{"rd", EmptyProgRecDiscardMulti, "reserve 136 bytes and discard them", 0, readRing},
+	{"rs", EmptyProgEventHeadOnlyMulti, "136 bytes, 256 KiB ring buffer", 256 << 10, readRing},
+	{"rn", EmptyProgEventHeadOnlyMulti, "136 bytes, 64 MiB ring buffer that nothing reads (no reader on the other CPU)", 64 << 20, readNone},
+	{"rw", EmptyProgRecWakeupMulti, "136 bytes with reconscope's wakeup logic (bpf_ringbuf_query, wake past 256 KiB)", 0, readRing},
+	{"ro", EmptyProgRecOutputMulti, "136 bytes built in a per-CPU scratch value, bpf_ringbuf_output", 0, readRing},
+	{"rp", EmptyProgRecPerfMulti, "136 bytes built in a per-CPU scratch value, bpf_perf_event_output (2 MiB per CPU)", 2 << 20, readPerf},
+	{"rh", EmptyProgRecHashMissMulti, "no record: bpf_get_current_pid_tgid and a hash lookup that misses (the PID filter)", 0, readRing},
+	{"rb", EmptyProgRecBitmapMissMulti, "no record: bpf_get_current_pid_tgid and a bit of a global bitmap (a PID filter without a helper call)", 0, readRing},
+	{"rc", EmptyProgRecCounterMulti, "no record: a per-CPU array lookup and an increment (a counter)", 0, readRing},
 }

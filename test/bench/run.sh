@@ -82,7 +82,7 @@ compare_runs() {
 
 if [ "$short" = 1 ]; then
   step "1. cost per reconcile in the traced process (short: $rounds rounds)"
-  "${bench[@]}" overhead "${common[@]}" -rounds "$rounds" -stats-rounds "$stats_rounds" -n-traced 10000 -n-untraced 500000 -n-otel 20000 \
+  "${bench[@]}" overhead "${common[@]}" -rounds "$rounds" -stats-rounds "$stats_rounds" -n-traced 10000 -n-untraced 500000 -n-otel 20000 -record-variants=false \
     -harness "$work/reconcileloop" -otel-harness "$work/reconcileloop-otel" > "$work/1-overhead.md"
   step "2. decode + assemble (go test -bench, short)"
   go test -run '^$' -benchmem -count "$count" -bench 'DecodeAssemble' -benchtime 300000x ./pkg/collector > "$work/decode.txt"

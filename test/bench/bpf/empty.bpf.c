@@ -9,7 +9,12 @@
  * `event_only_multi` only reserves reconscope's event record in a ring buffer, stamps it and
  * submits it without a wakeup: the part of reconscope's per-hit time that emitting one event
  * costs, whatever the event holds. `event_head_only_multi` does the same with the record a site
- * without strings sends (struct event_head). */
+ * without strings sends (struct event_head).
+ *
+ * The rec_* programs take that cost apart (section 1's "what a record costs"): the clock read
+ * alone, the record's size, reserve and discard, the wakeup logic reconscope's program adds,
+ * bpf_ringbuf_output from a per-CPU scratch record, a perf event array instead of a ring
+ * buffer, and the map lookups an early exit makes. */
 
 #include "types.h"
 #include "bpf_helpers.h"
@@ -55,5 +60,153 @@ int event_head_only_multi(void *ctx)
 	e->kind = EVENT_ENTRY;
 	e->ktime = bpf_ktime_get_ns();
 	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+/* The clock read every record is stamped with, alone. */
+SEC("uprobe.multi")
+int rec_ktime_multi(void *ctx)
+{
+	volatile __u64 t = bpf_ktime_get_ns();
+	(void)t;
+	return 0;
+}
+
+struct rec16 {
+	__u64 ktime;
+	__u64 g;
+};
+
+struct rec64 {
+	__u64 ktime;
+	__u64 w[7];
+};
+
+/* reserve, stamp and submit (no wakeup) a record of SIZE bytes */
+#define REC_SUBMIT(name, type)                                              \
+	SEC("uprobe.multi")                                                 \
+	int name(void *ctx)                                                 \
+	{                                                                   \
+		type *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);      \
+		if (!e)                                                     \
+			return 0;                                           \
+		e->ktime = bpf_ktime_get_ns();                              \
+		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);                    \
+		return 0;                                                   \
+	}
+
+REC_SUBMIT(rec_16_multi, struct rec16)
+REC_SUBMIT(rec_64_multi, struct rec64)
+
+/* reserve the 136-byte record and discard it: the reservation without the commit's data */
+SEC("uprobe.multi")
+int rec_discard_multi(void *ctx)
+{
+	struct event_head *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e)
+		return 0;
+	bpf_ringbuf_discard(e, BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+volatile const __u64 wakeup_bytes = 256 * 1024;
+
+/* the 136-byte record with reconscope's wakeup logic: query the data waiting, wake the reader
+ * past a threshold */
+SEC("uprobe.multi")
+int rec_wakeup_multi(void *ctx)
+{
+	struct event_head *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e)
+		return 0;
+	e->kind = EVENT_ENTRY;
+	e->ktime = bpf_ktime_get_ns();
+	__u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
+	return 0;
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct event_head);
+} scratch SEC(".maps");
+
+/* the 136-byte record built in a per-CPU scratch value and copied by bpf_ringbuf_output */
+SEC("uprobe.multi")
+int rec_output_multi(void *ctx)
+{
+	__u32 zero = 0;
+	struct event_head *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (!e)
+		return 0;
+	e->kind = EVENT_ENTRY;
+	e->ktime = bpf_ktime_get_ns();
+	bpf_ringbuf_output(&events, e, sizeof(*e), BPF_RB_NO_WAKEUP);
+	return 0;
+}
+
+/* UAPI constants types.h leaves out (reconscope's own program uses no perf event array) */
+#define BPF_MAP_TYPE_PERF_EVENT_ARRAY 4
+#define BPF_F_CURRENT_CPU 0xffffffffULL
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} perf_events SEC(".maps");
+
+/* the 136-byte record through a perf event array (one buffer per CPU, no shared lock) */
+SEC("uprobe.multi")
+int rec_perf_multi(void *ctx)
+{
+	__u32 zero = 0;
+	struct event_head *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (!e)
+		return 0;
+	e->kind = EVENT_ENTRY;
+	e->ktime = bpf_ktime_get_ns();
+	bpf_perf_event_output(ctx, &perf_events, BPF_F_CURRENT_CPU, e, sizeof(*e));
+	return 0;
+}
+
+/* The lookups an early exit makes, each alone: a hash map (the PID filter) that misses, and a
+ * per-CPU array (the counters) updated. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} pids SEC(".maps");
+
+SEC("uprobe.multi")
+int rec_hash_miss_multi(void *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	if (bpf_map_lookup_elem(&pids, &pid))
+		return 1;
+	return 0;
+}
+
+/* the PID filter as a bitmap in a global array: one load, no helper call */
+__u64 pid_bits[1 << 16];
+
+SEC("uprobe.multi")
+int rec_bitmap_miss_multi(void *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	if (pid_bits[(pid >> 6) & 0xffff] & (1ULL << (pid & 63)))
+		return 1;
+	return 0;
+}
+
+SEC("uprobe.multi")
+int rec_counter_multi(void *ctx)
+{
+	__u32 zero = 0;
+	struct event_head *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (e)
+		e->ktime += 1;
 	return 0;
 }

@@ -1,8 +1,11 @@
 // Command reconcileloop is the benchmarks' traced process. It calls a function with the exact
 // shape of controller-runtime's (*Controller[request]).Reconcile (the same shape as the
 // collector's fakectl fixture) in a tight loop, and each reconcile makes one call through a
-// function shaped like client-go's (*rest.Request).request, so the same binary serves the
-// reconcile probe alone and the reconcile probe with a call probe. It measures itself and
+// function shaped like client-go's (*rest.Request).request and one through a function shaped
+// like controller-runtime's (*informerCache).Get, which fills the object it is given (a typed
+// Kubernetes object: TypeMeta, then ObjectMeta with a UID and a resourceVersion). So the same
+// binary serves the reconcile probe alone, with the request probe, and with the cache Get
+// probe (whose return reads the object's UID and resourceVersion). It measures itself and
 // prints one JSON object at the end.
 //
 // Two modes:
@@ -86,6 +89,55 @@ func (r *RestRequest) request(ctx context.Context, fn func(*RestRequest)) error 
 	return nil
 }
 
+// TypeMeta and ObjectMeta mirror the first fields of apimachinery's metav1.TypeMeta and
+// metav1.ObjectMeta, in their order: the cache Get probe reads UID and ResourceVersion at the
+// offsets of these fields.
+type TypeMeta struct{ Kind, APIVersion string }
+
+type ObjectMeta struct {
+	Name            string
+	GenerateName    string
+	Namespace       string
+	SelfLink        string
+	UID             UID
+	ResourceVersion string
+	Generation      int64
+}
+
+// ConfigMap is a typed object: TypeMeta, then ObjectMeta, like every Kubernetes type.
+type ConfigMap struct {
+	TypeMeta
+	ObjectMeta
+	Data map[string]string
+}
+
+func (c *ConfigMap) GetName() string { return c.Name }
+
+// Object stands for client.Object: the cache fills the object an interface points to.
+type Object interface{ GetName() string }
+
+// GetOption stands for client.GetOption.
+type GetOption interface{ ApplyToGet() }
+
+// informerCache mirrors controller-runtime's cache, whose Get the cache Get probe watches.
+type informerCache struct {
+	objects []ConfigMap
+}
+
+// Get has the shape of controller-runtime's (*informerCache).Get(ctx, key, obj, opts...)
+// error: it copies the cached object of key into obj, as the real cache's deep copy does.
+//
+//go:noinline
+func (c *informerCache) Get(ctx context.Context, key NamespacedName, obj Object, opts ...GetOption) error {
+	cm, ok := obj.(*ConfigMap)
+	if !ok {
+		return fmt.Errorf("unsupported object %T", obj)
+	}
+	i := len(key.Name) % len(c.objects)
+	cm.ObjectMeta = c.objects[i].ObjectMeta
+	return nil
+}
+
 // instrument, when set (otel.go), wraps every reconcile in hand-made instrumentation.
 var instrument func(ctx context.Context, c *Controller[Request], req Request) (context.Context, func(Result, error))
 
@@ -123,7 +175,12 @@ func main() {
 
 	c := &Controller[Request]{Name: "bench"}
 	api := &RestRequest{verb: "PATCH", resource: "configmaps", namespace: "team-a", resourceName: "web-config", subresource: "status"}
+	cache := &informerCache{objects: make([]ConfigMap, pool)}
+	var obj ConfigMap
 	c.Do = func(ctx context.Context, req Request) (Result, error) {
+		if err := cache.Get(ctx, req.NamespacedName, &obj); err != nil {
+			return Result{}, err
+		}
 		api.request(ctx, nil)
 		return Result{}, nil
 	}
@@ -133,6 +190,9 @@ func main() {
 		id := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
 		ctxs[i] = context.WithValue(context.Background(), reconcileIDKey{}, UID(id))
 		reqs[i] = Request{NamespacedName{Namespace: "team-a", Name: fmt.Sprintf("web-%d", i)}}
+		cache.objects[i].ObjectMeta = ObjectMeta{Name: fmt.Sprintf("web-%d", i), Namespace: "team-a",
+			UID:             UID(fmt.Sprintf("%08x-1111-4000-8000-%012x", i, i)),
+			ResourceVersion: fmt.Sprint(100000 + i)}
 	}
 	reconcile := func(i int) {
 		ctx, req := ctxs[i%pool], reqs[i%pool]
