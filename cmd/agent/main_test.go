@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
@@ -189,12 +191,7 @@ func TestInspectFixture(t *testing.T) {
 		t.Skip("builds the fixture controller")
 	}
 	for _, ldflags := range []string{"", "-s -w"} {
-		bin := filepath.Join(t.TempDir(), "scripted")
-		cmd := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, "./test/fixtures/scripted-controller")
-		cmd.Dir = "../.."
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build: %v\n%s", err, b)
-		}
+		bin := testkit.Build(t, "./test/fixtures/scripted-controller", "-ldflags="+ldflags)
 		code, out, _ := runCLI(t, "inspect", "--json", bin)
 		wantSnakeCase(t, out)
 		var rep InspectReport
@@ -271,12 +268,8 @@ func TestVersionOfRealBuild(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(strings.TrimSpace(string(top)), ".git")); err != nil || !fi.IsDir() {
 		t.Skip("a linked git worktree (.git is a file): go build records VCS information only in a clone")
 	}
-	bin := filepath.Join(t.TempDir(), "reconscope-agent")
 	// -buildvcs=true: GOFLAGS may say false (then go build records no revision).
-	cmd := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
+	bin := testkit.Build(t, "./cmd/agent", "-buildvcs=true")
 	out, err := exec.Command(bin, "--version").Output()
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
@@ -56,11 +57,7 @@ var agentBinary = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	out := filepath.Join(dir, "reconscope-agent")
-	b, err := exec.Command("go", "build", "-o", out, ".").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build: %v\n%s", err, b)
-	}
-	return out, nil
+	return out, testkit.GoBuild(out, "./cmd/agent", nil)
 })
 
 // agentWithFixture skips (or fails, under RECONSCOPE_REQUIRE_BPF=1) without eBPF, then returns
@@ -73,7 +70,7 @@ func agentWithFixture(t *testing.T, opts testenv.Options) (string, *testenv.Env,
 		t.Fatal(err)
 	}
 	env := testenv.Start(t, opts)
-	return agent, env, testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	return agent, env, testkit.Build(t, "./test/fixtures/scripted-controller")
 }
 
 func freePort(t *testing.T) string {
@@ -605,7 +602,7 @@ func TestRunProcRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := testenv.Start(t, testenv.Options{})
-	fixture := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	fixture := testkit.Build(t, "./test/fixtures/scripted-controller")
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
 
 	hostProc := filepath.Join(t.TempDir(), "host-proc")

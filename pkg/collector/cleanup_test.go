@@ -13,6 +13,7 @@ import (
 
 	rbpf "github.com/reconscope/reconscope/bpf"
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/symbols"
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
@@ -21,12 +22,7 @@ import (
 // fakectlPlan builds test/fakectl and returns its path and the plan of the probe that traces it.
 func fakectlPlan(t *testing.T) (string, *probes.Plan) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "fakectl")
-	cmd := exec.Command("go", "build", "-o", bin, "./test/fakectl")
-	cmd.Dir = "../.."
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build fakectl: %v\n%s", err, b)
-	}
+	bin := testkit.Build(t, "./test/fakectl")
 	pr, err := fakectltest.Probe()
 	if err != nil {
 		t.Fatal(err)

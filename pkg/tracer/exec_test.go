@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
@@ -84,7 +85,7 @@ func TestNewProcessTracedFromExec(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			bin := buildFake(t, nil, c.args...)
+			bin := testkit.Build(t, "./test/fakectl", c.args...)
 			first, second := bin, bin
 			if c.overlay {
 				first, second = overlayCopies(t, bin)
@@ -195,7 +196,7 @@ func TestTracePIDConcurrent(t *testing.T) {
 			name = "single_uprobes"
 		}
 		t.Run(name, func(t *testing.T) {
-			bin := buildFake(t, nil)
+			bin := testkit.Build(t, "./test/fakectl")
 			never := filepath.Join(t.TempDir(), "never")
 			var pids []int
 			for range 4 {
@@ -267,7 +268,7 @@ func TestTracePIDConcurrent(t *testing.T) {
 // anyway (before, it got the first one's error and stayed untraced).
 func TestTracePIDSiblingExitsMidInspection(t *testing.T) {
 	bpftest.Require(t)
-	bin := buildFake(t, nil)
+	bin := testkit.Build(t, "./test/fakectl")
 	never := filepath.Join(t.TempDir(), "never")
 	start := func() *exec.Cmd {
 		cmd := exec.Command(bin, "-start", never)

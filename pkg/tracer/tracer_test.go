@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
@@ -29,18 +30,6 @@ func fakeProbe(t *testing.T) []*probes.Probe {
 		t.Fatal(err)
 	}
 	return []*probes.Probe{p}
-}
-
-func buildFake(t *testing.T, env []string, args ...string) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "fakectl")
-	cmd := exec.Command("go", append(append([]string{"build", "-o", out}, args...), "./test/fakectl")...)
-	cmd.Dir = "../.."
-	cmd.Env = append(os.Environ(), env...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build fakectl: %v\n%s", err, b)
-	}
-	return out
 }
 
 // traceFake runs fakectl under the tracer and returns its ground truth and our spans.
@@ -156,7 +145,7 @@ func TestTraceFakeController(t *testing.T) {
 	}
 	for _, b := range builds {
 		t.Run(b.name, func(t *testing.T) {
-			bin := buildFake(t, b.env, b.args...)
+			bin := testkit.BuildEnv(t, "./test/fakectl", b.env, b.args...)
 			truths, spans, stats := traceFake(t, bin, "-n", "140", "-deep", "40")
 			if len(truths) != 140 {
 				t.Fatalf("fakectl reported %d reconciles, want 140", len(truths))
@@ -172,7 +161,7 @@ func TestTraceStress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stress test skipped in -short mode")
 	}
-	bin := buildFake(t, nil)
+	bin := testkit.Build(t, "./test/fakectl")
 	truths, spans, stats := traceFake(t, bin, "-n", "10000", "-workers", "8", "-deep", "64", "-gc-every", "500")
 	if len(truths) != 10000 {
 		t.Fatalf("fakectl reported %d reconciles, want 10000", len(truths))
@@ -193,7 +182,7 @@ func TestAttachDetachBusy(t *testing.T) {
 			name = "single_uprobes"
 		}
 		t.Run(name, func(t *testing.T) {
-			bin := buildFake(t, nil)
+			bin := testkit.Build(t, "./test/fakectl")
 			before := linksFor(t, bin)
 			if len(before) != 0 {
 				t.Fatalf("links on a fresh binary before attaching: %+v", before)

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 func TestDropEmptyLabels(t *testing.T) {
@@ -70,10 +72,7 @@ func TestDemoStopsOnHangup(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the demo needs root (it traces)")
 	}
-	bin := filepath.Join(t.TempDir(), "demo")
-	if b, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build demo: %v\n%s", err, b)
-	}
+	bin := testkit.Build(t, "./test/demo")
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			cmd := exec.Command(bin, "-agent", "/nonexistent/agent")

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/lifeline"
 	"github.com/reconscope/reconscope/pkg/span"
@@ -45,8 +46,8 @@ import (
 func TestCausalityAcrossNodes(t *testing.T) {
 	bpftest.Require(t)
 	usePrivateControlPlane(t)
-	agentBin := testenv.BuildFixture(t, "./cmd/agent")
-	fixtureBin := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	agentBin := testkit.Build(t, "./cmd/agent")
+	fixtureBin := testkit.Build(t, "./test/fixtures/scripted-controller")
 	env := testenv.Start(t, testenv.Options{})
 	jaeger := testenv.StartJaeger(t)
 	const cns = "causality"

@@ -36,6 +36,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
@@ -77,8 +78,8 @@ func TestEndToEnd(t *testing.T) {
 	// Build everything (the builtins install runs meanwhile), then start the control plane.
 	builtinsBin := installBuiltins(t)
 	usePrivateControlPlane(t)
-	agentBin := testenv.BuildFixture(t, "./cmd/agent")
-	fixtureBin := testenv.BuildFixture(t, "./test/fixtures/scripted-controller")
+	agentBin := testkit.Build(t, "./cmd/agent")
+	fixtureBin := testkit.Build(t, "./test/fixtures/scripted-controller")
 	builtinsPath := builtinsBin()
 	checkPortsFree(t, builtinsPorts)
 	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: true})

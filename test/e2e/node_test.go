@@ -28,6 +28,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/ociimage"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
@@ -61,11 +62,11 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// The agent's image is the one `make image` builds (mkimage --spec agent), for this machine's
 	// architecture only: the same files, modes, entrypoint, command and user, staged the same way.
 	stage := t.TempDir()
-	agentBin := buildStatic(t, "./cmd/agent", "reconscope-agent")
+	agentBin := buildStatic(t, "./cmd/agent")
 	stageFile(t, agentBin, filepath.Join(stage, ociimage.AgentStage, "linux_"+runtime.GOARCH, "reconscope-agent"))
 	stageFile(t, "/etc/ssl/certs/ca-certificates.crt", filepath.Join(stage, ociimage.AgentStage, "ca-certificates.crt"))
 	builtinsBin := installBuiltins(t)
-	fixtureBin := buildStatic(t, "./test/fixtures/scripted-controller", "scripted-controller")
+	fixtureBin := buildStatic(t, "./test/fixtures/scripted-controller")
 	images := []string{
 		testenv.BuildImage(t, testenv.ImageSpec{Ref: agentImage, Spec: "agent", Dir: stage, Platforms: []string{"linux/" + runtime.GOARCH}}),
 		testenv.BuildImage(t, testenv.ImageSpec{Ref: fixtureImage, Files: []string{fixtureBin + "=/scripted-controller:0555"},
@@ -271,16 +272,9 @@ func TestDaemonSetOnNode(t *testing.T) {
 }
 
 // buildStatic builds pkg as a static binary (no cgo), as an image needs.
-func buildStatic(t *testing.T, pkg, name string) string {
+func buildStatic(t *testing.T, pkg string) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), name)
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
-	cmd.Dir = "../.."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, msg)
-	}
-	return out
+	return testkit.BuildEnv(t, pkg, []string{"CGO_ENABLED=0"}, "-trimpath")
 }
 
 // stageFile copies src to dst, creating dst's folder.

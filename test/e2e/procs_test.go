@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -43,24 +44,20 @@ func installBuiltins(t *testing.T) func() string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "builtins")
 	type result struct {
-		out []byte
 		err error
 		d   time.Duration
 	}
 	done := make(chan result, 1)
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, builtinsPackage)
-	cmd.Dir = "../.."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	go func() {
 		start := time.Now()
-		b, err := cmd.CombinedOutput()
-		done <- result{b, err, time.Since(start)}
+		err := testkit.GoBuild(out, builtinsPackage, []string{"CGO_ENABLED=0"}, "-trimpath")
+		done <- result{err, time.Since(start)}
 	}()
 	return func() string {
 		t.Helper()
 		r := <-done
 		if r.err != nil {
-			t.Fatalf("go build %s: %v\n%s", builtinsPackage, r.err, r.out)
+			t.Fatal(r.err)
 		}
 		t.Logf("built %s in %s", builtinsPackage, r.d.Round(time.Millisecond))
 		return out

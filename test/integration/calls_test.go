@@ -22,11 +22,11 @@ import (
 func TestCallsInsideReconcile(t *testing.T) {
 	bpftest.Require(t)
 	for _, build := range []struct {
-		name    string
-		ldflags []string
-	}{{"plain", nil}, {"stripped", []string{"-s", "-w"}}} {
+		name  string
+		flags []string
+	}{{"plain", nil}, {"stripped", []string{"-ldflags=-s -w"}}} {
 		t.Run(build.name, func(t *testing.T) {
-			f := startTracedFixture(t, build.ldflags...)
+			f := startTracedFixture(t, build.flags...)
 			ctx := context.Background()
 			ns := "calls-" + build.name
 			c := f.env.Client

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
@@ -50,7 +51,7 @@ func (l *lockedBuffer) String() string {
 func TestControllerFight(t *testing.T) {
 	bpftest.Require(t)
 	env := testenv.Start(t, testenv.Options{})
-	bin := testenv.BuildFixture(t, fixturePkg)
+	bin := testkit.Build(t, fixturePkg)
 	dir := t.TempDir()
 	alpha := testenv.StartProcess(t, "alpha", exec.Command(bin, "--kubeconfig", env.Kubeconfig,
 		"--controller-name", "alpha", "--ground-truth", filepath.Join(dir, "alpha.jsonl")))

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/lifeline"
 	"github.com/reconscope/reconscope/pkg/span"
@@ -338,7 +339,7 @@ func TestLifelineFromOperatorToControllerManager(t *testing.T) {
 	if err := c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	bin := testenv.BuildFixture(t, fixturePkg)
+	bin := testkit.Build(t, fixturePkg)
 	op := testenv.StartProcess(t, "scripted", exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--namespace", ns))
 	lt := startLifelineTracer(t, env.ControllerManagerPID, op.PID())
 	if err := c.Create(bg, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "maker",

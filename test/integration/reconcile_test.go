@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
@@ -74,15 +75,15 @@ type tracedFixture struct {
 	stats  tracer.Stats // final, once stopped
 }
 
-func startTracedFixture(t *testing.T, ldflags ...string) *tracedFixture {
+func startTracedFixture(t *testing.T, flags ...string) *tracedFixture {
 	t.Helper()
-	return startTracedFixtureArgs(t, []string{"--max-concurrent-reconciles", "4"}, ldflags...)
+	return startTracedFixtureArgs(t, []string{"--max-concurrent-reconciles", "4"}, flags...)
 }
 
-func startTracedFixtureArgs(t *testing.T, args []string, ldflags ...string) *tracedFixture {
+func startTracedFixtureArgs(t *testing.T, args []string, flags ...string) *tracedFixture {
 	t.Helper()
 	env := testenv.Start(t, testenv.Options{})
-	bin := testenv.BuildFixture(t, fixturePkg, ldflags...)
+	bin := testkit.Build(t, fixturePkg, flags...)
 	truth := filepath.Join(t.TempDir(), "truth.jsonl")
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(bin, append([]string{"--kubeconfig", env.Kubeconfig,
 		"--ground-truth", truth}, args...)...))
@@ -249,11 +250,11 @@ func compare(t *testing.T, recs []groundtruth.Record, spans []span.Span, clock e
 func TestReconcileSpansMatchGroundTruth(t *testing.T) {
 	bpftest.Require(t)
 	for _, build := range []struct {
-		name    string
-		ldflags []string
-	}{{"plain", nil}, {"stripped", []string{"-s", "-w"}}} {
+		name  string
+		flags []string
+	}{{"plain", nil}, {"stripped", []string{"-ldflags=-s -w"}}} {
 		t.Run(build.name, func(t *testing.T) {
-			f := startTracedFixture(t, build.ldflags...)
+			f := startTracedFixture(t, build.flags...)
 			names := make([]string, 0, len(scripts))
 			for n := range scripts {
 				names = append(names, n)

@@ -18,6 +18,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 // Linux capability numbers (include/uapi/linux/capability.h) of the capabilities the
@@ -31,7 +32,7 @@ var capNumbers = map[string]int{
 // container after dropping ALL, and its user ID.
 func daemonSetCapabilities(t *testing.T) (add []string, uid int64) {
 	t.Helper()
-	root, err := moduleRoot()
+	root, err := testkit.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

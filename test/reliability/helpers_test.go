@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
@@ -49,43 +50,17 @@ var buildOnce sync.Once
 func programs(t *testing.T) (fakectl, agent string) {
 	t.Helper()
 	buildOnce.Do(func() {
-		root, err := moduleRoot()
-		if err != nil {
-			built.err = err
-			return
-		}
-		build := func(out, pkg string, env ...string) error {
-			cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), env...)
-			if b, err := cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
-			}
-			return nil
-		}
 		built.fakectl = filepath.Join(built.dir, "fakectl")
 		built.agent = filepath.Join(built.dir, "reconscope-agent")
-		if built.err = build(built.fakectl, "./test/fakectl"); built.err != nil {
+		if built.err = testkit.GoBuild(built.fakectl, "./test/fakectl", nil, "-trimpath"); built.err != nil {
 			return
 		}
-		built.err = build(built.agent, "./cmd/agent", "CGO_ENABLED=0")
+		built.err = testkit.GoBuild(built.agent, "./cmd/agent", []string{"CGO_ENABLED=0"}, "-trimpath")
 	})
 	if built.err != nil {
 		t.Fatal(built.err)
 	}
 	return built.fakectl, built.agent
-}
-
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", fmt.Errorf("go env GOMOD: %w", err)
-	}
-	mod := strings.TrimSpace(string(out))
-	if mod == "" || mod == os.DevNull {
-		return "", fmt.Errorf("not inside the module")
-	}
-	return filepath.Dir(mod), nil
 }
 
 // copyRelctl copies fakectl to a fresh path of its own (a test that deletes, replaces or counts

@@ -12,6 +12,7 @@ import (
 
 	rbpf "github.com/reconscope/reconscope/bpf"
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 // allowedHelpers are the only kernel helpers the probe programs may call: map access, reading
@@ -43,7 +44,7 @@ var identitySections = []string{"raw_tracepoint/sched_process_exec", "raw_tracep
 // them as they are.
 func TestProgramsOnlyRead(t *testing.T) {
 	bpftest.Require(t)
-	root, err := moduleRoot()
+	root, err := testkit.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

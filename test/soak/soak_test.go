@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
@@ -134,12 +135,7 @@ type truth = fakectltest.Truth
 func TestSoak(t *testing.T) {
 	bpftest.Require(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "fakectl")
-	build := exec.Command("go", "build", "-o", bin, "./test/fakectl")
-	build.Dir = "../.."
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build fakectl: %v\n%s", err, b)
-	}
+	bin := testkit.Build(t, "./test/fakectl")
 	args := []string{"-n", strconv.Itoa(soakN), "-workers", strconv.Itoa(soakWorkers), "-deep", "64", "-gc-every", "500", "-interval", soakInterval.String()}
 	startFile := filepath.Join(dir, "start")
 	truthFile := filepath.Join(dir, "truth.jsonl")

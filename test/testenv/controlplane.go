@@ -3,19 +3,16 @@ package testenv
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
-)
 
-// modulePath is the module whose root holds test/tools/build-controlplane.sh.
-const modulePath = "github.com/reconscope/reconscope"
+	"github.com/reconscope/reconscope/internal/testkit"
+)
 
 // ControlPlaneDirEnv names the environment variable that, when set, is used as the control plane
 // folder instead of running test/tools/build-controlplane.sh.
@@ -49,7 +46,7 @@ func ControlPlaneDir() (string, error) {
 	if controlPlane.dir != "" {
 		return controlPlane.dir, nil
 	}
-	root, err := moduleRoot()
+	root, err := testkit.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -124,43 +121,4 @@ func lastLine(out []byte) string {
 		}
 	}
 	return last
-}
-
-// moduleRoot finds the folder of reconscope's go.mod, walking up from the working directory
-// (go test runs in the package's folder), then from this source file.
-func moduleRoot() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, dir := range starts {
-		for {
-			if isModuleRoot(dir) {
-				return dir, nil
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir {
-				break
-			}
-			dir = parent
-		}
-	}
-	return "", errors.New("find module root: no go.mod of " + modulePath + " above the working directory")
-}
-
-// isModuleRoot tells whether dir holds the go.mod of modulePath.
-func isModuleRoot(dir string) bool {
-	data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
-			return strings.Trim(f[1], `"`) == modulePath
-		}
-	}
-	return false
 }

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 // ImageSpec describes an image BuildImage builds with the repository's image builder
@@ -43,7 +45,7 @@ func BuildImage(t testing.TB, spec ImageSpec) string {
 	t.Helper()
 	mkimage.Lock()
 	if mkimage.path == "" {
-		mkimage.path = BuildFixture(t, "./internal/cmd/mkimage")
+		mkimage.path = testkit.Build(t, "./internal/cmd/mkimage")
 	}
 	bin := mkimage.path
 	mkimage.Unlock()
@@ -105,7 +107,7 @@ func toolDir(script string, files ...string) (string, error) {
 	if dir := toolDirs.dirs[script]; dir != "" {
 		return dir, nil
 	}
-	root, err := moduleRoot()
+	root, err := testkit.ModuleRoot()
 	if err != nil {
 		return "", err
 	}

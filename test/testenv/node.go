@@ -28,6 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 // nodeReadyTimeout bounds the wait for the node to register and report Ready.
@@ -147,11 +149,11 @@ func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	root, err := moduleRoot()
+	root, err := testkit.ModuleRoot()
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	pauseTar := BuildImage(t, ImageSpec{Ref: SandboxImage, Files: []string{BuildFixture(t, "./test/tools/pause", "-s", "-w") + "=/pause:0755"}, Entrypoint: []string{"/pause"}})
+	pauseTar := BuildImage(t, ImageSpec{Ref: SandboxImage, Files: []string{testkit.Build(t, "./test/tools/pause", "-ldflags=-s -w") + "=/pause:0755"}, Entrypoint: []string{"/pause"}})
 
 	// A short private folder: unix socket paths must stay under 108 bytes.
 	dir, err := os.MkdirTemp("", "rscope-node-")

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
@@ -94,12 +95,7 @@ func program(t *testing.T, name string) string {
 			return "", err
 		}
 		out := filepath.Join(dir, name)
-		cmd := exec.Command("go", append(append([]string{"build", "-o", out}, args...), pkg)...)
-		cmd.Dir = "../../.."
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return "", fmt.Errorf("build %s: %v\n%s", name, err, b)
-		}
-		return out, nil
+		return out, testkit.GoBuild(out, pkg, nil, args...)
 	}))
 	path, err := v.(func() (string, error))()
 	if err != nil {

@@ -1,0 +1,110 @@
+// Package testkit is what reconscope's tests share, so that each exists once: waiting for a
+// condition (Eventually, WaitFor), a buffer safe for a writer in another goroutine (LogBuffer),
+// a logger that says nothing (Quiet), a span sink (Sink), and go build of the module's programs
+// (Build). It depends on the standard library and pkg/span only, so that a unit test can use it
+// without pulling in the Kubernetes test bed (test/testenv) or eBPF (internal/bpftest).
+package testkit
+
+import (
+	"bytes"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/pkg/span"
+)
+
+// Polling intervals of WaitFor: the first poll follows at once, the next after minPoll, each
+// wait doubling up to maxPoll, so a quick condition is seen quickly and an expensive one (an
+// HTTP query) is not asked too often.
+const (
+	minPoll = 10 * time.Millisecond
+	maxPoll = 200 * time.Millisecond
+)
+
+// WaitFor polls cond until it holds. After timeout it fails t with what and what cond said
+// last. cond may call t.Fatal (e.g. for a process that died). The timeout only guards against a
+// hang: a test must not depend on how fast anything is.
+func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() (ok bool, detail string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for wait := minPoll; ; wait = min(2*wait, maxPoll) {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			if detail != "" {
+				t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, detail)
+			}
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// Eventually is WaitFor for a condition with nothing to say about itself.
+func Eventually(t testing.TB, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	WaitFor(t, what, timeout, func() (bool, string) { return cond(), "" })
+}
+
+// LogBuffer collects what a logger or a process writes from other goroutines while the test
+// reads it.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write implements io.Writer.
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Logger returns a text logger at level Info that writes into l.
+func (l *LogBuffer) Logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, nil))
+}
+
+// Quiet returns a logger that drops everything, for code under test whose logs the test does
+// not read.
+func Quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// Sink collects spans (it is an exporter.Writer); safe for a tracer writing while the test
+// reads.
+type Sink struct {
+	mu    sync.Mutex
+	spans []span.Span
+}
+
+// Write keeps a copy of sp.
+func (s *Sink) Write(sp *span.Span) error {
+	s.mu.Lock()
+	s.spans = append(s.spans, *sp)
+	s.mu.Unlock()
+	return nil
+}
+
+// Snapshot returns the spans so far.
+func (s *Sink) Snapshot() []span.Span {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]span.Span(nil), s.spans...)
+}
+
+// Count returns how many spans came.
+func (s *Sink) Count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.spans)
+}
