@@ -144,6 +144,12 @@ done
 "${benchstat[@]}" "$work/symbols.txt" > "$work/symbols-benchstat.txt" 2>> "$work/benchstat.err" || echo "benchstat failed" > "$work/symbols-benchstat.txt"
 "${bench[@]}" rss "${common[@]}" -fakectl "$work/fakectl" -runs "$runs" -duration "$rss_duration" > "$work/4-rss.md"
 
+step "5. a real controller at scale: kube-controller-manager untraced and traced"
+RECONSCOPE_BENCH_AGENT="$work/reconscope-agent" RECONSCOPE_BENCH_VERDICTS="$work/verdicts.jsonl" \
+  RECONSCOPE_BENCH_SCALE_OUT="$work/5-scale.md" RECONSCOPE_CONTROLPLANE_DIR="$controlplane" \
+  go test -run '^$' -bench BenchmarkAtScale -benchtime 1x -timeout 60m ./test/bench/scale > "$work/scale.log" 2>&1 \
+  || { tail -50 "$work/scale.log" >&2; exit 1; }
+
 step "write BENCHMARKS.md"
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 compare_runs "" > "$work/compare.md"
@@ -251,6 +257,12 @@ $fence
 
 EOT
   cat "$work/4-rss.md"
+  cat <<EOT
+
+## 5. A real controller at scale
+
+EOT
+  cat "$work/5-scale.md"
 } > "$work/BENCHMARKS.md"
 
 # BENCHMARKS.md and BENCHMARKS.json are committed: no path of this machine in them.

@@ -48,6 +48,9 @@ type Options struct {
 	// StrippedControllerManager runs kube-controller-manager-stripped, built with -ldflags=-s -w
 	// like release builds (no symbol table, no DWARF), instead of the plain build.
 	StrippedControllerManager bool
+	// ControllerManagerFlags are added to kube-controller-manager's command line, e.g.
+	// --kube-api-qps=300 for a benchmark that creates thousands of objects.
+	ControllerManagerFlags []string
 	// Node prepares kube-apiserver for a kubelet (StartNode): the ServiceAccount admission
 	// plugin on (envtest turns it off), so pods get their service account token and CA; a
 	// service IP range of this test bed's own; a serving certificate that also names the
@@ -75,6 +78,11 @@ type Env struct {
 	// ControllerManagerPath is the binary kube-controller-manager runs from, empty when it does
 	// not run.
 	ControllerManagerPath string
+	// ControllerManagerURL is kube-controller-manager's secure address (https://127.0.0.1:PORT,
+	// a self-signed certificate), empty when it does not run. /healthz answers without a token;
+	// /metrics does too when ControllerManagerFlags allow its path
+	// (--authorization-always-allow-paths).
+	ControllerManagerURL string
 	// CAFile is the PEM file of the CA that signed kube-apiserver's serving certificate (with
 	// Options.Node; empty otherwise).
 	CAFile string
@@ -234,11 +242,13 @@ func startControllerManager(t testing.TB, env *Env, opts Options) {
 		"--use-service-account-credentials=false",
 		"--controllers="+strings.Join(opts.ControllerManager, ","),
 	)
+	cmd.Args = append(cmd.Args, opts.ControllerManagerFlags...)
 	start := time.Now()
 	p := StartProcess(t, "kube-controller-manager", cmd)
 	env.ControllerManager, env.ControllerManagerPID, env.ControllerManagerPath = p, p.PID(), path
+	env.ControllerManagerURL = fmt.Sprintf("https://127.0.0.1:%d", port)
 
-	healthz := fmt.Sprintf("https://127.0.0.1:%d/healthz", port)
+	healthz := env.ControllerManagerURL + "/healthz"
 	if err := waitHealthy(p, healthz, controllerManagerReadyTimeout); err != nil {
 		logTail(t, "kube-controller-manager stderr", p.StderrPath())
 		t.Fatalf("testenv: start %s: %v", name, err)
