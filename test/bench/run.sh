@@ -144,7 +144,7 @@ done
 "${benchstat[@]}" "$work/symbols.txt" > "$work/symbols-benchstat.txt" 2>> "$work/benchstat.err" || echo "benchstat failed" > "$work/symbols-benchstat.txt"
 "${bench[@]}" rss "${common[@]}" -fakectl "$work/fakectl" -runs "$runs" -duration "$rss_duration" > "$work/4-rss.md"
 
-step "5. a real controller at scale: kube-controller-manager untraced and traced"
+step "5. real controllers at scale, untraced and traced"
 RECONSCOPE_BENCH_AGENT="$work/reconscope-agent" RECONSCOPE_BENCH_VERDICTS="$work/verdicts.jsonl" \
   RECONSCOPE_BENCH_SCALE_OUT="$work/5-scale.md" RECONSCOPE_CONTROLPLANE_DIR="$controlplane" \
   go test -run '^$' -bench BenchmarkAtScale -benchtime 1x -timeout 60m ./test/bench/scale > "$work/scale.log" 2>&1 \
@@ -259,7 +259,7 @@ EOT
   cat "$work/4-rss.md"
   cat <<EOT
 
-## 5. A real controller at scale
+## 5. Real controllers at scale
 
 EOT
   cat "$work/5-scale.md"

@@ -66,34 +66,37 @@ func ratio(x float64) string { return fmt.Sprintf("%.3f×", x) }
 func mib(x float64) string   { return fmt.Sprintf("%.1f MiB", x/(1<<20)) }
 func num(x float64) string   { return fmt.Sprintf("%.0f", x) }
 
-// report renders section 5 of BENCHMARKS.md and its budget checks.
-func report(cfg config, results []cycleResult) (string, []verdict) {
+// intro is the text before the tables of section 5 of BENCHMARKS.md.
+func intro(cfg config) string {
+	return fmt.Sprintf("Command: `go test -run '^$' -bench BenchmarkAtScale -benchtime 1x ./test/bench/scale` "+
+		"(%d Deployments; %d controllers, %d ConfigMaps; %d rounds; %s idle)\n\n", cfg.deployments, cfg.controllers, cfg.configMaps, cfg.rounds, cfg.idle) +
+		`Two real controllers against a real kube-apiserver and etcd, each untraced and traced by
+` + "`reconscope-agent trace --pid`" + ` (attached when a cycle starts, stopped when it ends), side by side: a round
+runs one cycle of each kind, in an order that alternates between rounds; ratios are taken within
+each round, then their median. A cycle warms up (one object reconciled, and traced, its span
+written), runs the workload's first step (creations), leaves the controller idle for ` + cfg.idle.String() + `
+while it watches the objects, then runs the other steps; after each step it waits until the
+controller's queues have been quiet for a second.
+
+- **reconciles** are the controller's own count: the samples of client-go's
+  workqueue_work_duration_seconds (one per item processed: a sync handler call, a Reconcile);
+- **CPU per reconcile** is the controller's CPU time (user + system, /proc/PID/stat) during the
+  steps, over those reconciles; the idle part is not in it;
+- **p50 / p99** are its reconcile durations estimated from that histogram (buckets are powers of
+  10, so coarse) the way Prometheus's histogram_quantile does;
+- **idle** is its CPU time over the idle part's wall time, as a share of one core (the CPU clock
+  counts in ticks of 10 ms: a difference below ` + pct(0.01/cfg.idle.Seconds()) + ` is within one tick);
+- the agent's CPU per reconcile and peak RSS (VmHWM) are those of the whole trace process;
+  spans per reconcile are the JSON lines it wrote over the controller's reconciles.
+
+`
+}
+
+// report renders w's part of section 5 and its budget checks.
+func report(cfg config, w workload, results []cycleResult) (string, []verdict) {
 	var sb strings.Builder
-	w := func(format string, a ...any) { fmt.Fprintf(&sb, format, a...) }
-	w("Command: `go test -run '^$' -bench BenchmarkAtScale -benchtime 1x ./test/bench/scale` "+
-		"(%d Deployments, %d rounds, %s idle; `test/bench/scale`)\n\n", cfg.deployments, cfg.rounds, cfg.idle)
-	w(`The traced process is the test bed's stripped kube-controller-manager (built with -ldflags=-s -w
-like release builds) running its deployment and replicaset controllers against a real
-kube-apiserver and etcd, with --kube-api-qps=300 so that its client's rate limiter does not pace
-the work. Each cycle creates %d Deployments of 3 replicas in a namespace of its own and waits
-for their %d pods (the replicaset controller creates them; no scheduler or kubelet runs, so they
-stay Pending), leaves kube-controller-manager idle for %s while it watches those %d objects,
-scales every Deployment to 1 and waits for the pods to go, then deletes the Deployments,
-ReplicaSets and pods and waits for its queues to be quiet. A round runs one cycle untraced and
-one traced by `+"`reconscope-agent trace --pid`"+` (which attaches when the cycle starts and stops when it
-ends), in an order that alternates between rounds; ratios are taken within each round, then their
-median.
-
-- **reconciles** are kube-controller-manager's own count: its workqueue_work_duration_seconds
-  samples of the deployment and replicaset queues (one per sync handler call);
-- **CPU per reconcile** is kube-controller-manager's CPU time (user + system, /proc/PID/stat)
-  during the create, scale and delete parts, over those reconciles;
-- **p50 / p99** are its reconcile durations estimated from that histogram's buckets (powers of 10:
-  coarse) the way Prometheus's histogram_quantile does;
-- **idle** is its CPU time over the idle part's wall time, as a share of one core;
-- the agent's CPU per reconcile and peak RSS (VmHWM) are those of the whole trace process.
-
-`, cfg.deployments, 3*cfg.deployments, cfg.idle, 5*cfg.deployments+2)
+	p := func(format string, a ...any) { fmt.Fprintf(&sb, format, a...) }
+	p("### %s\n\n", w.title)
 
 	type agg struct {
 		reconciles, cpuPer, p50, p99, idle, agentCPU, hwm, spansPer, lost []float64
@@ -103,12 +106,11 @@ median.
 	for _, r := range results {
 		a := by[r.traced]
 		c := r.churn
-		per := c.kcmCPU.Seconds() / float64(max(c.reconciles, 1))
 		a.reconciles = append(a.reconciles, float64(c.reconciles))
-		a.cpuPer = append(a.cpuPer, per)
+		a.cpuPer = append(a.cpuPer, cpuPer(c))
 		a.p50 = append(a.p50, quantile(0.5, c.buckets))
 		a.p99 = append(a.p99, quantile(0.99, c.buckets))
-		a.idle = append(a.idle, r.idle.kcmCPU.Seconds()/r.idle.wall.Seconds())
+		a.idle = append(a.idle, idleShare(r))
 		if r.traced {
 			a.agentCPU = append(a.agentCPU, (c.agentCPU+r.idle.agentCPU).Seconds()/float64(max(c.reconciles, 1)))
 			a.hwm = append(a.hwm, float64(r.agentHWM))
@@ -120,8 +122,8 @@ median.
 		}
 		perRound[r.round][r.traced] = r
 	}
-	w("| configuration | reconciles per cycle | kube-controller-manager CPU per reconcile | p50 | p99 | idle CPU (share of a core) | agent CPU per reconcile | agent peak RSS | spans per reconcile | events lost |\n")
-	w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	p("| configuration | reconciles per cycle | CPU per reconcile | p50 | p99 | idle CPU (share of a core) | agent CPU per reconcile | agent peak RSS | spans per reconcile | events lost |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, traced := range []bool{false, true} {
 		a := by[traced]
 		name, agentCPU, hwmS, spans, lost := "untraced", "—", "—", "—", "—"
@@ -132,7 +134,7 @@ median.
 			spans = spreadOf(a.spansPer).format(func(x float64) string { return fmt.Sprintf("%.3f", x) })
 			lost = spreadOf(a.lost).format(num)
 		}
-		w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name,
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", name,
 			spreadOf(a.reconciles).format(num), spreadOf(a.cpuPer).format(dur),
 			spreadOf(a.p50).format(dur), spreadOf(a.p99).format(dur), spreadOf(a.idle).format(pct),
 			agentCPU, hwmS, spans, lost)
@@ -150,24 +152,20 @@ median.
 		if !okU || !okT {
 			continue
 		}
-		perU := u.churn.kcmCPU.Seconds() / float64(max(u.churn.reconciles, 1))
-		perT := t.churn.kcmCPU.Seconds() / float64(max(t.churn.reconciles, 1))
-		cpuRatio = append(cpuRatio, perT/perU)
+		cpuRatio = append(cpuRatio, cpuPer(t.churn)/cpuPer(u.churn))
 		p50Ratio = append(p50Ratio, quantile(0.5, t.churn.buckets)/quantile(0.5, u.churn.buckets))
 		p99Ratio = append(p99Ratio, quantile(0.99, t.churn.buckets)/quantile(0.99, u.churn.buckets))
-		idleAdded = append(idleAdded, t.idle.kcmCPU.Seconds()/t.idle.wall.Seconds()-u.idle.kcmCPU.Seconds()/u.idle.wall.Seconds())
+		idleAdded = append(idleAdded, idleShare(t)-idleShare(u))
 	}
-	w("\n| traced / untraced, within each round | median (min–max) |\n| --- | ---: |\n")
-	w("| kube-controller-manager CPU per reconcile | %s |\n", spreadOf(cpuRatio).format(ratio))
-	w("| p50 reconcile duration | %s |\n", spreadOf(p50Ratio).format(ratio))
-	w("| p99 reconcile duration | %s |\n", spreadOf(p99Ratio).format(ratio))
-	w("| idle CPU added (traced − untraced, share of a core) | %s |\n\n", spreadOf(idleAdded).format(pct))
-	w("The CPU clock counts in ticks of 10 ms (USER_HZ): an idle figure below about %s is within one tick.\n\n",
-		pct(0.01/cfg.idle.Seconds()))
+	p("\n| traced / untraced, within each round | median (min–max) |\n| --- | ---: |\n")
+	p("| CPU per reconcile | %s |\n", spreadOf(cpuRatio).format(ratio))
+	p("| p50 reconcile duration | %s |\n", spreadOf(p50Ratio).format(ratio))
+	p("| p99 reconcile duration | %s |\n", spreadOf(p99Ratio).format(ratio))
+	p("| idle CPU added (traced − untraced, share of a core), watching %d objects | %s |\n\n", w.watched, spreadOf(idleAdded).format(pct))
 
 	idle := spreadOf(idleAdded)
 	v := verdict{
-		Figure:   "idle kube-controller-manager CPU added by tracing (watching its objects, no change)",
+		Figure:   "idle CPU added by tracing: " + strings.SplitN(w.title, " (", 2)[0] + fmt.Sprintf(" watching %d objects", w.watched),
 		Goal:     "≤ 1% of a core",
 		Measured: idle.format(pct),
 		Value:    100 * idle.med,
@@ -175,7 +173,11 @@ median.
 		Met:      idle.med <= idleGoal,
 	}
 	if !v.Met {
-		v.Why = "section 5: while nothing changes, the probes still fire for kube-controller-manager's own background work (informer watches, goroutines)"
+		v.Why = "section 5: with nothing changing, the probes still fire for the controller's own background work (informer watches and resyncs, goroutines it starts)"
 	}
 	return sb.String(), []verdict{v}
 }
+
+func cpuPer(p phase) float64 { return p.cpu.Seconds() / float64(max(p.reconciles, 1)) }
+
+func idleShare(r cycleResult) float64 { return r.idle.cpu.Seconds() / r.idle.wall.Seconds() }

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,47 +33,69 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/test/testenv"
 )
-
-// The workqueues of the controllers measured: kube-controller-manager's
-// workqueue_work_duration_seconds{name=...} counts one item per sync handler call (a reconcile).
-var queues = []string{"deployment", "replicaset"}
 
 // idleGoal is the budget of issue 17: at most 1% of a CPU added to an idle kube-controller-manager.
 const idleGoal = 0.01
 
 type config struct {
 	deployments int
+	configMaps  int
+	controllers int
 	rounds      int
 	idle        time.Duration
 	agent       string
 }
 
-// sample is what is read at the edges of a phase.
+// target is the traced process and how to read its own count of reconciles.
+type target struct {
+	pid int
+	// metrics is its Prometheus endpoint (http or https, self-signed accepted).
+	metrics string
+	// queues are the workqueue names (workqueue_work_duration_seconds{name}) of the controllers
+	// measured; nil: all.
+	queues []string
+}
+
+// workload drives one cycle's objects in a namespace of their own.
+type workload struct {
+	title  string
+	target target
+	// warmup creates one object and waits until it is reconciled.
+	warmup func(ns string) error
+	// steps run in order; each returns once the controllers have done the work it caused.
+	// The idle part comes after the first.
+	steps []func(ns string, before sample) error
+	// watched is how many objects the controllers watch during the idle part.
+	watched int
+}
+
+// sample is what is read at the edges of a part.
 type sample struct {
 	at        time.Time
-	kcmCPU    time.Duration
+	cpu       time.Duration // the traced process
 	agentCPU  time.Duration
-	count     map[string]uint64            // reconciles by queue
-	buckets   map[string]map[float64]uint64 // cumulative histogram by queue
-	agentSpan int                          // spans the agent has written
+	count     uint64             // reconciles
+	buckets   map[float64]uint64 // their cumulative duration histogram
+	agentSpan int                // spans the agent has written
 }
 
 // phase is the difference between two samples.
 type phase struct {
 	wall       time.Duration
-	kcmCPU     time.Duration
+	cpu        time.Duration
 	agentCPU   time.Duration
 	reconciles uint64
-	buckets    map[float64]uint64 // all queues
+	buckets    map[float64]uint64
 	spans      int
 }
 
 type cycleResult struct {
 	round      int
 	traced     bool
-	churn      phase // create, scale, delete
+	churn      phase // every step
 	idle       phase
 	agentHWM   uint64 // bytes
 	eventsLost uint64
@@ -81,6 +104,8 @@ type cycleResult struct {
 func BenchmarkAtScale(b *testing.B) {
 	cfg := config{
 		deployments: envInt(b, "RECONSCOPE_BENCH_SCALE_DEPLOYMENTS", 500),
+		configMaps:  envInt(b, "RECONSCOPE_BENCH_SCALE_CONFIGMAPS", 100),
+		controllers: envInt(b, "RECONSCOPE_BENCH_SCALE_CONTROLLERS", 50),
 		rounds:      envInt(b, "RECONSCOPE_BENCH_SCALE_ROUNDS", 2),
 		idle:        envDuration(b, "RECONSCOPE_BENCH_SCALE_IDLE", 20*time.Second),
 		agent:       os.Getenv("RECONSCOPE_BENCH_AGENT"),
@@ -89,10 +114,11 @@ func BenchmarkAtScale(b *testing.B) {
 		b.Skip("needs root: the traced runs attach eBPF uprobes")
 	}
 	if cfg.agent == "" {
-		cfg.agent = testenv.BuildFixture(b, "./cmd/agent")
+		cfg.agent = testkit.Build(b, "./cmd/agent")
 	}
+	manager := testkit.Build(b, "./test/fixtures/scripted-controller")
 	env := testenv.Start(b, testenv.Options{
-		ControllerManager:         queues,
+		ControllerManager:         []string{"deployment", "replicaset"},
 		StrippedControllerManager: true,
 		ControllerManagerFlags: []string{
 			// kube-controller-manager's default client limit (20 requests/s) would make the
@@ -101,24 +127,31 @@ func BenchmarkAtScale(b *testing.B) {
 			"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
 		},
 	})
-	var results []cycleResult
-	for r := 0; r < cfg.rounds; r++ {
-		order := []bool{false, true}
-		if r%2 == 1 {
-			order = []bool{true, false}
+	var md strings.Builder
+	var verdicts []verdict
+	for _, w := range []workload{kcmWorkload(b, env, cfg), managerWorkload(b, env, cfg, manager)} {
+		var results []cycleResult
+		for r := 0; r < cfg.rounds; r++ {
+			order := []bool{false, true}
+			if r%2 == 1 {
+				order = []bool{true, false}
+			}
+			for _, traced := range order {
+				res := runCycle(b, env, cfg, w, r, traced)
+				b.Logf("%s, round %d, traced=%v: %d reconciles, CPU %s; idle CPU %s in %s; agent CPU %s, spans %d",
+					w.title, r, traced, res.churn.reconciles, res.churn.cpu, res.idle.cpu, res.idle.wall.Round(time.Millisecond),
+					res.churn.agentCPU+res.idle.agentCPU, res.churn.spans+res.idle.spans)
+				results = append(results, res)
+			}
 		}
-		for _, traced := range order {
-			res := runCycle(b, env, cfg, r, traced)
-			b.Logf("round %d traced=%v: churn %d reconciles, kcm CPU %s, idle kcm CPU %s over %s, agent CPU %s, spans %d",
-				r, traced, res.churn.reconciles, res.churn.kcmCPU, res.idle.kcmCPU, res.idle.wall, res.churn.agentCPU, res.churn.spans)
-			results = append(results, res)
-		}
+		part, vs := report(cfg, w, results)
+		md.WriteString(part)
+		verdicts = append(verdicts, vs...)
 	}
 	b.StopTimer()
-	md, verdicts := report(cfg, results)
-	b.Log("\n" + md)
+	b.Log("\n" + md.String())
 	if out := os.Getenv("RECONSCOPE_BENCH_SCALE_OUT"); out != "" {
-		if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+		if err := os.WriteFile(out, []byte(intro(cfg)+md.String()), 0o644); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -136,79 +169,192 @@ func BenchmarkAtScale(b *testing.B) {
 	}
 }
 
-// runCycle creates cfg.deployments Deployments of 3 replicas in a namespace of their own, waits
-// for their pods, leaves kube-controller-manager idle for cfg.idle, scales them to 1, deletes
-// them (Deployments, ReplicaSets and pods: this control plane runs no garbage collector), and
-// measures each part. Traced, reconscope-agent traces kube-controller-manager throughout.
-func runCycle(b *testing.B, env *testenv.Env, cfg config, round int, traced bool) cycleResult {
-	b.Helper()
+// kcmWorkload: cfg.deployments Deployments of 3 replicas created (and their pods: no scheduler or
+// kubelet runs, so they stay Pending), scaled to 1, then deleted with their ReplicaSets and pods
+// (this control plane runs no garbage collector).
+func kcmWorkload(b *testing.B, env *testenv.Env, cfg config) workload {
 	ctx := context.Background()
+	n := cfg.deployments
+	pods := func(ns string, want int) error {
+		testkit.WaitFor(b, fmt.Sprintf("%d pods", want), 10*time.Minute, func() (bool, string) {
+			got := countPods(b, env, ns)
+			return got == want, fmt.Sprintf("%d pods", got)
+		})
+		return nil
+	}
+	t := target{pid: env.ControllerManagerPID, metrics: env.ControllerManagerURL + "/metrics", queues: []string{"deployment", "replicaset"}}
+	return workload{
+		title:  fmt.Sprintf("kube-controller-manager (stripped; deployment and replicaset controllers), %d Deployments × 3 replicas", n),
+		target: t,
+		warmup: func(ns string) error {
+			if err := env.Client.Create(ctx, deployment(ns, "warmup", 1)); err != nil {
+				return err
+			}
+			return pods(ns, 1)
+		},
+		steps: []func(string, sample) error{
+			func(ns string, _ sample) error {
+				if err := parallel(n, func(i int) error {
+					return env.Client.Create(ctx, deployment(ns, fmt.Sprintf("d%04d", i), 3))
+				}); err != nil {
+					return err
+				}
+				return pods(ns, 3*n+1)
+			},
+			func(ns string, _ sample) error {
+				patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"replicas":1}}`))
+				if err := parallel(n, func(i int) error {
+					d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("d%04d", i)}}
+					return env.Client.Patch(ctx, d, patch)
+				}); err != nil {
+					return err
+				}
+				return pods(ns, n+1)
+			},
+			func(ns string, _ sample) error {
+				for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.ReplicaSet{}, &corev1.Pod{}} {
+					if err := env.Client.DeleteAllOf(ctx, obj, client.InNamespace(ns)); err != nil {
+						return err
+					}
+				}
+				testkit.WaitFor(b, "the namespace empty", 10*time.Minute, func() (bool, string) {
+					var rs appsv1.ReplicaSetList
+					must(b, env.Client.List(ctx, &rs, client.InNamespace(ns)))
+					got := countPods(b, env, ns)
+					return got == 0 && len(rs.Items) == 0, fmt.Sprintf("%d pods, %d ReplicaSets", got, len(rs.Items))
+				})
+				return nil
+			},
+		},
+		watched: 5*n + 2, // Deployments, ReplicaSets and pods, with the warm-up's
+	}
+}
+
+// managerWorkload: a controller-runtime manager (test/fixtures/scripted-controller) hosting
+// cfg.controllers controllers that each reconcile every ConfigMap (one cache Get of it per
+// reconcile); cfg.configMaps ConfigMaps created, updated, then deleted.
+func managerWorkload(b *testing.B, env *testenv.Env, cfg config, bin string) workload {
+	ctx := context.Background()
+	n, per := cfg.configMaps, cfg.controllers
+	cmd := exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--controllers", strconv.Itoa(per),
+		"--metrics-bind-address", "127.0.0.1:0", "--controller-name", "scale")
+	p := testenv.StartProcess(b, "scripted-controller", cmd)
+	var addr string
+	testkit.WaitFor(b, "the manager's metrics address", time.Minute, func() (bool, string) {
+		raw, _ := os.ReadFile(p.StderrPath())
+		m := regexp.MustCompile(`metrics listening on (\S+)`).FindSubmatch(raw)
+		if m != nil {
+			addr = string(m[1])
+		}
+		return m != nil, "no 'metrics listening on' line yet"
+	})
+	t := target{pid: p.PID(), metrics: "http://" + addr + "/metrics"}
+	configMap := func(ns, name string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
+			Annotations: map[string]string{"scripted.reconscope.io/script": "get:configmap/" + name}}}
+	}
+	// Each change of a ConfigMap is one reconcile of each controller.
+	reconciled := func(before sample, want uint64) error {
+		testkit.WaitFor(b, fmt.Sprintf("%d reconciles", want), 10*time.Minute, func() (bool, string) {
+			c, _, err := scrape(t)
+			if err != nil {
+				return false, err.Error()
+			}
+			return c-before.count >= want, fmt.Sprintf("%d of %d reconciles", c-before.count, want)
+		})
+		return nil
+	}
+	return workload{
+		title:  fmt.Sprintf("a controller-runtime manager with %d controllers (test/fixtures/scripted-controller), %d ConfigMaps", per, n),
+		target: t,
+		warmup: func(ns string) error {
+			before, err := sampleOf(t, nil)
+			if err != nil {
+				return err
+			}
+			if err := env.Client.Create(ctx, configMap(ns, "warmup")); err != nil {
+				return err
+			}
+			return reconciled(before, uint64(per))
+		},
+		steps: []func(string, sample) error{
+			func(ns string, before sample) error {
+				if err := parallel(n, func(i int) error {
+					return env.Client.Create(ctx, configMap(ns, fmt.Sprintf("c%04d", i)))
+				}); err != nil {
+					return err
+				}
+				return reconciled(before, uint64(n*per))
+			},
+			func(ns string, before sample) error {
+				patch := client.RawPatch("application/merge-patch+json", []byte(`{"data":{"changed":"yes"}}`))
+				if err := parallel(n, func(i int) error {
+					return env.Client.Patch(ctx, configMap(ns, fmt.Sprintf("c%04d", i)), patch)
+				}); err != nil {
+					return err
+				}
+				return reconciled(before, uint64(n*per))
+			},
+			func(ns string, before sample) error {
+				if err := env.Client.DeleteAllOf(ctx, &corev1.ConfigMap{}, client.InNamespace(ns)); err != nil {
+					return err
+				}
+				return reconciled(before, uint64((n+1)*per))
+			},
+		},
+		watched: n + 1,
+	}
+}
+
+// runCycle runs w's warm-up, its first step, the idle part, and its other steps in a namespace of
+// their own, and measures them. Traced, reconscope-agent traces the target throughout the cycle.
+func runCycle(b *testing.B, env *testenv.Env, cfg config, w workload, round int, traced bool) cycleResult {
+	b.Helper()
 	mode := "untraced"
 	if traced {
 		mode = "traced"
 	}
-	ns := fmt.Sprintf("scale-%d-%s", round, mode)
-	must(b, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	ns := fmt.Sprintf("scale-%d-%d-%s", w.target.pid, round, mode)
+	must(b, env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 
 	var agent *testenv.Process
 	if traced {
-		cmd := exec.Command(cfg.agent, "trace", "--pid", strconv.Itoa(env.ControllerManagerPID), "--output", "json")
+		cmd := exec.Command(cfg.agent, "trace", "--pid", strconv.Itoa(w.target.pid), "--output", "json")
 		agent = testenv.StartProcess(b, "reconscope-agent-"+ns, cmd)
-		waitFor(b, "reconscope-agent to attach", 2*time.Minute, func() (bool, string) {
+		testkit.WaitFor(b, "reconscope-agent to attach", 2*time.Minute, func() (bool, string) {
 			raw, err := os.ReadFile(agent.StderrPath())
-			must(b, err)
-			return bytes.Contains(raw, []byte("msg=attached")), "no 'attached' line in its log"
+			return err == nil && bytes.Contains(raw, []byte("msg=attached")), "no 'attached' line in its log"
 		})
 	}
-	// Warm up: one Deployment reconciled end to end (and, traced, its span written) before
-	// anything is measured.
-	must(b, env.Client.Create(ctx, deployment(ns, "warmup", 1)))
-	waitFor(b, "the warm-up Deployment's pod", 2*time.Minute, func() (bool, string) {
-		n := countPods(b, env, ns)
-		if agent != nil {
-			if s := spanCount(b, agent); s == 0 {
-				return false, "no span from the agent yet"
-			}
-		}
-		return n == 1, fmt.Sprintf("%d pods", n)
-	})
-
-	want := cfg.deployments + 1 // and the warm-up's
-	s0 := takeSample(b, env, agent)
-	createAll(b, env, ns, cfg.deployments)
-	waitFor(b, "3 pods per Deployment", 10*time.Minute, func() (bool, string) {
-		n := countPods(b, env, ns)
-		return n == 3*cfg.deployments+1, fmt.Sprintf("%d of %d pods", n, 3*cfg.deployments+1)
-	})
-	s1 := takeSample(b, env, agent)
-	time.Sleep(cfg.idle)
-	s2 := takeSample(b, env, agent)
-	scaleAll(b, env, ns, cfg.deployments, 1)
-	waitFor(b, "1 pod per Deployment", 10*time.Minute, func() (bool, string) {
-		n := countPods(b, env, ns)
-		return n == want, fmt.Sprintf("%d of %d pods", n, want)
-	})
-	for _, obj := range []client.Object{&appsv1.Deployment{}, &appsv1.ReplicaSet{}, &corev1.Pod{}} {
-		must(b, env.Client.DeleteAllOf(ctx, obj, client.InNamespace(ns)))
+	// Warm up: one object reconciled end to end (and, traced, its span written) before anything
+	// is measured.
+	must(b, w.warmup(ns))
+	if agent != nil {
+		testkit.WaitFor(b, "the warm-up's span", time.Minute, func() (bool, string) {
+			return spanCount(agent) > 0, "no span from the agent yet"
+		})
 	}
-	waitFor(b, "the namespace empty", 10*time.Minute, func() (bool, string) {
-		var rs appsv1.ReplicaSetList
-		must(b, env.Client.List(ctx, &rs, client.InNamespace(ns)))
-		n := countPods(b, env, ns)
-		return n == 0 && len(rs.Items) == 0, fmt.Sprintf("%d pods, %d ReplicaSets", n, len(rs.Items))
-	})
-	// The deletions' reconciles (the controllers find the objects gone) finish within moments;
-	// wait until the queues have been quiet for a second.
-	s3 := quiesce(b, env, agent)
 
+	take := func() sample {
+		s, err := sampleOf(w.target, agent)
+		must(b, err)
+		return s
+	}
 	res := cycleResult{round: round, traced: traced}
-	res.churn = diff(s0, s1).plus(diff(s2, s3))
-	res.idle = diff(s1, s2)
+	res.churn.buckets = map[float64]uint64{}
+	for i, step := range w.steps {
+		before := take()
+		must(b, step(ns, before))
+		after := quiesce(b, w.target, agent)
+		res.churn = res.churn.plus(diff(before, after))
+		if i == 0 {
+			time.Sleep(cfg.idle)
+			res.idle = diff(after, take())
+		}
+	}
 	if agent != nil {
 		res.agentHWM = hwm(b, agent.PID())
-		if err := syscall.Kill(agent.PID(), syscall.SIGTERM); err != nil {
-			b.Fatal(err)
-		}
+		must(b, syscall.Kill(agent.PID(), syscall.SIGTERM))
 		if err := agent.Wait(); err != nil {
 			b.Fatalf("reconscope-agent: %v", err)
 		}
@@ -232,9 +378,8 @@ func deployment(ns, name string, replicas int32) *appsv1.Deployment {
 	}
 }
 
-// parallel runs f(i) for i in [0, n) on 8 workers.
-func parallel(b *testing.B, n int, f func(i int) error) {
-	b.Helper()
+// parallel runs f(i) for i in [0, n) on 8 workers and returns the first error.
+func parallel(n int, f func(i int) error) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	next := make(chan int)
@@ -255,23 +400,7 @@ func parallel(b *testing.B, n int, f func(i int) error) {
 	close(next)
 	wg.Wait()
 	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-}
-
-func createAll(b *testing.B, env *testenv.Env, ns string, n int) {
-	parallel(b, n, func(i int) error {
-		return env.Client.Create(context.Background(), deployment(ns, fmt.Sprintf("d%04d", i), 3))
-	})
-}
-
-func scaleAll(b *testing.B, env *testenv.Env, ns string, n int, replicas int32) {
-	patch := []byte(fmt.Sprintf(`{"spec":{"replicas":%d}}`, replicas))
-	parallel(b, n, func(i int) error {
-		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("d%04d", i)}}
-		return env.Client.Patch(context.Background(), d, client.RawPatch("application/merge-patch+json", patch))
-	})
+	return <-errs
 }
 
 func countPods(b *testing.B, env *testenv.Env, ns string) int {
@@ -281,55 +410,52 @@ func countPods(b *testing.B, env *testenv.Env, ns string) int {
 	return len(pods.Items)
 }
 
-// quiesce waits until kube-controller-manager's queues have taken no item for a second, and
-// returns the sample taken then.
-func quiesce(b *testing.B, env *testenv.Env, agent *testenv.Process) sample {
-	last := takeSample(b, env, agent)
+// quiesce waits until the target's queues have taken no item for a second, and returns the
+// sample taken then.
+func quiesce(b *testing.B, t target, agent *testenv.Process) sample {
+	last, err := sampleOf(t, agent)
+	must(b, err)
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		time.Sleep(time.Second)
-		s := takeSample(b, env, agent)
-		if total(s.count) == total(last.count) {
+		s, err := sampleOf(t, agent)
+		must(b, err)
+		if s.count == last.count {
 			return s
 		}
 		last = s
 	}
-	b.Fatalf("kube-controller-manager's queues still busy after 2 minutes")
+	b.Fatalf("the queues of process %d still busy after 2 minutes", t.pid)
 	return last
 }
 
-func total(m map[string]uint64) (n uint64) {
-	for _, v := range m {
-		n += v
+func sampleOf(t target, agent *testenv.Process) (sample, error) {
+	s := sample{at: time.Now()}
+	var err error
+	if s.cpu, err = cpuTime(t.pid); err != nil {
+		return s, err
 	}
-	return n
-}
-
-func takeSample(b *testing.B, env *testenv.Env, agent *testenv.Process) sample {
-	b.Helper()
-	s := sample{at: time.Now(), kcmCPU: cpuTime(b, env.ControllerManagerPID)}
 	if agent != nil {
-		s.agentCPU = cpuTime(b, agent.PID())
-		s.agentSpan = spanCount(b, agent)
+		if s.agentCPU, err = cpuTime(agent.PID()); err != nil {
+			return s, err
+		}
+		s.agentSpan = spanCount(agent)
 	}
-	s.count, s.buckets = workqueueMetrics(b, env.ControllerManagerURL)
-	return s
+	s.count, s.buckets, err = scrape(t)
+	return s, err
 }
 
 func diff(a, z sample) phase {
-	p := phase{wall: z.at.Sub(a.at), kcmCPU: z.kcmCPU - a.kcmCPU, agentCPU: z.agentCPU - a.agentCPU,
-		spans: z.agentSpan - a.agentSpan, buckets: map[float64]uint64{}}
-	for _, q := range queues {
-		p.reconciles += z.count[q] - a.count[q]
-		for le, n := range z.buckets[q] {
-			p.buckets[le] += n - a.buckets[q][le]
-		}
+	p := phase{wall: z.at.Sub(a.at), cpu: z.cpu - a.cpu, agentCPU: z.agentCPU - a.agentCPU,
+		spans: z.agentSpan - a.agentSpan, reconciles: z.count - a.count, buckets: map[float64]uint64{}}
+	for le, n := range z.buckets {
+		p.buckets[le] = n - a.buckets[le]
 	}
 	return p
 }
 
 func (p phase) plus(o phase) phase {
-	r := phase{wall: p.wall + o.wall, kcmCPU: p.kcmCPU + o.kcmCPU, agentCPU: p.agentCPU + o.agentCPU,
+	r := phase{wall: p.wall + o.wall, cpu: p.cpu + o.cpu, agentCPU: p.agentCPU + o.agentCPU,
 		reconciles: p.reconciles + o.reconciles, spans: p.spans + o.spans, buckets: map[float64]uint64{}}
 	for le, n := range p.buckets {
 		r.buckets[le] += n
@@ -374,46 +500,47 @@ func quantile(q float64, buckets map[float64]uint64) float64 {
 	return lower
 }
 
-// workqueueMetrics reads workqueue_work_duration_seconds of the measured queues from
-// kube-controller-manager's /metrics.
-func workqueueMetrics(b *testing.B, base string) (map[string]uint64, map[string]map[float64]uint64) {
-	b.Helper()
+// scrape reads the target's workqueue_work_duration_seconds (client-go's workqueue metrics,
+// which kube-controller-manager and controller-runtime both serve: one sample per item
+// processed, that is per reconcile): the count and the cumulative buckets, summed over its
+// queues.
+func scrape(t target) (uint64, map[float64]uint64, error) {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, self-signed
-	resp, err := hc.Get(base + "/metrics")
+	resp, err := hc.Get(t.metrics)
 	if err != nil {
-		b.Fatalf("scrape kube-controller-manager: %v", err)
+		return 0, nil, fmt.Errorf("scrape process %d: %w", t.pid, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		b.Fatalf("scrape kube-controller-manager: %s %v: %.200s", resp.Status, err, body)
+		return 0, nil, fmt.Errorf("scrape process %d: %s %v: %.200s", t.pid, resp.Status, err, body)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
-		b.Fatalf("parse kube-controller-manager's metrics: %v", err)
+		return 0, nil, fmt.Errorf("parse the metrics of process %d: %w", t.pid, err)
 	}
-	count := map[string]uint64{}
-	buckets := map[string]map[float64]uint64{}
 	fam := families["workqueue_work_duration_seconds"]
 	if fam == nil {
-		b.Fatalf("kube-controller-manager's /metrics has no workqueue_work_duration_seconds")
+		return 0, nil, fmt.Errorf("the metrics of process %d have no workqueue_work_duration_seconds", t.pid)
 	}
+	var count uint64
+	buckets := map[float64]uint64{}
 	for _, m := range fam.GetMetric() {
-		name := label(m, "name")
 		h := m.GetHistogram()
-		if h == nil {
+		if h == nil || (t.queues != nil && !slices.Contains(t.queues, label(m, "name"))) {
 			continue
 		}
-		count[name] = h.GetSampleCount()
-		bs := map[float64]uint64{math.Inf(1): h.GetSampleCount()}
+		count += h.GetSampleCount()
+		buckets[math.Inf(1)] += h.GetSampleCount()
 		for _, bk := range h.GetBucket() {
-			bs[bk.GetUpperBound()] = bk.GetCumulativeCount()
+			if !math.IsInf(bk.GetUpperBound(), 1) { // the text format's le="+Inf" is the count
+				buckets[bk.GetUpperBound()] += bk.GetCumulativeCount()
+			}
 		}
-		buckets[name] = bs
 	}
-	return count, buckets
+	return count, buckets, nil
 }
 
 func label(m *dto.Metric, name string) string {
@@ -429,17 +556,16 @@ func label(m *dto.Metric, name string) string {
 const clockTicks = 100
 
 // cpuTime is the process's user + system CPU time, from /proc/PID/stat.
-func cpuTime(b *testing.B, pid int) time.Duration {
-	b.Helper()
+func cpuTime(pid int) (time.Duration, error) {
 	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
-		b.Fatalf("read the CPU time of %d: %v", pid, err)
+		return 0, fmt.Errorf("read the CPU time of %d: %w", pid, err)
 	}
 	// Fields after the command name (which may hold spaces) in parentheses.
 	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
 	utime, _ := strconv.ParseUint(f[11], 10, 64)
 	stime, _ := strconv.ParseUint(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / clockTicks
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
 
 // hwm is the process's peak resident set (VmHWM), in bytes.
@@ -459,11 +585,12 @@ func hwm(b *testing.B, pid int) uint64 {
 	return 0
 }
 
-// spanCount counts the JSON lines (one per reconcile) the agent has written.
-func spanCount(b *testing.B, agent *testenv.Process) int {
+// spanCount counts the JSON lines (one per reconcile) the agent has written; 0 when its output
+// cannot be read.
+func spanCount(agent *testenv.Process) int {
 	f, err := os.Open(agent.StdoutPath())
 	if err != nil {
-		b.Fatal(err)
+		return 0
 	}
 	defer f.Close()
 	n := 0
@@ -491,21 +618,6 @@ func eventsLost(b *testing.B, stderr string) uint64 {
 	}
 	n, _ := strconv.ParseUint(string(m[1]), 10, 64)
 	return n
-}
-
-func waitFor(b *testing.B, what string, timeout time.Duration, cond func() (bool, string)) {
-	b.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(500 * time.Millisecond)
-	}
-	b.Fatalf("waited %s for %s: %s", timeout, what, last)
 }
 
 func must(b *testing.B, err error) {
