@@ -33,26 +33,31 @@ type EmptyEventHead struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	EmptyMapEvents              = "events"
-	EmptyMapPerfEvents          = "perf_events"
-	EmptyMapPids                = "pids"
-	EmptyMapScratch             = "scratch"
-	EmptyProgEmpty              = "empty"
-	EmptyProgEmptyMulti         = "empty_multi"
-	EmptyProgEventHeadOnlyMulti = "event_head_only_multi"
-	EmptyProgEventOnlyMulti     = "event_only_multi"
-	EmptyProgRec16Multi         = "rec_16_multi"
-	EmptyProgRec64Multi         = "rec_64_multi"
-	EmptyProgRecBitmapMissMulti = "rec_bitmap_miss_multi"
-	EmptyProgRecCounterMulti    = "rec_counter_multi"
-	EmptyProgRecDiscardMulti    = "rec_discard_multi"
-	EmptyProgRecHashMissMulti   = "rec_hash_miss_multi"
-	EmptyProgRecKtimeMulti      = "rec_ktime_multi"
-	EmptyProgRecOutputMulti     = "rec_output_multi"
-	EmptyProgRecPerfMulti       = "rec_perf_multi"
-	EmptyProgRecWakeupMulti     = "rec_wakeup_multi"
-	EmptyVarPidBits             = "pid_bits"
-	EmptyVarWakeupBytes         = "wakeup_bytes"
+	EmptyMapEvents                 = "events"
+	EmptyMapPerfEvents             = "perf_events"
+	EmptyMapPids                   = "pids"
+	EmptyMapScratch                = "scratch"
+	EmptyMapSharedCounters         = "shared_counters"
+	EmptyProgEmpty                 = "empty"
+	EmptyProgEmptyMulti            = "empty_multi"
+	EmptyProgEventHeadOnlyMulti    = "event_head_only_multi"
+	EmptyProgEventOnlyMulti        = "event_only_multi"
+	EmptyProgRec16Multi            = "rec_16_multi"
+	EmptyProgRec64Multi            = "rec_64_multi"
+	EmptyProgRecBitmapMissMulti    = "rec_bitmap_miss_multi"
+	EmptyProgRecCounterMulti       = "rec_counter_multi"
+	EmptyProgRecCounterSharedMulti = "rec_counter_shared_multi"
+	EmptyProgRecDiscardMulti       = "rec_discard_multi"
+	EmptyProgRecHashMissMulti      = "rec_hash_miss_multi"
+	EmptyProgRecKtimeMulti         = "rec_ktime_multi"
+	EmptyProgRecOutputMulti        = "rec_output_multi"
+	EmptyProgRecPerfMulti          = "rec_perf_multi"
+	EmptyProgRecRead1Multi         = "rec_read1_multi"
+	EmptyProgRecRead5Multi         = "rec_read5_multi"
+	EmptyProgRecRead80Multi        = "rec_read80_multi"
+	EmptyProgRecWakeupMulti        = "rec_wakeup_multi"
+	EmptyVarPidBits                = "pid_bits"
+	EmptyVarWakeupBytes            = "wakeup_bytes"
 )
 
 // LoadEmpty returns the embedded CollectionSpec for Empty.
@@ -97,30 +102,35 @@ type EmptySpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EmptyProgramSpecs struct {
-	Empty              *ebpf.ProgramSpec `ebpf:"empty"`
-	EmptyMulti         *ebpf.ProgramSpec `ebpf:"empty_multi"`
-	EventHeadOnlyMulti *ebpf.ProgramSpec `ebpf:"event_head_only_multi"`
-	EventOnlyMulti     *ebpf.ProgramSpec `ebpf:"event_only_multi"`
-	Rec16Multi         *ebpf.ProgramSpec `ebpf:"rec_16_multi"`
-	Rec64Multi         *ebpf.ProgramSpec `ebpf:"rec_64_multi"`
-	RecBitmapMissMulti *ebpf.ProgramSpec `ebpf:"rec_bitmap_miss_multi"`
-	RecCounterMulti    *ebpf.ProgramSpec `ebpf:"rec_counter_multi"`
-	RecDiscardMulti    *ebpf.ProgramSpec `ebpf:"rec_discard_multi"`
-	RecHashMissMulti   *ebpf.ProgramSpec `ebpf:"rec_hash_miss_multi"`
-	RecKtimeMulti      *ebpf.ProgramSpec `ebpf:"rec_ktime_multi"`
-	RecOutputMulti     *ebpf.ProgramSpec `ebpf:"rec_output_multi"`
-	RecPerfMulti       *ebpf.ProgramSpec `ebpf:"rec_perf_multi"`
-	RecWakeupMulti     *ebpf.ProgramSpec `ebpf:"rec_wakeup_multi"`
+	Empty                 *ebpf.ProgramSpec `ebpf:"empty"`
+	EmptyMulti            *ebpf.ProgramSpec `ebpf:"empty_multi"`
+	EventHeadOnlyMulti    *ebpf.ProgramSpec `ebpf:"event_head_only_multi"`
+	EventOnlyMulti        *ebpf.ProgramSpec `ebpf:"event_only_multi"`
+	Rec16Multi            *ebpf.ProgramSpec `ebpf:"rec_16_multi"`
+	Rec64Multi            *ebpf.ProgramSpec `ebpf:"rec_64_multi"`
+	RecBitmapMissMulti    *ebpf.ProgramSpec `ebpf:"rec_bitmap_miss_multi"`
+	RecCounterMulti       *ebpf.ProgramSpec `ebpf:"rec_counter_multi"`
+	RecCounterSharedMulti *ebpf.ProgramSpec `ebpf:"rec_counter_shared_multi"`
+	RecDiscardMulti       *ebpf.ProgramSpec `ebpf:"rec_discard_multi"`
+	RecHashMissMulti      *ebpf.ProgramSpec `ebpf:"rec_hash_miss_multi"`
+	RecKtimeMulti         *ebpf.ProgramSpec `ebpf:"rec_ktime_multi"`
+	RecOutputMulti        *ebpf.ProgramSpec `ebpf:"rec_output_multi"`
+	RecPerfMulti          *ebpf.ProgramSpec `ebpf:"rec_perf_multi"`
+	RecRead1Multi         *ebpf.ProgramSpec `ebpf:"rec_read1_multi"`
+	RecRead5Multi         *ebpf.ProgramSpec `ebpf:"rec_read5_multi"`
+	RecRead80Multi        *ebpf.ProgramSpec `ebpf:"rec_read80_multi"`
+	RecWakeupMulti        *ebpf.ProgramSpec `ebpf:"rec_wakeup_multi"`
 }
 
 // EmptyMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EmptyMapSpecs struct {
-	Events     *ebpf.MapSpec `ebpf:"events"`
-	PerfEvents *ebpf.MapSpec `ebpf:"perf_events"`
-	Pids       *ebpf.MapSpec `ebpf:"pids"`
-	Scratch    *ebpf.MapSpec `ebpf:"scratch"`
+	Events         *ebpf.MapSpec `ebpf:"events"`
+	PerfEvents     *ebpf.MapSpec `ebpf:"perf_events"`
+	Pids           *ebpf.MapSpec `ebpf:"pids"`
+	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
+	SharedCounters *ebpf.MapSpec `ebpf:"shared_counters"`
 }
 
 // EmptyVariableSpecs contains global variables before they are loaded into the kernel.
@@ -151,10 +161,11 @@ func (o *EmptyObjects) Close() error {
 //
 // It can be passed to LoadEmptyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EmptyMaps struct {
-	Events     *ebpf.Map `ebpf:"events"`
-	PerfEvents *ebpf.Map `ebpf:"perf_events"`
-	Pids       *ebpf.Map `ebpf:"pids"`
-	Scratch    *ebpf.Map `ebpf:"scratch"`
+	Events         *ebpf.Map `ebpf:"events"`
+	PerfEvents     *ebpf.Map `ebpf:"perf_events"`
+	Pids           *ebpf.Map `ebpf:"pids"`
+	Scratch        *ebpf.Map `ebpf:"scratch"`
+	SharedCounters *ebpf.Map `ebpf:"shared_counters"`
 }
 
 func (m *EmptyMaps) Close() error {
@@ -163,6 +174,7 @@ func (m *EmptyMaps) Close() error {
 		m.PerfEvents,
 		m.Pids,
 		m.Scratch,
+		m.SharedCounters,
 	)
 }
 
@@ -178,20 +190,24 @@ type EmptyVariables struct {
 //
 // It can be passed to LoadEmptyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EmptyPrograms struct {
-	Empty              *ebpf.Program `ebpf:"empty"`
-	EmptyMulti         *ebpf.Program `ebpf:"empty_multi"`
-	EventHeadOnlyMulti *ebpf.Program `ebpf:"event_head_only_multi"`
-	EventOnlyMulti     *ebpf.Program `ebpf:"event_only_multi"`
-	Rec16Multi         *ebpf.Program `ebpf:"rec_16_multi"`
-	Rec64Multi         *ebpf.Program `ebpf:"rec_64_multi"`
-	RecBitmapMissMulti *ebpf.Program `ebpf:"rec_bitmap_miss_multi"`
-	RecCounterMulti    *ebpf.Program `ebpf:"rec_counter_multi"`
-	RecDiscardMulti    *ebpf.Program `ebpf:"rec_discard_multi"`
-	RecHashMissMulti   *ebpf.Program `ebpf:"rec_hash_miss_multi"`
-	RecKtimeMulti      *ebpf.Program `ebpf:"rec_ktime_multi"`
-	RecOutputMulti     *ebpf.Program `ebpf:"rec_output_multi"`
-	RecPerfMulti       *ebpf.Program `ebpf:"rec_perf_multi"`
-	RecWakeupMulti     *ebpf.Program `ebpf:"rec_wakeup_multi"`
+	Empty                 *ebpf.Program `ebpf:"empty"`
+	EmptyMulti            *ebpf.Program `ebpf:"empty_multi"`
+	EventHeadOnlyMulti    *ebpf.Program `ebpf:"event_head_only_multi"`
+	EventOnlyMulti        *ebpf.Program `ebpf:"event_only_multi"`
+	Rec16Multi            *ebpf.Program `ebpf:"rec_16_multi"`
+	Rec64Multi            *ebpf.Program `ebpf:"rec_64_multi"`
+	RecBitmapMissMulti    *ebpf.Program `ebpf:"rec_bitmap_miss_multi"`
+	RecCounterMulti       *ebpf.Program `ebpf:"rec_counter_multi"`
+	RecCounterSharedMulti *ebpf.Program `ebpf:"rec_counter_shared_multi"`
+	RecDiscardMulti       *ebpf.Program `ebpf:"rec_discard_multi"`
+	RecHashMissMulti      *ebpf.Program `ebpf:"rec_hash_miss_multi"`
+	RecKtimeMulti         *ebpf.Program `ebpf:"rec_ktime_multi"`
+	RecOutputMulti        *ebpf.Program `ebpf:"rec_output_multi"`
+	RecPerfMulti          *ebpf.Program `ebpf:"rec_perf_multi"`
+	RecRead1Multi         *ebpf.Program `ebpf:"rec_read1_multi"`
+	RecRead5Multi         *ebpf.Program `ebpf:"rec_read5_multi"`
+	RecRead80Multi        *ebpf.Program `ebpf:"rec_read80_multi"`
+	RecWakeupMulti        *ebpf.Program `ebpf:"rec_wakeup_multi"`
 }
 
 func (p *EmptyPrograms) Close() error {
@@ -204,11 +220,15 @@ func (p *EmptyPrograms) Close() error {
 		p.Rec64Multi,
 		p.RecBitmapMissMulti,
 		p.RecCounterMulti,
+		p.RecCounterSharedMulti,
 		p.RecDiscardMulti,
 		p.RecHashMissMulti,
 		p.RecKtimeMulti,
 		p.RecOutputMulti,
 		p.RecPerfMulti,
+		p.RecRead1Multi,
+		p.RecRead5Multi,
+		p.RecRead80Multi,
 		p.RecWakeupMulti,
 	)
 }

@@ -577,7 +577,11 @@ var recordVariants = []struct {
 	{"rw", EmptyProgRecWakeupMulti, "136 bytes with reconscope's wakeup logic (bpf_ringbuf_query, wake past 256 KiB)", 0, readRing},
 	{"ro", EmptyProgRecOutputMulti, "136 bytes built in a per-CPU scratch value, bpf_ringbuf_output", 0, readRing},
 	{"rp", EmptyProgRecPerfMulti, "136 bytes built in a per-CPU scratch value, bpf_perf_event_output (2 MiB per CPU)", 2 << 20, readPerf},
+	{"u1", EmptyProgRecRead1Multi, "no record: one bpf_probe_read_user of 16 bytes (a string header) from the goroutine's stack", 0, readRing},
+	{"u5", EmptyProgRecRead5Multi, "no record: five bpf_probe_read_user of 16 bytes each, side by side", 0, readRing},
+	{"u80", EmptyProgRecRead80Multi, "no record: one bpf_probe_read_user of the same 80 bytes", 0, readRing},
 	{"rh", EmptyProgRecHashMissMulti, "no record: bpf_get_current_pid_tgid and a hash lookup that misses (the PID filter)", 0, readRing},
 	{"rb", EmptyProgRecBitmapMissMulti, "no record: bpf_get_current_pid_tgid and a bit of a global bitmap (a PID filter without a helper call)", 0, readRing},
 	{"rc", EmptyProgRecCounterMulti, "no record: a per-CPU array lookup and an increment (a counter)", 0, readRing},
+	{"rcs", EmptyProgRecCounterSharedMulti, "no record: the same counter in a small array shared by the CPUs, incremented atomically", 0, readRing},
 }

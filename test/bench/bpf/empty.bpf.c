@@ -19,6 +19,7 @@
 #include "types.h"
 #include "bpf_helpers.h"
 #include "events.h"
+#include "go_abi.h"
 
 char __license[] SEC("license") = "Dual MIT/GPL";
 
@@ -208,5 +209,54 @@ int rec_counter_multi(void *ctx)
 	struct event_head *e = bpf_map_lookup_elem(&scratch, &zero);
 	if (e)
 		e->ktime += 1;
+	return 0;
+}
+
+/* Reads of the traced process's memory (bpf_probe_read_user), as the programs read strings and
+ * their headers: here from the goroutine's stack, which the process just used. */
+SEC("uprobe.multi")
+int rec_read1_multi(struct go_regs *regs)
+{
+	__u64 buf[2];
+	bpf_probe_read_user(buf, sizeof(buf), (const void *)regs->sp);
+	return buf[0] == 1;
+}
+
+SEC("uprobe.multi")
+int rec_read5_multi(struct go_regs *regs)
+{
+	__u64 buf[2], sum = 0;
+#pragma unroll
+	for (int i = 0; i < 5; i++) {
+		bpf_probe_read_user(buf, sizeof(buf), (const void *)(regs->sp + 16 * i));
+		sum += buf[0];
+	}
+	return sum == 1;
+}
+
+SEC("uprobe.multi")
+int rec_read80_multi(struct go_regs *regs)
+{
+	__u64 buf[10];
+	bpf_probe_read_user(buf, sizeof(buf), (const void *)regs->sp);
+	return buf[0] == 1;
+}
+
+/* the same counter in a small array map shared by the CPUs (one allocation with the map, no
+ * per-CPU area), incremented atomically */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 8);
+	__type(key, __u32);
+	__type(value, __u64);
+} shared_counters SEC(".maps");
+
+SEC("uprobe.multi")
+int rec_counter_shared_multi(void *ctx)
+{
+	__u32 idx = 3;
+	__u64 *v = bpf_map_lookup_elem(&shared_counters, &idx);
+	if (v)
+		__sync_fetch_and_add(v, 1);
 	return 0;
 }
