@@ -29,15 +29,63 @@ type EmptyEventHead struct {
 	Vals      [2]uint64
 }
 
+type EmptyG_key struct {
+	_    structs.HostLayout
+	Pid  uint32
+	Pad0 uint32
+	G    uint64
+}
+
+type EmptyG_state struct {
+	_     structs.HostLayout
+	Start uint64
+	Saved uint64
+	Site  uint32
+	Depth uint32
+	Goid  int64
+}
+
+type EmptySiteConfig struct {
+	_        structs.HostLayout
+	Kind     uint8
+	Role     uint8
+	CtxSlot  int8
+	ErrSlot  int8
+	GoidOff  uint32
+	SaveSlot int8
+	Pad0     [3]uint8
+	Str      [5]struct {
+		_        structs.HostLayout
+		PtrSlot  int8
+		LenSlot  int8
+		BaseSlot int8
+		Pad0     uint8
+		Off      uint32
+	}
+	Val [2]struct {
+		_        structs.HostLayout
+		BaseSlot int8
+		Pad0     [3]uint8
+		Off      uint32
+	}
+	Exe   uint32
+	Pad1  uint32
+	_     [4]byte
+	Vaddr uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	EmptyMapEvents                 = "events"
+	EmptyMapGoroutines             = "goroutines"
+	EmptyMapPercpuCounters         = "percpu_counters"
 	EmptyMapPerfEvents             = "perf_events"
 	EmptyMapPids                   = "pids"
 	EmptyMapScratch                = "scratch"
 	EmptyMapSharedCounters         = "shared_counters"
+	EmptyMapSites                  = "sites"
 	EmptyProgEmpty                 = "empty"
 	EmptyProgEmptyMulti            = "empty_multi"
 	EmptyProgEventHeadOnlyMulti    = "event_head_only_multi"
@@ -48,6 +96,8 @@ const (
 	EmptyProgRecCounterMulti       = "rec_counter_multi"
 	EmptyProgRecCounterSharedMulti = "rec_counter_shared_multi"
 	EmptyProgRecDiscardMulti       = "rec_discard_multi"
+	EmptyProgRecExitPercpuMulti    = "rec_exit_percpu_multi"
+	EmptyProgRecExitSharedMulti    = "rec_exit_shared_multi"
 	EmptyProgRecHashMissMulti      = "rec_hash_miss_multi"
 	EmptyProgRecKtimeMulti         = "rec_ktime_multi"
 	EmptyProgRecOutputMulti        = "rec_output_multi"
@@ -112,6 +162,8 @@ type EmptyProgramSpecs struct {
 	RecCounterMulti       *ebpf.ProgramSpec `ebpf:"rec_counter_multi"`
 	RecCounterSharedMulti *ebpf.ProgramSpec `ebpf:"rec_counter_shared_multi"`
 	RecDiscardMulti       *ebpf.ProgramSpec `ebpf:"rec_discard_multi"`
+	RecExitPercpuMulti    *ebpf.ProgramSpec `ebpf:"rec_exit_percpu_multi"`
+	RecExitSharedMulti    *ebpf.ProgramSpec `ebpf:"rec_exit_shared_multi"`
 	RecHashMissMulti      *ebpf.ProgramSpec `ebpf:"rec_hash_miss_multi"`
 	RecKtimeMulti         *ebpf.ProgramSpec `ebpf:"rec_ktime_multi"`
 	RecOutputMulti        *ebpf.ProgramSpec `ebpf:"rec_output_multi"`
@@ -127,10 +179,13 @@ type EmptyProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type EmptyMapSpecs struct {
 	Events         *ebpf.MapSpec `ebpf:"events"`
+	Goroutines     *ebpf.MapSpec `ebpf:"goroutines"`
+	PercpuCounters *ebpf.MapSpec `ebpf:"percpu_counters"`
 	PerfEvents     *ebpf.MapSpec `ebpf:"perf_events"`
 	Pids           *ebpf.MapSpec `ebpf:"pids"`
 	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
 	SharedCounters *ebpf.MapSpec `ebpf:"shared_counters"`
+	Sites          *ebpf.MapSpec `ebpf:"sites"`
 }
 
 // EmptyVariableSpecs contains global variables before they are loaded into the kernel.
@@ -162,19 +217,25 @@ func (o *EmptyObjects) Close() error {
 // It can be passed to LoadEmptyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EmptyMaps struct {
 	Events         *ebpf.Map `ebpf:"events"`
+	Goroutines     *ebpf.Map `ebpf:"goroutines"`
+	PercpuCounters *ebpf.Map `ebpf:"percpu_counters"`
 	PerfEvents     *ebpf.Map `ebpf:"perf_events"`
 	Pids           *ebpf.Map `ebpf:"pids"`
 	Scratch        *ebpf.Map `ebpf:"scratch"`
 	SharedCounters *ebpf.Map `ebpf:"shared_counters"`
+	Sites          *ebpf.Map `ebpf:"sites"`
 }
 
 func (m *EmptyMaps) Close() error {
 	return _EmptyClose(
 		m.Events,
+		m.Goroutines,
+		m.PercpuCounters,
 		m.PerfEvents,
 		m.Pids,
 		m.Scratch,
 		m.SharedCounters,
+		m.Sites,
 	)
 }
 
@@ -200,6 +261,8 @@ type EmptyPrograms struct {
 	RecCounterMulti       *ebpf.Program `ebpf:"rec_counter_multi"`
 	RecCounterSharedMulti *ebpf.Program `ebpf:"rec_counter_shared_multi"`
 	RecDiscardMulti       *ebpf.Program `ebpf:"rec_discard_multi"`
+	RecExitPercpuMulti    *ebpf.Program `ebpf:"rec_exit_percpu_multi"`
+	RecExitSharedMulti    *ebpf.Program `ebpf:"rec_exit_shared_multi"`
 	RecHashMissMulti      *ebpf.Program `ebpf:"rec_hash_miss_multi"`
 	RecKtimeMulti         *ebpf.Program `ebpf:"rec_ktime_multi"`
 	RecOutputMulti        *ebpf.Program `ebpf:"rec_output_multi"`
@@ -222,6 +285,8 @@ func (p *EmptyPrograms) Close() error {
 		p.RecCounterMulti,
 		p.RecCounterSharedMulti,
 		p.RecDiscardMulti,
+		p.RecExitPercpuMulti,
+		p.RecExitSharedMulti,
 		p.RecHashMissMulti,
 		p.RecKtimeMulti,
 		p.RecOutputMulti,

@@ -44,6 +44,9 @@ type harnessReport struct {
 	WallPerRec float64 `json:"wall_ns_per_reconcile"`
 	CPUPerRec  float64 `json:"cpu_ns_per_reconcile"`
 	Rate       float64 `json:"reconciles_per_s"`
+	// ProcessCPU is the harness process's whole CPU time (user + system, from its rusage), set
+	// by runHarness: in paced mode the harness does not time itself.
+	ProcessCPU time.Duration `json:"-"`
 }
 
 // harnessWarmup is reconcileloop's default -warmup: reconciles before its timed loop.
@@ -93,6 +96,7 @@ func runHarness(bin string, args []string, attach func(pid int) (detach func() e
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rep); err != nil {
 		return rep, fmt.Errorf("%s printed %q: %w", filepath.Base(bin), out.String(), err)
 	}
+	rep.ProcessCPU = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 	return rep, nil
 }
 
@@ -406,9 +410,9 @@ const (
 
 // eventOnly loads the event-only program name (one of empty.bpf.c's event_* and rec_*
 // programs) with a ring buffer of size bytes (a perf event array of size bytes per CPU for
-// readPerf) and drains what it emits from a goroutine, as the agent's reader would. stop stops
-// both.
-func eventOnly(name string, size int, reader int) (prog *ebpf.Program, stop func(), err error) {
+// readPerf) and drains what it emits from a goroutine, as the agent's reader would; pid is the
+// traced process, for the programs that filter on it. stop stops both.
+func eventOnly(name string, size int, reader int, pid int) (prog *ebpf.Program, stop func(), err error) {
 	spec, err := LoadEmpty()
 	if err != nil {
 		return nil, nil, err
@@ -422,6 +426,13 @@ func eventOnly(name string, size int, reader int) (prog *ebpf.Program, stop func
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
 		return nil, nil, fmt.Errorf("load event-only program: %w", err)
+	}
+	if name == EmptyProgRecExitPercpuMulti || name == EmptyProgRecExitSharedMulti {
+		// the traced process, in the PID filter of the early-exit copies
+		if err := coll.Maps[EmptyMapPids].Put(uint32(pid), uint32(1)); err != nil {
+			coll.Close()
+			return nil, nil, err
+		}
 	}
 	type deadlineReader interface {
 		SetDeadline(time.Time)

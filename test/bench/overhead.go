@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -86,7 +87,7 @@ func (o *overheadBench) run(cfg ohConfig) (ohRun, error) {
 			if cfg.ringSize != 0 {
 				size = cfg.ringSize
 			}
-			prog, closeProg, err := eventOnly(cfg.program, size, cfg.reader)
+			prog, closeProg, err := eventOnly(cfg.program, size, cfg.reader, pid)
 			if err != nil {
 				return nil, err
 			}
@@ -502,7 +503,7 @@ the events lost in the runs kept.
 				Measured: ns(c.kernel.median()), Value: c.kernel.median(), Unit: "ns", Met: c.kernel.median() <= 300,
 			}
 			if !kv.Met {
-				kv.Why = fmt.Sprintf("as for the request probe (above); per hit of the call probe's own sites (section 1), the cache Get, whose return reads the object's UID and resourceVersion, costs %s, the request, whose return reads no string, %s", ns(callHits("f").median()), ns(callHits("c").median()))
+				kv.Why = fmt.Sprintf("as for the probes above; per hit of the call probe's own sites (section 1), the cache Get, whose return reads the object's UID and resourceVersion, costs %s, the request, whose return reads no string, %s", ns(callHits("f").median()), ns(callHits("c").median()))
 			}
 			if err := o.verdict(kv); err != nil {
 				return err
@@ -534,7 +535,7 @@ the events lost in the runs kept.
 			Met:      c.kernel.median() <= 300,
 		}
 		if !kv.Met {
-			kv.Why = fmt.Sprintf("per hit the program does several map operations (PID filter, site table, goroutine state in an LRU hash, counters), reads up to five strings and, at a span's entry, the goroutine ID and the context chain with bpf_probe_read_user, and emits a ring-buffer record; emitting a record alone costs %s per hit with strings (920 bytes), %s without (136 bytes; event-only programs), of which the empty program's %s", ns(perHit("ev").median()), ns(perHit("eh").median()), ns(perHit("dc").median()))
+			kv.Why = programWhy(perHit)
 		}
 		if err := o.verdict(kv); err != nil {
 			return err
@@ -553,7 +554,7 @@ the events lost in the runs kept.
 			Met:      perHit(x.key).median() <= 60,
 		}
 		if !v.Met {
-			v.Why = fmt.Sprintf("the empty program itself measures %s per hit here (the kernel's stats count the program's call and two clock reads); the exit adds the PID filter's hash lookup (and for a call site, the site table, the goroutine-state lookup and two per-CPU counters)", ns(perHit("dc").median()))
+			v.Why = exitWhy(perHit, x.key)
 		}
 		if err := o.verdict(v); err != nil {
 			return err
@@ -583,5 +584,58 @@ var recordVariants = []struct {
 	{"rh", EmptyProgRecHashMissMulti, "no record: bpf_get_current_pid_tgid and a hash lookup that misses (the PID filter)", 0, readRing},
 	{"rb", EmptyProgRecBitmapMissMulti, "no record: bpf_get_current_pid_tgid and a bit of a global bitmap (a PID filter without a helper call)", 0, readRing},
 	{"rc", EmptyProgRecCounterMulti, "no record: a per-CPU array lookup and an increment (a counter)", 0, readRing},
+	{"xpc", EmptyProgRecExitPercpuMulti, "no record: a call site's early exit as reconscope's program makes it (PID filter hit, hit counter, site table, goroutine-state miss, second counter), per-CPU counters", 0, readRing},
+	{"xsc", EmptyProgRecExitSharedMulti, "no record: the same early exit with the counters in a small array shared by the CPUs", 0, readRing},
 	{"rcs", EmptyProgRecCounterSharedMulti, "no record: the same counter in a small array shared by the CPUs, incremented atomically", 0, readRing},
+}
+
+// over is what a program of the stats rounds costs per hit over the empty program, for the
+// explanations (the record variants; "—" when they did not run).
+func over(perHit func(string) samples, key string) string {
+	if len(perHit(key)) == 0 || len(perHit("dc")) == 0 {
+		return "—"
+	}
+	return "+" + ns(perHit(key).median()-perHit("dc").median())
+}
+
+// machineWhy is what the record variants show of this machine: the first touch of memory in a
+// hit is what costs, whatever the instructions.
+func machineWhy(perHit func(string) samples) string {
+	return fmt.Sprintf("on this machine a hit pays for each piece of memory it touches first, not for its instructions: over the empty program (%s per hit, the kernel's stats' own clock reads in it), the clock read alone costs %s, one 16-byte read of the process's stack %s and five on the same page %s, a per-CPU counter %s where a shared one costs %s, the PID filter's hash lookup %s where a bitmap costs %s (section 1, what a record costs). %s",
+		ns(perHit("dc").median()), over(perHit, "rk"), over(perHit, "u1"), over(perHit, "u5"), over(perHit, "rc"), over(perHit, "rcs"), over(perHit, "rh"), over(perHit, "rb"), tlbWhy())
+}
+
+// tlbWhy says whether this kernel flushes the TLB at every kernel entry: page-table isolation
+// (the cpuinfo flag pti) without PCID switches to page tables that share no TLB entries.
+func tlbWhy() string {
+	flags := map[string]bool{}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "flags" {
+				for _, f := range strings.Fields(v) {
+					flags[f] = true
+				}
+				break
+			}
+		}
+	}
+	if flags["pti"] && !flags["pcid"] {
+		return "This kernel runs with page-table isolation and its CPU shows no PCID (cpuinfo flags: pti, no pcid), so every kernel entry of a uprobe's trap and single-step flushes the TLB and every page a hit touches is a TLB refill. A machine whose TLB survives the trap (PCID, or no page-table isolation: AMD CPUs need none on bare metal) does not pay that per hit; no such machine was measured here"
+	}
+	return fmt.Sprintf("This kernel's TLB is not flushed at every kernel entry (cpuinfo flags: pti %v, pcid %v): the first touches are cache misses", flags["pti"], flags["pcid"])
+}
+
+// programWhy explains a per-hit program time over 300 ns.
+func programWhy(perHit func(string) samples) string {
+	return fmt.Sprintf("a record alone costs more than the budget here: reserve, stamp and submit cost %s per hit for 16 bytes, %s for the 136-byte record of a site without strings and %s for the 920-byte one (%s with a 256 KiB ring buffer, %s through a perf event array), and the program also looks up the PID filter, the site table, the counters and the goroutine state and reads the process's strings and context; %s",
+		over(perHit, "r16"), over(perHit, "eh"), over(perHit, "ev"), over(perHit, "rs"), over(perHit, "rp"), machineWhy(perHit))
+}
+
+// exitWhy explains an early exit over 60 ns.
+func exitWhy(perHit func(string) samples, key string) string {
+	what := "the exit itself is bpf_get_current_pid_tgid and the PID filter's hash lookup"
+	if key == "xc" {
+		what = "the exit is the PID filter, the counters, the site table and the goroutine state's lookup"
+	}
+	return fmt.Sprintf("the empty program itself measures %s per hit, the kernel's stats' two clock reads in it, and %s; %s", ns(perHit("dc").median()), what, machineWhy(perHit))
 }

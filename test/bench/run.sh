@@ -125,7 +125,7 @@ go tool pprof -top -cum -nodecount 25 "$work/collector.test" "$work/decode.prof"
 
 step "3. loss by ring-buffer size"
 "${bench[@]}" loss "${common[@]}" -harness "$work/reconcileloop" -sizes 64K,256K,1M,4M \
-  -rates 2000,5000,10000,20000 -repeats "$repeats" -duration "$duration" > "$work/3-loss.md"
+  -rates 2000,5000,10000,20000,50000 -repeats "$repeats" -duration "$duration" > "$work/3-loss.md"
 
 step "4. inspect on big binaries, agent memory"
 bins=(kube-apiserver kube-controller-manager kube-controller-manager-stripped)

@@ -260,3 +260,71 @@ int rec_counter_shared_multi(void *ctx)
 		__sync_fetch_and_add(v, 1);
 	return 0;
 }
+
+/* A call site's early exit as reconscope's program makes it (the process traced, no span open on
+ * the goroutine): the PID filter's hash lookup that hits (user space puts the harness's PID in
+ * pids), a hit counter, the site table, the goroutine-state lookup that misses, and a second
+ * counter; once with per-CPU counters, once with the shared ones. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct site_config);
+} sites SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct g_key);
+	__type(value, struct g_state);
+} goroutines SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 8);
+	__type(key, __u32);
+	__type(value, __u64);
+} percpu_counters SEC(".maps");
+
+static __always_inline int call_exit(struct go_regs *regs, void *counters, int shared)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	if (!bpf_map_lookup_elem(&pids, &pid))
+		return 0;
+	__u32 idx = 3;
+	__u64 *v = bpf_map_lookup_elem(counters, &idx);
+	if (v) {
+		if (shared)
+			__sync_fetch_and_add(v, 1);
+		else
+			*v += 1;
+	}
+	__u32 site = 0;
+	struct site_config *cfg = bpf_map_lookup_elem(&sites, &site);
+	if (!cfg)
+		return 0;
+	struct g_key gk = {.pid = pid, .g = GO_G(regs)};
+	if (bpf_map_lookup_elem(&goroutines, &gk))
+		return 1;
+	idx = 2;
+	v = bpf_map_lookup_elem(counters, &idx);
+	if (v) {
+		if (shared)
+			__sync_fetch_and_add(v, 1);
+		else
+			*v += 1;
+	}
+	return 0;
+}
+
+SEC("uprobe.multi")
+int rec_exit_percpu_multi(struct go_regs *regs)
+{
+	return call_exit(regs, &percpu_counters, 0);
+}
+
+SEC("uprobe.multi")
+int rec_exit_shared_multi(struct go_regs *regs)
+{
+	return call_exit(regs, &shared_counters, 1);
+}
