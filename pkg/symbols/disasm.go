@@ -151,10 +151,48 @@ func scanRets(arch string, code []byte) []int {
 	return rets
 }
 
-// branchTargets returns the targets of the direct calls and jumps in code, which starts at
-// address pc.
-func branchTargets(arch string, code []byte, pc uint64) []uint64 {
-	var out []uint64
+// Call is a direct call (amd64 `CALL rel32`, arm64 `BL`): where it is, and what it calls.
+type Call struct {
+	Site
+	// Target is the called address as linked: a function's Entry.
+	Target uint64
+}
+
+// Calls returns fn's direct calls in address order, found by linear disassembly as
+// ReturnSites finds RETs. Calls through a register or memory (func values, interface
+// methods, closures) are not listed: their targets are not in the code. On amd64 the
+// kernel emulates a uprobe on `CALL rel32` in the trap (no single-step); on arm64 it
+// simulates `BL`.
+func (b *Binary) Calls(fn Function) ([]Call, error) {
+	code, err := b.code(fn)
+	if err != nil {
+		return nil, err
+	}
+	var calls []Call
+	for _, br := range scanBranches(b.Arch, code, fn.Entry) {
+		if !br.call {
+			continue
+		}
+		s, err := b.site(fn, code, br.off)
+		if err != nil {
+			return nil, err
+		}
+		calls = append(calls, Call{Site: s, Target: br.target})
+	}
+	return calls, nil
+}
+
+// branch is a direct call or unconditional jump found in code.
+type branch struct {
+	off    int    // offset of the instruction in code
+	target uint64 // address it transfers to
+	call   bool   // a call (CALL, BL), not a jump (JMP, B)
+}
+
+// scanBranches returns the direct calls and unconditional jumps in code, which starts at
+// address pc, by linear disassembly (undecodable bytes skipped as in scanRets).
+func scanBranches(arch string, code []byte, pc uint64) []branch {
+	var out []branch
 	switch arch {
 	case "amd64":
 		for off := 0; off < len(code); {
@@ -165,7 +203,7 @@ func branchTargets(arch string, code []byte, pc uint64) []uint64 {
 			}
 			if inst.Op == x86asm.CALL || inst.Op == x86asm.JMP {
 				if rel, ok := inst.Args[0].(x86asm.Rel); ok {
-					out = append(out, uint64(int64(pc)+int64(off+inst.Len)+int64(rel)))
+					out = append(out, branch{off: off, target: uint64(int64(pc) + int64(off+inst.Len) + int64(rel)), call: inst.Op == x86asm.CALL})
 				}
 			}
 			off += inst.Len
@@ -177,9 +215,19 @@ func branchTargets(arch string, code []byte, pc uint64) []uint64 {
 				continue
 			}
 			if rel, ok := inst.Args[0].(arm64asm.PCRel); ok {
-				out = append(out, uint64(int64(pc)+int64(off)+int64(rel)))
+				out = append(out, branch{off: off, target: uint64(int64(pc) + int64(off) + int64(rel)), call: inst.Op == arm64asm.BL})
 			}
 		}
+	}
+	return out
+}
+
+// branchTargets returns the targets of the direct calls and jumps in code, which starts at
+// address pc.
+func branchTargets(arch string, code []byte, pc uint64) []uint64 {
+	var out []uint64
+	for _, br := range scanBranches(arch, code, pc) {
+		out = append(out, br.target)
 	}
 	return out
 }

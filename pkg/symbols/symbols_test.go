@@ -318,6 +318,8 @@ func checkSites(t *testing.T, b *Binary, dump map[uint64][]objInsn, withBytes bo
 			t.Errorf("%s: return sites %#x, objdump RETs %#x", f.Name, got, want)
 		}
 
+		checkCalls(t, b, f, insns, funcs)
+
 		// Entry site: the instruction after the stack-check branch.
 		wantEntry := objdumpEntrySite(insns, b.Arch)
 		if wantEntry != insns[0].addr {
@@ -339,6 +341,48 @@ func checkSites(t *testing.T, b *Binary, dump map[uint64][]objInsn, withBytes bo
 		t.Errorf("checked %d functions, %d with a stack check, skipped %d with undecodable bytes", checkedEntries, withPrologue, undecodable)
 	}
 	t.Logf("checked %d functions, %d with a stack check, skipped %d with undecodable bytes", checkedEntries, withPrologue, undecodable)
+}
+
+// checkCalls compares fn's direct calls with objdump's `CALL name(SB)` (and, to addresses
+// without a symbol, `CALL 0x…`) lines: the same addresses, each calling what objdump names.
+func checkCalls(t *testing.T, b *Binary, fn Function, insns []objInsn, funcs []Function) {
+	t.Helper()
+	want := map[uint64]string{} // a function's name, or a target address without a symbol
+	for _, in := range insns {
+		op, ok := strings.CutPrefix(in.text, "CALL ")
+		switch {
+		case !ok:
+		case strings.HasSuffix(op, "(SB)"):
+			want[in.addr] = strings.TrimSuffix(op, "(SB)")
+		case strings.HasPrefix(op, "0x") && !strings.Contains(op, "("): // cgo's calls into the PLT
+			want[in.addr] = op
+		}
+	}
+	calls, err := b.Calls(fn)
+	if err != nil {
+		t.Fatalf("Calls(%s): %v", fn.Name, err)
+	}
+	for _, c := range calls {
+		name, ok := want[c.Addr]
+		if !ok {
+			t.Errorf("%s: call at %#x (%s) is not a CALL of a symbol in objdump's listing", fn.Name, c.Addr, c.Insn)
+			continue
+		}
+		delete(want, c.Addr)
+		if strings.HasPrefix(name, "0x") {
+			if name != "0x"+strconv.FormatUint(c.Target, 16) {
+				t.Errorf("%s: call at %#x targets %#x, objdump says %s", fn.Name, c.Addr, c.Target, name)
+			}
+			continue
+		}
+		callee, found := b.funcAt(funcs, c.Target)
+		if !found || callee.Entry != c.Target || normName(callee.Name) != normName(name) {
+			t.Errorf("%s: call at %#x targets %#x (%s), objdump says %s", fn.Name, c.Addr, c.Target, callee.Name, name)
+		}
+	}
+	for addr, name := range want {
+		t.Errorf("%s: objdump's CALL %s at %#x is not among Calls", fn.Name, name, addr)
+	}
 }
 
 // objdumpEntrySite finds, in objdump's text, the instruction after the stack-check branch.
