@@ -226,17 +226,19 @@ static __always_inline __u64 submit_flags(void)
 	return BPF_RB_NO_WAKEUP;
 }
 
-/* handle_spawn: at newproc1's entry, remember the span of the creating goroutine (its g is
- * the callergp argument, in save_slot: newproc1 runs on g0); at its return, give the new
- * goroutine (the result) an inherited state, so its calls join that span. */
+/* handle_spawn: at the entry site (newproc1's entry, or its call in newproc's closure),
+ * remember the span of the creating goroutine; at the return site (newproc1's RET, or the call
+ * of runqput that follows), give the new goroutine an inherited state, so its calls join that
+ * span. Both run on g0, on one thread; save_slot is the register holding the g the site is
+ * about: the creating goroutine (callergp) at the entry, the new one at the return. */
 static __always_inline int handle_spawn(struct go_regs *regs, const struct site_config *cfg, __u64 pid_tgid, __u32 pid)
 {
 	__u64 args[16] = {};
 	go_args(regs, args);
+	__u32 slot = (__u8)cfg->save_slot;
+	if (slot >= GO_ARG_SLOTS)
+		return 0;
 	if (cfg->kind == SITE_ENTRY) {
-		__u32 slot = (__u8)cfg->save_slot;
-		if (slot >= GO_ARG_SLOTS)
-			return 0;
 		struct g_key parent = {.pid = pid, .g = args[slot & 15]};
 		struct g_state *ps = bpf_map_lookup_elem(&goroutines, &parent);
 		if (ps && ps->start != 0)
@@ -247,7 +249,7 @@ static __always_inline int handle_spawn(struct go_regs *regs, const struct site_
 	if (!ps)
 		return 0;
 	struct g_state child = {.start = ps->start, .saved = 0, .site = ps->site, .depth = 0, .goid = -1};
-	struct g_key ck = {.pid = pid, .g = args[0]};
+	struct g_key ck = {.pid = pid, .g = args[slot & 15]};
 	bpf_map_delete_elem(&spawning, &pid_tgid);
 	if (ck.g == 0)
 		return 0;

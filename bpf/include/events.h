@@ -34,7 +34,7 @@ enum event_flag {
 enum site_role {
 	ROLE_SPAN = 1,  /* opens/closes a span: the reconcile or sync handler */
 	ROLE_CALL = 2,  /* a call inside a span: reported only while a span is open on the goroutine */
-	ROLE_SPAWN = 3, /* runtime.newproc1: a goroutine started inside a span inherits it (no event) */
+	ROLE_SPAWN = 3, /* goroutine creation (runtime.newproc): a goroutine started inside a span inherits it (no event) */
 	ROLE_EXIT = 4,  /* runtime.goexit1: an inheriting goroutine ends (no event) */
 	ROLE_MARK = 5,  /* reported whether or not a span is open (work-queue adds) */
 };
@@ -114,7 +114,8 @@ struct site_config {
 	__s8 ctx_slot;   /* slot of the context.Context data word, to find the reconcile ID; -1 none */
 	__s8 err_slot;   /* slot of the returned error's itab (data word follows); -1 none */
 	__u32 goid_off;  /* offset of goid in runtime.g; 0: unknown */
-	__s8 save_slot;  /* call entries: keep this register for the call's return (SLOT_SAVED); -1 none */
+	__s8 save_slot;  /* call entries: keep this register for the call's return (SLOT_SAVED);
+			  * ROLE_SPAWN: the register holding the creating g (entry) or the new g (return); -1 none */
 	__u8 _pad0[3];
 	struct str_spec str[STR_SPECS];
 	struct val_spec val[VAL_SPECS];

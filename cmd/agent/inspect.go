@@ -17,7 +17,8 @@ const inspectSummary = `Usage: reconscope-agent inspect BINARY | --pid PID [--js
 
 Says, without privileges, what 'trace' would attach to a Go binary: Go version, arch,
 stripped or not, PIE or not, the controller module versions, each probe site (symbol, role,
-entry and return addresses and file offsets), the struct-field offsets the probes read and
+entry and return addresses and file offsets), where the sites of a probe that can be probed
+more than one way went and why, the struct-field offsets the probes read and
 where each came from (DWARF or the offsets table), and what cannot be traced and why.
 The JSON schema is in docs/inspect.md.
 
@@ -47,6 +48,14 @@ type InspectReport struct {
 	Probes     []InspectProbe    `json:"probes"`
 	Offsets    []InspectOffset   `json:"offsets"`
 	Missing    []InspectMissing  `json:"missing"`
+	Choices    []InspectChoice   `json:"choices"`
+}
+
+// InspectChoice says where the sites of a probe that can be probed more than one way went.
+type InspectChoice struct {
+	Probe string `json:"probe"`
+	Sites string `json:"sites"`
+	Why   string `json:"why,omitempty"`
 }
 
 // InspectMissing is a probe of the catalog that does not apply to the binary, and why.
@@ -122,7 +131,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 }
 
 func inspect(path string) (*InspectReport, int) {
-	rep := &InspectReport{Binary: path, Probes: []InspectProbe{}, Offsets: []InspectOffset{}, Missing: []InspectMissing{}}
+	rep := &InspectReport{Binary: path, Probes: []InspectProbe{}, Offsets: []InspectOffset{}, Missing: []InspectMissing{}, Choices: []InspectChoice{}}
 	bin, err := symbols.Open(path)
 	if err != nil {
 		rep.Reason = err.Error()
@@ -189,6 +198,9 @@ func fill(rep *InspectReport, plan *probes.Plan) {
 	for _, m := range plan.Missing {
 		rep.Missing = append(rep.Missing, InspectMissing{Probe: m.ProbeID, Reason: m.Reason})
 	}
+	for _, c := range plan.Choices {
+		rep.Choices = append(rep.Choices, InspectChoice{Probe: c.ProbeID, Sites: c.Sites, Why: c.Why})
+	}
 }
 
 func printInspect(w io.Writer, r *InspectReport) {
@@ -217,6 +229,15 @@ func printInspect(w io.Writer, r *InspectReport) {
 		fmt.Fprintf(w, "  entry  %#x (+%d, file %#x)  %s\n", p.Entry.Address, p.Entry.Offset, p.Entry.FileOffset, p.Entry.Insn)
 		for _, s := range p.Returns {
 			fmt.Fprintf(w, "  return %#x (+%d, file %#x)  %s\n", s.Address, s.Offset, s.FileOffset, s.Insn)
+		}
+	}
+	if len(r.Choices) > 0 {
+		fmt.Fprintln(w, "\nsites chosen:")
+		for _, c := range r.Choices {
+			fmt.Fprintf(w, "  %s: at %s\n", c.Probe, c.Sites)
+			if c.Why != "" {
+				fmt.Fprintf(w, "    because %s\n", c.Why)
+			}
 		}
 	}
 	if len(r.Offsets) > 0 {

@@ -214,10 +214,14 @@ func TestInspectFixture(t *testing.T) {
 				t.Errorf("%s: no return site", p.Symbol)
 			}
 			for _, r := range p.Returns {
-				if !strings.HasPrefix(r.Insn, "RET") {
+				// goroutine-start's return is newproc's call of runqput, with the new g
+				if !strings.HasPrefix(r.Insn, "RET") && (p.Role != "goroutine-start" || r.Insn != "CALL runtime.runqput(SB)") {
 					t.Errorf("%s: return site %+v is not a RET", p.Symbol, r)
 				}
 			}
+		}
+		if len(rep.Choices) != 1 || rep.Choices[0].Probe != "runtime/goroutine-start" || !strings.Contains(rep.Choices[0].Sites, "runtime.newproc.func1's calls") {
+			t.Errorf("ldflags %q: choices %+v, want goroutine-start at runtime.newproc.func1's calls", ldflags, rep.Choices)
 		}
 		for _, want := range []string{"controller-runtime/reconcile", "controller-runtime/cache-get", "client-go/request"} {
 			if !found[want] {

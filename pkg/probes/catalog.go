@@ -79,6 +79,8 @@ type Layout struct {
 	Ctx     int                                        // slot of the context.Context's data word (reconcile ID), or None
 	Err     int                                        // slot of a returned error's itab (its data word follows), or None
 	// Save keeps this register at a call's entry for its return sites (Base: Saved), or None.
+	// At a goroutine-start site it is the register holding the g the site is about: the
+	// creating goroutine at the entry, the new one at the return.
 	Save int
 	// Itab is a slot holding an interface's itab whose concrete type the decoder wants named
 	// (Raw.ItabType), or None.
@@ -108,10 +110,26 @@ type Probe struct {
 	Result *ResultSize
 	// EntryOnly probes have no return sites (the function never returns, like runtime.goexit1).
 	EntryOnly bool
-	Entry     Layout
-	Return    Layout
+	// Calls, when set, puts the probe's two sites at direct calls inside each function Symbol
+	// matches, instead of at that function's entry and RETs (see CallPair).
+	Calls *CallPair
+	// Fallback probes are used only when no earlier catalog entry with the same ID found
+	// sites: a Calls probe's shape is looked for first, the plain sites are the fallback.
+	Fallback bool
+	Entry    Layout
+	Return   Layout
 	// DecodeEntry and DecodeReturn interpret the two sites' events.
 	DecodeEntry, DecodeReturn Decoder
+}
+
+// CallPair names two functions the probed function calls directly, one after the other: the
+// probe's entry site is the `CALL` of Entry, its return site the `CALL` of Return that follows,
+// each read with the callee's arguments in the ABI registers. The kernel emulates a uprobe on
+// `CALL rel32` (amd64) and simulates `BL` (arm64), where a RET (amd64) or the entry's store
+// (arm64) is single-stepped. The plan takes these sites only when the function has exactly one
+// direct call of each, in that order; otherwise the probe does not apply (its Fallback does).
+type CallPair struct {
+	Entry, Return string
 }
 
 // ResultSize names a result type by an interface method that returns it (symbols.Binary.
@@ -307,13 +325,27 @@ func rateLimitProbe(limiter string) *Probe {
 
 // GoroutineProbes let goroutines started inside a span (client-go's slowStartBatch creates
 // pods from such goroutines) join that span: the kernel copies the span state from the
-// creating goroutine to the new one in runtime.newproc1 and drops it in runtime.goexit1.
-// They cost two probe hits per goroutine created in a traced process.
+// creating goroutine to the new one and drops it in runtime.goexit1. They cost three probe
+// hits per goroutine created and ended in a traced process.
+//
+// Go's runtime.newproc (every go statement) runs a closure on the system stack (g0) that calls
+// newproc1(fn, callergp, …) and hands the new g to runqput(pp, newg, next): both calls are
+// probed there, at instructions the kernel does not single-step (Go 1.18 to 1.27 have this
+// closure; newproc1's other caller, newcoro, makes coroutines that are not goroutines started
+// by a go statement). Where the closure does not have that shape, newproc1's entry and RETs are
+// probed instead.
 var GoroutineProbes = []*Probe{
 	{ID: "runtime/goroutine-start", Role: RoleSpawn,
+		Symbol: regexp.MustCompile(`^runtime\.newproc\.func1$`),
+		Calls:  &CallPair{Entry: "runtime.newproc1", Return: "runtime.runqput"},
+		// the creating g: newproc1's callergp (slot 1); the new g: runqput's gp (slot 1)
+		Entry: layout().save(1), Return: layout().save(1),
+		DecodeEntry: decodeIgnore, DecodeReturn: decodeIgnore},
+	{ID: "runtime/goroutine-start", Role: RoleSpawn, Fallback: true,
 		// newproc1(fn *funcval, callergp *g, callerpc uintptr, parked bool, waitreason) *g, on g0
 		Symbol: regexp.MustCompile(`^runtime\.newproc1$`),
-		Entry:  layout().save(1), Return: layout(),
+		// the creating g: callergp (slot 1); the new g: the result (slot 0)
+		Entry: layout().save(1), Return: layout().save(0),
 		DecodeEntry: decodeIgnore, DecodeReturn: decodeIgnore},
 	{ID: "runtime/goroutine-exit", Role: RoleExit,
 		Symbol: regexp.MustCompile(`^runtime\.goexit1$`), EntryOnly: true,

@@ -99,6 +99,8 @@ type Plan struct {
 	// GoidOffset is runtime.g.goid's offset, 0 when unknown (goroutines are then told apart
 	// by their g pointer only).
 	GoidOffset uint64
+	// Choices say where the sites of probes with more than one way to be probed went.
+	Choices []Choice
 }
 
 // ErrNothingToTrace means no probe of the catalog applies to the binary.
@@ -137,12 +139,27 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 	candidates := p.match(bin, funcs, catalog)
 	for _, c := range candidates {
 		pr, fns := c.probe, c.fns
+		if pr.Fallback && matched[pr.ID] {
+			continue
+		}
 		if len(fns) == 0 {
 			continue
 		}
 		entryCfg := siteConfig(pr, SiteEntry, pr.Entry, p.GoidOffset, offset)
 		retCfg := siteConfig(pr, SiteReturn, pr.Return, p.GoidOffset, offset)
 		for _, fn := range fns {
+			if pr.Calls != nil {
+				entry, ret, err := callPairSites(bin, fn, pr.Calls)
+				if err != nil {
+					p.missing(pr.ID, fmt.Sprintf("%s: %v", fn.Name, err))
+					continue
+				}
+				p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteEntry, Site: entry, Config: entryCfg},
+					Site{Probe: pr, Function: fn, Kind: SiteReturn, Site: ret, Config: retCfg})
+				p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: fmt.Sprintf("%s's calls of %s and %s (no single-step)", fn.Name, pr.Calls.Entry, pr.Calls.Return)})
+				matched[pr.ID] = true
+				continue
+			}
 			entry, err := bin.EntrySite(fn)
 			if err != nil {
 				p.missing(pr.ID, fmt.Sprintf("%s: find entry site: %v", fn.Name, err))
@@ -162,6 +179,9 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 			}
 			matched[pr.ID] = true
 		}
+		if pr.Fallback && matched[pr.ID] {
+			p.fallback(pr, fns)
+		}
 	}
 	// A probe ID with several layouts (versions) is missing only if none of them matched.
 	kept := p.Missing[:0]
@@ -178,11 +198,12 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		roles[s.Probe.Role] = true
 	}
 	if !roles[RoleSpan] {
-		p.Sites = nil
+		p.Sites, p.Choices = nil, nil
 		return p, ErrNothingToTrace
 	}
 	if !roles[RoleCall] {
 		p.Sites = slices.DeleteFunc(p.Sites, func(s Site) bool { return s.Probe.Role == RoleSpawn || s.Probe.Role == RoleExit })
+		p.Choices = slices.DeleteFunc(p.Choices, func(c Choice) bool { return !slices.Contains(p.Probes(), c.ProbeID) })
 	}
 	// The error messages the collector reads: reported like the probes' fields.
 	_, apimachinery := bin.ModuleVersion("k8s.io/apimachinery")
@@ -194,6 +215,63 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 	// A work queue's adds matter only to the spans of the same process, and only then.
 	sort.SliceStable(p.Sites, func(i, j int) bool { return p.Sites[i].Addr < p.Sites[j].Addr })
 	return p, nil
+}
+
+// Choice says where the plan put the sites of a probe that has more than one way to be
+// probed (Probe.Calls, Probe.Fallback), and why: inspect prints it, the agent logs it.
+type Choice struct {
+	ProbeID string
+	Sites   string // where the sites are
+	Why     string // why not the preferred way, for a fallback
+}
+
+// fallback records the choice of the fallback probe pr, which found sites in fns: the reasons
+// the earlier entries of its ID did not apply are in p.Missing.
+func (p *Plan) fallback(pr *Probe, fns []symbols.Function) {
+	var why []string
+	for _, m := range p.Missing {
+		if m.ProbeID == pr.ID {
+			why = append(why, m.Reason)
+		}
+	}
+	names := make([]string, len(fns))
+	for i, f := range fns {
+		names[i] = f.Name
+	}
+	sites := "the entry and RETs of " + strings.Join(names, ", ")
+	if !pr.EntryOnly && p.Binary.Arch == "amd64" {
+		sites += " (a RET is single-stepped)"
+	}
+	p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: sites, Why: strings.Join(why, "; ")})
+}
+
+// callPairSites finds, in fn, the single direct call of c.Entry and the single direct call of
+// c.Return after it.
+func callPairSites(bin *symbols.Binary, fn symbols.Function, c *CallPair) (entry, ret symbols.Site, err error) {
+	calls, err := bin.Calls(fn)
+	if err != nil {
+		return entry, ret, err
+	}
+	var sites [2][]symbols.Site
+	for i, name := range []string{c.Entry, c.Return} {
+		callee, err := bin.Lookup(name)
+		if err != nil {
+			return entry, ret, err
+		}
+		for _, call := range calls {
+			if call.Target == callee.Entry {
+				sites[i] = append(sites[i], call.Site)
+			}
+		}
+		if len(sites[i]) != 1 {
+			return entry, ret, fmt.Errorf("%d direct calls of %s, not one", len(sites[i]), name)
+		}
+	}
+	entry, ret = sites[0][0], sites[1][0]
+	if ret.Addr < entry.Addr {
+		return entry, ret, fmt.Errorf("its call of %s comes before its call of %s", c.Return, c.Entry)
+	}
+	return entry, ret, nil
 }
 
 // candidate is a probe of the catalog and the functions it applies to.

@@ -70,12 +70,18 @@ func TestMain(m *testing.M) {
 
 func planOf(t *testing.T, path string) *Plan {
 	t.Helper()
+	return planWith(t, path, Catalog)
+}
+
+// planWith is the plan of catalog for the binary at path.
+func planWith(t *testing.T, path string, catalog []*Probe) *Plan {
+	t.Helper()
 	bin, err := symbols.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bin.Close() })
-	plan, err := NewPlan(bin, Catalog)
+	plan, err := NewPlan(bin, catalog)
 	if err != nil {
 		t.Fatalf("plan of %s: %v", path, err)
 	}

@@ -367,6 +367,9 @@ func (t *Tracer) attach(e *exe, open func() (*symbols.Binary, error), attachPath
 	t.mu.Unlock()
 	if err == nil {
 		t.log.Info("attached", "exe", e.path, "go", plan.Binary.GoVersion, "sites", len(plan.Sites), "probes", plan.Probes())
+		for _, c := range plan.Choices {
+			t.log.Info("sites chosen", "exe", e.path, "probe", c.ProbeID, "at", c.Sites, "why", c.Why)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,13 @@ func fakeProbe(t *testing.T) []*probes.Probe {
 // traceFake runs fakectl under the tracer and returns its ground truth and our spans.
 func traceFake(t *testing.T, bin string, args ...string) ([]fakectltest.Truth, []span.Span, tracer.Stats) {
 	t.Helper()
+	truths, spans, stats, _ := traceFakeWith(t, fakeProbe(t), bin, args...)
+	return truths, spans, stats
+}
+
+// traceFakeWith is traceFake with a catalog of the test's; it also returns the plan.
+func traceFakeWith(t *testing.T, catalog []*probes.Probe, bin string, args ...string) ([]fakectltest.Truth, []span.Span, tracer.Stats, *probes.Plan) {
+	t.Helper()
 	startFile := filepath.Join(t.TempDir(), "start")
 	var stdout bytes.Buffer
 	cmd := exec.Command(bin, append([]string{"-start", startFile}, args...)...)
@@ -47,7 +55,7 @@ func traceFake(t *testing.T, bin string, args ...string) ([]fakectltest.Truth, [
 
 	sink := &fakectltest.Sink{}
 	tr, err := tracer.New(tracer.Options{
-		Catalog: fakeProbe(t),
+		Catalog: catalog,
 		Writer:  sink,
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -88,7 +96,7 @@ func traceFake(t *testing.T, bin string, args ...string) ([]fakectltest.Truth, [
 	if err != nil {
 		t.Fatal(err)
 	}
-	return truths, sink.Snapshot(), tr.Stats()
+	return truths, sink.Snapshot(), tr.Stats(), plan
 }
 
 // checkMatch asserts one span per ground-truth reconcile with the same fields.
@@ -151,6 +159,55 @@ func TestTraceFakeController(t *testing.T) {
 				t.Fatalf("fakectl reported %d reconciles, want 140", len(truths))
 			}
 			checkMatch(t, truths, spans, stats, b.controller)
+		})
+	}
+}
+
+// TestGoroutinesJoinSpan: each reconcile of fakectl -spawn starts a goroutine that lists from
+// the cache; that call is in the reconcile's span, made by another goroutine, with the goroutine
+// probes at newproc's calls (the catalog's choice) and at newproc1's entry and RETs (its
+// fallback) alike.
+func TestGoroutinesJoinSpan(t *testing.T) {
+	bpftest.Require(t)
+	list, err := fakectltest.ListProbe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := testkit.Build(t, "./test/fakectl")
+	for _, tc := range []struct {
+		name      string
+		goroutine []*probes.Probe
+		at        string // the function the goroutine-start sites are in
+	}{
+		{"calls", probes.GoroutineProbes, "runtime.newproc.func1"},
+		{"fallback", probes.GoroutineProbes[1:], "runtime.newproc1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 60
+			catalog := append(append(fakeProbe(t), list), tc.goroutine...)
+			truths, spans, stats, plan := traceFakeWith(t, catalog, bin, "-n", strconv.Itoa(n), "-workers", "3", "-spawn")
+			for _, s := range plan.Sites {
+				if s.Probe.ID == "runtime/goroutine-start" && s.Function.Name != tc.at {
+					t.Errorf("goroutine-start site in %s, want %s", s.Function.Name, tc.at)
+				}
+			}
+			checkMatch(t, truths, spans, stats, "fake")
+			joined := 0
+			for _, sp := range spans {
+				if len(sp.Calls) != 1 {
+					t.Errorf("span of %s has %d calls, want the one of the goroutine it started", sp.Name, len(sp.Calls))
+					continue
+				}
+				c := sp.Calls[0]
+				if c.Kind != span.CallCacheList || c.Goroutine == sp.Goid || c.Goroutine <= 0 {
+					t.Errorf("span of %s (goroutine %d): call %+v, want a cache list by another goroutine", sp.Name, sp.Goid, c)
+					continue
+				}
+				joined++
+			}
+			if joined != n || stats.Kernel.Inherited < n {
+				t.Errorf("%d of %d reconciles have their goroutine's call; the kernel counted %d inheriting goroutines", joined, n, stats.Kernel.Inherited)
+			}
 		})
 	}
 }

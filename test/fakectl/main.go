@@ -3,7 +3,8 @@
 // ctx carrying a reconcile ID, a NamespacedName request, (Result, error) results, recovered
 // panics), without any Kubernetes dependency. It prints one JSON object per finished
 // reconcile, its ground truth, which the tracer, reliability, soak tests compare with what they
-// saw. Flags add load (-workers, -deep for stack growth, -gc-every) and ways to break things
+// saw. Flags add load (-workers, -deep for stack growth, -gc-every), a call from a goroutine
+// the reconcile starts (-spawn), and ways to break things
 // on purpose: a reconcile that never returns (-hang), names, controller name and error
 // messages of any length (-name-len, -controller-len, -error-len).
 //
@@ -75,6 +76,28 @@ func grow(n int) int {
 	return grow(n-1) + int(pad[n%512])
 }
 
+// ObjectList mirrors controller-runtime's client.ObjectList, as far as -spawn needs it.
+type ObjectList interface{ Len() int }
+
+// ConfigMapList is the list -spawn's goroutines read.
+type ConfigMapList struct{ items []string }
+
+// Len implements ObjectList.
+func (l *ConfigMapList) Len() int { return len(l.items) }
+
+// informerCache mirrors controller-runtime's informer cache.
+type informerCache struct{}
+
+// List has the shape of controller-runtime's (*informerCache).List.
+//
+//go:noinline
+func (c *informerCache) List(ctx context.Context, list ObjectList, opts ...string) error {
+	if l, ok := list.(*ConfigMapList); ok {
+		l.items = append(l.items, opts...)
+	}
+	return ctx.Err()
+}
+
 type customError struct{ code int }
 
 func (e *customError) Error() string { return fmt.Sprintf("custom %d", e.code) }
@@ -106,6 +129,7 @@ func main() {
 	controller := flag.String("controller", "fake", "the controller's name")
 	deep := flag.Int("deep", 0, "recursion depth inside every 7th reconcile (stack growth)")
 	gcEvery := flag.Int("gc-every", 0, "force a GC every N reconciles")
+	spawn := flag.Bool("spawn", false, "every reconcile starts a goroutine that lists from the cache ((*informerCache).List) and waits for it")
 	flag.Parse()
 
 	if *start != "" {
@@ -128,6 +152,13 @@ func main() {
 		}
 		if *gcEvery > 0 && i%*gcEvery == 0 {
 			runtime.GC()
+		}
+		if *spawn {
+			done := make(chan error)
+			go func() { done <- (&informerCache{}).List(ctx, &ConfigMapList{}) }()
+			if err := <-done; err != nil {
+				return Result{}, err
+			}
 		}
 		if i == *hang {
 			if *hanging != "" {

@@ -34,6 +34,20 @@ func Probe() (*probes.Probe, error) {
 	return nil, fmt.Errorf("the catalog has no controller-runtime v0.23+ reconcile probe")
 }
 
+// ListProbe is the catalog's controller-runtime cache-list probe pointed at fakectl's
+// (*informerCache).List, which fakectl -spawn calls from a goroutine each reconcile starts.
+func ListProbe() (*probes.Probe, error) {
+	for _, p := range probes.Catalog {
+		if p.ID == "controller-runtime/cache-list" {
+			q := *p
+			q.ID, q.Module = "test/fake-list", ""
+			q.Symbol = regexp.MustCompile(`^main\.\(\*informerCache\)\.List$`)
+			return &q, nil
+		}
+	}
+	return nil, fmt.Errorf("the catalog has no controller-runtime cache-list probe")
+}
+
 // Sink collects spans; safe for the tracer writing while a test reads.
 type Sink struct {
 	mu    sync.Mutex
