@@ -187,6 +187,19 @@ func startTracing(catalog []*probes.Probe, opts collector.Options) (*tracing, er
 	return t, nil
 }
 
+// traceHarness starts a tracer with catalog and traces process pid with it.
+func traceHarness(catalog []*probes.Probe, opts collector.Options, pid int) (*tracing, error) {
+	t, err := startTracing(catalog, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := t.tr.TracePID(pid); err != nil {
+		t.stop()
+		return nil, fmt.Errorf("trace harness: %w", err)
+	}
+	return t, nil
+}
+
 // probeProgram returns the collector's probe program among the programs this process holds
 // now and did not hold before (ownPrograms), for its kernel run-time stats.
 func probeProgram(before map[ebpf.ProgramID]bool) (*ebpf.Program, error) {

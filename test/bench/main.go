@@ -4,6 +4,8 @@
 //
 //	bench overhead   cost a traced process pays per reconcile: untraced, reconscope's programs,
 //	                 an empty program at the same sites, in-process OpenTelemetry (needs root)
+//	bench spawn      cost a traced process pays per goroutine it starts, by goroutine-probe
+//	                 sites, with the empty program at the same sites (needs root)
 //	bench loss       highest reconcile rate with no lost event, by ring-buffer size (needs root)
 //	bench rss        agent memory while tracing 20 fakectl processes (needs root)
 //	bench inspect    time and memory of `reconscope-agent inspect` on big binaries
@@ -25,7 +27,7 @@ import (
 	"strings"
 )
 
-const usage = `usage: bench overhead|loss|rss|inspect|gobench|summary|compare [flags]   (bench CMD -h for flags)`
+const usage = `usage: bench overhead|spawn|loss|rss|inspect|gobench|summary|compare [flags]   (bench CMD -h for flags)`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -34,6 +36,7 @@ func main() {
 	}
 	cmds := map[string]func([]string) error{
 		"overhead":  overhead,
+		"spawn":     spawn,
 		"loss":      loss,
 		"rss":       rss,
 		"rss-agent": rssAgent,

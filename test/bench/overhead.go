@@ -66,13 +66,9 @@ func (o *overheadBench) run(cfg ohConfig) (ohRun, error) {
 	switch cfg.kind {
 	case traced:
 		attach = func(pid int) (func() error, error) {
-			t, err := startTracing(cfg.catalog, collector.Options{RingBufferSize: o.ring})
+			t, err := traceHarness(cfg.catalog, collector.Options{RingBufferSize: o.ring}, pid)
 			if err != nil {
 				return nil, err
-			}
-			if _, err := t.tr.TracePID(pid); err != nil {
-				t.stop()
-				return nil, fmt.Errorf("trace harness: %w", err)
 			}
 			return func() error {
 				r.spans = t.waitSpans(int64(cfg.n+harnessWarmup), 5*time.Second)

@@ -109,6 +109,9 @@ step "1. cost per reconcile in the traced process"
 "${bench[@]}" overhead "${common[@]}" -rounds "$rounds" -stats-rounds "$stats_rounds" -n-traced 30000 \
   -harness "$work/reconcileloop" -otel-harness "$work/reconcileloop-otel" > "$work/1-overhead.md"
 
+step "1. cost per goroutine started in the traced process"
+"${bench[@]}" spawn "${common[@]}" -rounds "$rounds" -harness "$work/reconcileloop" > "$work/1-spawn.md"
+
 step "2. decode + assemble (go test -bench)"
 gobench_flags=(-run '^$' -benchmem -count "$count")
 go test "${gobench_flags[@]}" -bench 'DecodeAssemble|DecodeEvent' -benchtime 1000000x ./pkg/collector > "$work/decode.txt"
@@ -196,6 +199,11 @@ EOT
 
 EOT
   cat "$work/1-overhead.md"
+  cat <<EOT
+### Goroutine creation
+
+EOT
+  cat "$work/1-spawn.md"
   cat <<EOT
 ## 2. Agent user space: decode and assemble
 

@@ -14,6 +14,10 @@
 //	                      time per reconcile (the cost a tracer adds shows up here)
 //	-rate R -duration D   R reconciles per second for D, spread over -workers goroutines;
 //	                      reports how many ran (for the loss benchmark)
+//	-spawn -n N           N goroutines started back to back (each ends at once; the loop waits
+//	                      for them every 256), outside any reconcile or, with -in-span, all
+//	                      inside one; reports CPU and wall time per goroutine (the cost of the
+//	                      goroutine probes)
 //
 // Built with -tags otel, every reconcile is also instrumented by hand the way a controller
 // would do it in-process (otel.go): an OpenTelemetry SDK span and a client_golang histogram
@@ -171,6 +175,8 @@ func main() {
 	duration := flag.Duration("duration", 2*time.Second, "how long to run (paced mode)")
 	workers := flag.Int("workers", 4, "worker goroutines (paced mode)")
 	start := flag.String("start", "", "wait until this file exists before reconciling")
+	spawn := flag.Bool("spawn", false, "start N goroutines instead of running N reconciles (tight-loop mode)")
+	inSpan := flag.Bool("in-span", false, "with -spawn: start them inside one reconcile")
 	flag.Parse()
 
 	c := &Controller[Request]{Name: "bench"}
@@ -215,7 +221,23 @@ func main() {
 	}
 
 	r := report{Instrument: instrument != nil}
-	if *rate > 0 {
+	if *spawn {
+		r.Mode, r.Workers, r.N = "spawn", 1, *n
+		runtime.LockOSThread()
+		spawnLoop(*warmup)
+		runtime.GC()
+		cpu0, wall0 := cpuNow(), time.Now()
+		if *inSpan {
+			c.Do = func(context.Context, Request) (Result, error) { spawnLoop(*n); return Result{}, nil }
+			c.Reconcile(ctxs[0], reqs[0])
+		} else {
+			spawnLoop(*n)
+		}
+		r.WallNs, r.CPUNs = int64(time.Since(wall0)), cpuNow()-cpu0
+		r.WallPerRec = float64(r.WallNs) / float64(*n)
+		r.CPUPerRec = float64(r.CPUNs) / float64(*n)
+		r.Rate = float64(*n) / (float64(r.WallNs) / 1e9)
+	} else if *rate > 0 {
 		r.Mode, r.Workers = "paced", *workers
 		r.N, r.WallNs = paced(reconcile, *rate, *duration, *workers)
 		r.Rate = float64(r.N) / (float64(r.WallNs) / 1e9)
@@ -238,6 +260,19 @@ func main() {
 	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
 		os.Exit(1)
 	}
+}
+
+// spawnLoop starts n goroutines that end at once, waiting for them every 256.
+func spawnLoop(n int) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go wg.Done()
+		if i%256 == 255 {
+			wg.Wait()
+		}
+	}
+	wg.Wait()
 }
 
 // paced runs reconciles at rate per second for d on workers goroutines: a pacer hands out

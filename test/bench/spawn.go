@@ -1,0 +1,198 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/reconscope/reconscope/pkg/collector"
+	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/symbols"
+)
+
+// spawnConfig is one way of running the harness's goroutine loop.
+type spawnConfig struct {
+	key, label, attached string
+	n                    int
+	inSpan               bool
+	catalog              []*probes.Probe // traced runs
+	offsets              []uint64        // empty-program runs
+}
+
+// goroutinePlan is the plan of the harness with the reconcile and call probes and the given
+// goroutine probes, and the file offsets of its goroutine sites.
+func goroutinePlan(harness string, goroutine []*probes.Probe) ([]*probes.Probe, *probes.Plan, []uint64, error) {
+	recon, err := reconcileProbe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	call, err := callProbe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	catalog := append([]*probes.Probe{recon, call}, goroutine...)
+	bin, err := symbols.Open(harness)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer bin.Close()
+	plan, err := probes.NewPlan(bin, catalog)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("plan for the harness: %w", err)
+	}
+	var offs []uint64
+	for _, s := range plan.Sites {
+		if s.Probe.Role == probes.RoleSpawn || s.Probe.Role == probes.RoleExit {
+			offs = append(offs, s.FileOffset)
+		}
+	}
+	if len(offs) != 3 {
+		return nil, nil, nil, fmt.Errorf("plan for the harness: %d goroutine sites, want 3: %s", len(offs), plan)
+	}
+	return catalog, plan, offs, nil
+}
+
+// spawn measures what the goroutine probes cost a process per goroutine it starts.
+func spawn(args []string) error {
+	fs := flag.NewFlagSet("spawn", flag.ExitOnError)
+	o := &overheadBench{}
+	o.register(fs)
+	harness := fs.String("harness", "", "reconcileloop binary")
+	rounds := fs.Int("rounds", 7, "rounds; each runs every configuration once")
+	nTraced := fs.Int("n-traced", 20000, "goroutines per traced or empty-program run")
+	nUntraced := fs.Int("n-untraced", 200000, "goroutines per untraced run")
+	fs.Parse(args)
+	if *harness == "" {
+		return fmt.Errorf("-harness is required")
+	}
+	// The catalog's goroutine probes: newproc's calls first, newproc1's entry and RETs as the
+	// fallback; "before" is the fallback alone, as every goroutine was probed until then.
+	newCat, newPlan, newOffs, err := goroutinePlan(*harness, probes.GoroutineProbes)
+	if err != nil {
+		return err
+	}
+	oldCat, oldPlan, oldOffs, err := goroutinePlan(*harness, probes.GoroutineProbes[1:])
+	if err != nil {
+		return err
+	}
+	o.prog, o.multi, err = emptyProgram()
+	if err != nil {
+		return err
+	}
+	defer o.prog.Close()
+
+	configs := []spawnConfig{
+		{key: "a", label: "(a) untraced", attached: "nothing", n: *nUntraced},
+		{key: "old", label: "(b) reconscope, newproc1's entry and RETs", attached: "reconscope's program; goroutine-start at `runtime.newproc1`'s entry and RETs", n: *nTraced, catalog: oldCat},
+		{key: "new", label: "(c) reconscope, newproc's calls", attached: "reconscope's program; goroutine-start at the calls of newproc1 and runqput in `runtime.newproc.func1`", n: *nTraced, catalog: newCat},
+		{key: "dold", label: "(d) empty program at (b)'s goroutine sites", attached: "empty program", n: *nTraced, offsets: oldOffs},
+		{key: "dnew", label: "(d) empty program at (c)'s goroutine sites", attached: "empty program", n: *nTraced, offsets: newOffs},
+		{key: "olds", label: "(b) inside a span", attached: "as (b); every goroutine started inside one reconcile (it inherits the span)", n: *nTraced, inSpan: true, catalog: oldCat},
+		{key: "news", label: "(c) inside a span", attached: "as (c); every goroutine started inside one reconcile (it inherits the span)", n: *nTraced, inSpan: true, catalog: newCat},
+	}
+	runs := map[string][]harnessReport{}
+	start := time.Now()
+	for r := range *rounds {
+		for i := range configs {
+			cfg := configs[(i+r)%len(configs)]
+			rep, err := o.runSpawn(*harness, cfg)
+			if err != nil {
+				return fmt.Errorf("%s: %w", cfg.label, err)
+			}
+			runs[cfg.key] = append(runs[cfg.key], rep)
+		}
+	}
+	at := func(key string, i int) float64 { return runs[key][i].CPUPerRec }
+	perRound := func(f func(i int) float64) samples {
+		var s samples
+		for i := range *rounds {
+			s = append(s, f(i))
+		}
+		return s
+	}
+
+	fmt.Printf("Command: `%s` (%d rounds in %s)\n\n", o.command(), *rounds, time.Since(start).Round(time.Second))
+	fmt.Print(`The same harness with -spawn starts goroutines back to back (each ends at once; the loop
+waits for them every 256): **CPU per goroutine** is the process's CPU time over the goroutines
+started, the goroutine's start, run and end included. Each goroutine hits the goroutine-start
+probe's two sites and the goroutine-exit probe's one (` + "`runtime.goexit1`" + `'s entry). (b) is
+how goroutines were probed before: newproc1's entry and its RETs (the catalog's fallback now);
+(c) is the catalog's choice: the calls of newproc1 and runqput in newproc's closure, which the
+kernel does not single-step. The reconcile and call probes are attached too (a plan keeps
+goroutine probes only with them): the reconcile probe is hit once in the "inside a span" runs,
+the call probe never. The empty program runs at the three goroutine sites alone. Rounds as
+above: every configuration once per round, the order rotated.
+
+`)
+	fmt.Println("| configuration | goroutine sites | instructions |")
+	fmt.Println("| --- | --- | --- |")
+	for _, p := range []struct {
+		label string
+		plan  *probes.Plan
+	}{{"(b)", oldPlan}, {"(c)", newPlan}} {
+		var where, insns []string
+		for _, s := range p.plan.Sites {
+			if s.Probe.Role == probes.RoleSpawn || s.Probe.Role == probes.RoleExit {
+				where = append(where, fmt.Sprintf("%s %s+%#x", s.Kind, s.Function.Name, s.Addr-s.Function.Entry))
+				insns = append(insns, "`"+s.Insn+"`")
+			}
+		}
+		fmt.Printf("| %s | %s | %s |\n", p.label, strings.Join(where, ", "), strings.Join(insns, ", "))
+	}
+	fmt.Println()
+	fmt.Println("| configuration | attached | CPU per goroutine | wall per goroutine | added CPU over (a) |")
+	fmt.Println("| --- | --- | ---: | ---: | ---: |")
+	for _, cfg := range configs {
+		var cpu, wall samples
+		for _, r := range runs[cfg.key] {
+			cpu = append(cpu, r.CPUPerRec)
+			wall = append(wall, r.WallPerRec)
+		}
+		added := "—"
+		if cfg.key != "a" {
+			added = perRound(func(i int) float64 { return at(cfg.key, i) - at("a", i) }).spread(ns)
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s |\n", cfg.label, cfg.attached, cpu.spread(ns), wall.spread(ns), added)
+	}
+	fmt.Println()
+	fmt.Println("| ratio (added CPU per goroutine, within each round) | median (min–max) |")
+	fmt.Println("| --- | ---: |")
+	for _, r := range []struct{ label, num, den string }{
+		{"(c) / (b): reconscope, newproc's calls against newproc1's entry and RETs", "new", "old"},
+		{"(c) / (b), inside a span", "news", "olds"},
+		{"(d at c's sites) / (d at b's sites): the bare probe hits", "dnew", "dold"},
+	} {
+		fmt.Printf("| %s | %s |\n", r.label, perRound(func(i int) float64 {
+			return (at(r.num, i) - at("a", i)) / (at(r.den, i) - at("a", i))
+		}).spread(ratio))
+	}
+	fmt.Println()
+	return nil
+}
+
+// runSpawn runs the harness's goroutine loop once as cfg says.
+func (o *overheadBench) runSpawn(harness string, cfg spawnConfig) (harnessReport, error) {
+	args := []string{"-spawn", "-n", strconv.Itoa(cfg.n)}
+	if cfg.inSpan {
+		args = append(args, "-in-span")
+	}
+	var attach func(int) (func() error, error)
+	switch {
+	case cfg.catalog != nil:
+		attach = func(pid int) (func() error, error) {
+			t, err := traceHarness(cfg.catalog, collector.Options{}, pid)
+			if err != nil {
+				return nil, err
+			}
+			return func() error {
+				_, _, err := t.stop()
+				return err
+			}, nil
+		}
+	case cfg.offsets != nil:
+		attach = func(int) (func() error, error) { return attachEmpty(o.prog, o.multi, harness, cfg.offsets) }
+	}
+	return runHarness(harness, args, attach)
+}
