@@ -25,6 +25,8 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/reconscope/reconscope/test/bench/verdict"
 )
 
 const usage = `usage: bench overhead|spawn|loss|rss|inspect|gobench|summary|compare [flags]   (bench CMD -h for flags)`
@@ -93,29 +95,14 @@ func (c *common) command() string {
 }
 
 // Verdict is one budget check.
-type Verdict struct {
-	Figure   string `json:"figure"`
-	Goal     string `json:"goal"`
-	Measured string `json:"measured"`
-	// Value is the measured figure as a number in Unit ("ns", "B", "×", "events/cpu-s", ...):
-	// what bench compare sets side by side with the previous run.
-	Value float64 `json:"value"`
-	Unit  string  `json:"unit"`
-	Met   bool    `json:"met"`
-	Why   string  `json:"why,omitempty"`
-}
+type Verdict = verdict.Verdict
 
 func (c *common) verdict(v Verdict) error {
 	if c.verdicts == "" {
 		return nil
 	}
-	f, err := os.OpenFile(c.verdicts, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("record verdict: %w", err)
-	}
-	defer f.Close()
 	v.Measured, v.Why = c.show(v.Measured), c.show(v.Why)
-	return json.NewEncoder(f).Encode(v)
+	return verdict.Append(c.verdicts, v)
 }
 
 // summary prints the budget table from the recorded checks.

@@ -6,19 +6,9 @@ import (
 	"sort"
 	"strings"
 	"time"
-)
 
-// verdict is one budget check, in the format of test/bench's Verdict (bench summary and bench
-// compare read it from the JSON-lines file).
-type verdict struct {
-	Figure   string  `json:"figure"`
-	Goal     string  `json:"goal"`
-	Measured string  `json:"measured"`
-	Value    float64 `json:"value"`
-	Unit     string  `json:"unit"`
-	Met      bool    `json:"met"`
-	Why      string  `json:"why,omitempty"`
-}
+	"github.com/reconscope/reconscope/test/bench/verdict"
+)
 
 // spread is a median with its min and max.
 type spread struct{ med, lo, hi float64 }
@@ -93,7 +83,7 @@ controller's queues have been quiet for a second.
 }
 
 // report renders w's part of section 5 and its budget checks.
-func report(cfg config, w workload, results []cycleResult) (string, []verdict) {
+func report(cfg config, w workload, results []cycleResult) (string, []verdict.Verdict) {
 	var sb strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&sb, format, a...) }
 	p("### %s\n\n", w.title)
@@ -164,7 +154,7 @@ func report(cfg config, w workload, results []cycleResult) (string, []verdict) {
 	p("| idle CPU added (traced − untraced, share of a core), watching %d objects | %s |\n\n", w.watched, spreadOf(idleAdded).format(pct))
 
 	idle := spreadOf(idleAdded)
-	v := verdict{
+	v := verdict.Verdict{
 		Figure:   "idle CPU added by tracing: " + strings.SplitN(w.title, " (", 2)[0] + fmt.Sprintf(" watching %d objects", w.watched),
 		Goal:     "≤ 1% of a core",
 		Measured: idle.format(pct),
@@ -175,7 +165,7 @@ func report(cfg config, w workload, results []cycleResult) (string, []verdict) {
 	if !v.Met {
 		v.Why = "section 5: with nothing changing, the probes still fire for the controller's own background work (informer watches and resyncs, goroutines it starts)"
 	}
-	return sb.String(), []verdict{v}
+	return sb.String(), []verdict.Verdict{v}
 }
 
 func cpuPer(p phase) float64 { return p.cpu.Seconds() / float64(max(p.reconciles, 1)) }

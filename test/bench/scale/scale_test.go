@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -34,6 +33,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/test/bench/verdict"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -128,7 +128,7 @@ func BenchmarkAtScale(b *testing.B) {
 		},
 	})
 	var md strings.Builder
-	var verdicts []verdict
+	var verdicts []verdict.Verdict
 	for _, w := range []workload{kcmWorkload(b, env, cfg), managerWorkload(b, env, cfg, manager)} {
 		var results []cycleResult
 		for r := 0; r < cfg.rounds; r++ {
@@ -156,16 +156,7 @@ func BenchmarkAtScale(b *testing.B) {
 		}
 	}
 	if file := os.Getenv("RECONSCOPE_BENCH_VERDICTS"); file != "" {
-		f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, v := range verdicts {
-			if err := json.NewEncoder(f).Encode(v); err != nil {
-				b.Fatal(err)
-			}
-		}
-		f.Close()
+		must(b, verdict.Append(file, verdicts...))
 	}
 }
 
