@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -77,6 +79,10 @@ func spawn(args []string) error {
 	if err != nil {
 		return err
 	}
+	single, err := singleSites(*harness, oldPlan, newPlan)
+	if err != nil {
+		return err
+	}
 	o.prog, o.multi, err = emptyProgram()
 	if err != nil {
 		return err
@@ -91,6 +97,9 @@ func spawn(args []string) error {
 		{key: "dnew", label: "(d) empty program at (c)'s goroutine sites", attached: "empty program", n: *nTraced, offsets: newOffs},
 		{key: "olds", label: "(b) inside a span", attached: "as (b); every goroutine started inside one reconcile (it inherits the span)", n: *nTraced, inSpan: true, catalog: oldCat},
 		{key: "news", label: "(c) inside a span", attached: "as (c); every goroutine started inside one reconcile (it inherits the span)", n: *nTraced, inSpan: true, catalog: newCat},
+	}
+	for _, x := range single {
+		configs = append(configs, spawnConfig{key: x.key, label: "(e) empty program at " + x.what + " alone", attached: "empty program", n: *nTraced, offsets: []uint64{x.offset}})
 	}
 	runs := map[string][]harnessReport{}
 	start := time.Now()
@@ -157,6 +166,16 @@ above: every configuration once per round, the order rotated.
 		fmt.Printf("| %s | %s | %s | %s | %s |\n", cfg.label, cfg.attached, cpu.spread(ns), wall.spread(ns), added)
 	}
 	fmt.Println()
+	if len(single) > 0 {
+		fmt.Println("Cost of one probe hit, by instruction (the (e) runs: the empty program at one site that each goroutine start executes once, CPU per goroutine minus (a), within each round):")
+		fmt.Println()
+		fmt.Println("| site | instruction | kernel | CPU per hit |")
+		fmt.Println("| --- | --- | --- | ---: |")
+		for _, x := range single {
+			fmt.Printf("| %s | `%s` | %s | %s |\n", x.what, x.insn, x.handling, perRound(func(i int) float64 { return at(x.key, i) - at("a", i) }).spread(ns))
+		}
+		fmt.Println()
+	}
 	fmt.Println("| ratio (added CPU per goroutine, within each round) | median (min–max) |")
 	fmt.Println("| --- | ---: |")
 	for _, r := range []struct{ label, num, den string }{
@@ -195,4 +214,57 @@ func (o *overheadBench) runSpawn(harness string, cfg spawnConfig) (harnessReport
 		attach = func(int) (func() error, error) { return attachEmpty(o.prog, o.multi, harness, cfg.offsets) }
 	}
 	return runHarness(harness, args, attach)
+}
+
+// singleSite is one instruction every goroutine start executes once, measured alone.
+type singleSite struct {
+	key, what, insn, handling string
+	offset                    uint64
+}
+
+// nopl5 is the 5-byte NOP (NOPL 0(AX)(AX*1)) the Go compiler puts after some calls; it is the
+// instruction that follows controller-runtime's call of Reconcile in reconcileHandler
+// (docs/return-sites.md).
+var nopl5 = []byte{0x0f, 0x1f, 0x44, 0x00, 0x00}
+
+// singleSites are, on amd64, newproc1's entry and RETs (b's sites), the call of newproc1 in
+// newproc's closure (c's entry site), and the 5-byte NOP before its call of runqput when the
+// compiler put one there: a RET, a PUSHQ, a CALL and a NOPL side by side.
+func singleSites(harness string, oldPlan, newPlan *probes.Plan) ([]singleSite, error) {
+	if newPlan.Binary.Arch != "amd64" || oldPlan.Binary.Arch != "amd64" {
+		return nil, nil
+	}
+	var out []singleSite
+	for _, s := range oldPlan.Sites {
+		if s.Probe.Role != probes.RoleSpawn {
+			continue
+		}
+		if s.Kind == probes.SiteEntry {
+			out = append(out, singleSite{key: "e-entry", what: "newproc1's entry", insn: s.Insn, handling: "emulated", offset: s.FileOffset})
+		} else if !strings.Contains(out[len(out)-1].key, "ret") {
+			// newproc1 has one RET here: more would each be hit by some goroutines only
+			out = append(out, singleSite{key: "e-ret", what: "newproc1's RET", insn: s.Insn, handling: "single-stepped", offset: s.FileOffset})
+		} else {
+			return nil, fmt.Errorf("newproc1 has more than one RET in the harness")
+		}
+	}
+	file, err := os.ReadFile(harness)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range newPlan.Sites {
+		if s.Probe.Role != probes.RoleSpawn {
+			continue
+		}
+		if s.Kind == probes.SiteEntry {
+			out = append(out, singleSite{key: "e-call", what: "newproc's call of newproc1", insn: s.Insn, handling: "emulated", offset: s.FileOffset})
+			continue
+		}
+		// the instruction before the call of runqput
+		off := s.FileOffset - uint64(len(nopl5))
+		if s.FileOffset <= uint64(len(file)) && bytes.Equal(file[off:s.FileOffset], nopl5) {
+			out = append(out, singleSite{key: "e-nop", what: "the 5-byte NOP before newproc's call of runqput", insn: "NOPL 0(AX)(AX*1)", handling: "emulated if the kernel knows the NOP", offset: off})
+		}
+	}
+	return out, nil
 }
