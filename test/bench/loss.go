@@ -244,11 +244,12 @@ func (c *common) lossVerdict(runsAt []lossRun, def int, goal float64, duration t
 	if len(runsAt) == 0 {
 		return nil
 	}
-	var lost, ach, hPer samples
+	var lost, ach, hPer, hCores samples
 	for _, lr := range runsAt {
 		lost = append(lost, float64(lr.lost))
 		ach = append(ach, lr.achieved)
 		hPer = append(hPer, float64(lr.harnessCPU.Nanoseconds())/float64(max(lr.recs, 1)))
+		hCores = append(hCores, lr.harnessCPU.Seconds()/lr.wall.Seconds())
 	}
 	v := Verdict{
 		Figure:   fmt.Sprintf("lost events at %.0f k reconciles/s, default %s ring buffer (4 events per reconcile)", goal/1e3, sizeName(def)),
@@ -262,7 +263,7 @@ func (c *common) lossVerdict(runsAt []lossRun, def int, goal float64, duration t
 	need := hPer.median() * goal / 1e9
 	short := ""
 	if ach.median() < 0.95*goal {
-		short = fmt.Sprintf("; the traced harness reached only %s: at %s of CPU per reconcile (its probe hits included; section 1: mostly the single-stepped RETs) it alone would need %.1f cores at %s, on a machine of %d shared with other work", rate(ach.median()), ns(hPer.median()), need, rate(goal), runtime.NumCPU())
+		short = fmt.Sprintf("; the traced harness reached only %s: at %s of CPU per reconcile (its probe hits included; section 1: mostly the single-stepped RETs) it alone would need %.1f cores at %s, on a machine of %d where, shared with other work, it got %.2f", rate(ach.median()), ns(hPer.median()), need, rate(goal), runtime.NumCPU(), hCores.median())
 	}
 	switch {
 	case lost.max() > 0:

@@ -531,7 +531,7 @@ the events lost in the runs kept.
 			Met:      c.kernel.median() <= 300,
 		}
 		if !kv.Met {
-			kv.Why = programWhy(perHit)
+			kv.Why = programWhy(perHit, c.key == "b")
 		}
 		if err := o.verdict(kv); err != nil {
 			return err
@@ -597,8 +597,8 @@ func over(perHit func(string) samples, key string) string {
 // machineWhy is what the record variants show of this machine: the first touch of memory in a
 // hit is what costs, whatever the instructions.
 func machineWhy(perHit func(string) samples) string {
-	return fmt.Sprintf("on this machine a hit pays for each piece of memory it touches first, not for its instructions: over the empty program (%s per hit, the kernel's stats' own clock reads in it), the clock read alone costs %s, one 16-byte read of the process's stack %s and five on the same page %s, a per-CPU counter %s where a shared one costs %s, the PID filter's hash lookup %s where a bitmap costs %s (section 1, what a record costs). %s",
-		ns(perHit("dc").median()), over(perHit, "rk"), over(perHit, "u1"), over(perHit, "u5"), over(perHit, "rc"), over(perHit, "rcs"), over(perHit, "rh"), over(perHit, "rb"), tlbWhy())
+	return fmt.Sprintf("on this machine a hit pays for each piece of memory it touches first, not for its instructions: over the empty program (%s per hit, the kernel's stats' own clock reads in it), the clock read alone costs %s, one 16-byte read of the process's stack %s and five on the same page %s, a per-CPU counter %s where a shared one costs %s (but in a copy of a call site's early exit, with its other lookups, %s against %s: the costs overlap), the PID filter's hash lookup %s where a bitmap costs %s (section 1, what a record costs). %s",
+		ns(perHit("dc").median()), over(perHit, "rk"), over(perHit, "u1"), over(perHit, "u5"), over(perHit, "rc"), over(perHit, "rcs"), over(perHit, "xpc"), over(perHit, "xsc"), over(perHit, "rh"), over(perHit, "rb"), tlbWhy())
 }
 
 // tlbWhy says whether this kernel flushes the TLB at every kernel entry: page-table isolation
@@ -621,17 +621,22 @@ func tlbWhy() string {
 	return fmt.Sprintf("This kernel's TLB is not flushed at every kernel entry (cpuinfo flags: pti %v, pcid %v): the first touches are cache misses", flags["pti"], flags["pcid"])
 }
 
-// programWhy explains a per-hit program time over 300 ns.
-func programWhy(perHit func(string) samples) string {
-	return fmt.Sprintf("a record alone costs more than the budget here: reserve, stamp and submit cost %s per hit for 16 bytes, %s for the 136-byte record of a site without strings and %s for the 920-byte one (%s with a 256 KiB ring buffer, %s through a perf event array), and the program also looks up the PID filter, the site table, the counters and the goroutine state and reads the process's strings and context; %s",
-		over(perHit, "r16"), over(perHit, "eh"), over(perHit, "ev"), over(perHit, "rs"), over(perHit, "rp"), machineWhy(perHit))
+// programWhy explains a per-hit program time over 300 ns: in full for the first row (full),
+// by reference for the others.
+func programWhy(perHit func(string) samples, full bool) string {
+	record := fmt.Sprintf("a record alone costs about the budget or more here: reserve, stamp and submit cost %s per hit over the empty program for 16 bytes, %s for the 136-byte record of a site without strings and %s for the 920-byte one (%s with a 256 KiB ring buffer, %s through a perf event array), and the program also looks up the PID filter, the site table, the counters and the goroutine state and reads the process's strings and context",
+		over(perHit, "r16"), over(perHit, "eh"), over(perHit, "ev"), over(perHit, "rs"), over(perHit, "rp"))
+	if !full {
+		return record + "; why memory costs so much here: the reconcile probe's row"
+	}
+	return record + "; " + machineWhy(perHit)
 }
 
 // exitWhy explains an early exit over 60 ns.
 func exitWhy(perHit func(string) samples, key string) string {
-	what := "the exit itself is bpf_get_current_pid_tgid and the PID filter's hash lookup"
+	what := "the exit itself is bpf_get_current_pid_tgid and the PID filter's hash lookup (" + over(perHit, "rh") + " alone; a bitmap instead: " + over(perHit, "rb") + ")"
 	if key == "xc" {
-		what = "the exit is the PID filter, the counters, the site table and the goroutine state's lookup"
+		what = "the exit is the PID filter, the counters, the site table and the goroutine state's lookup (a copy of it costs " + over(perHit, "xpc") + ")"
 	}
-	return fmt.Sprintf("the empty program itself measures %s per hit, the kernel's stats' two clock reads in it, and %s; %s", ns(perHit("dc").median()), what, machineWhy(perHit))
+	return fmt.Sprintf("the empty program itself measures %s per hit, the kernel's stats' two clock reads in it, and %s; why memory costs so much here: the reconcile probe's row", ns(perHit("dc").median()), what)
 }
