@@ -8,6 +8,7 @@ import (
 
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
@@ -39,7 +40,7 @@ func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
 
 // newTracer loads the eBPF programs and returns a tracer writing to w. configure, when not
 // nil, sets what the command decides besides the flags (proc root, admission at exec).
-func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock exporter.Clock, configure func(*tracer.Options)) (*tracer.Tracer, error) {
+func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock ktime.Clock, configure func(*tracer.Options)) (*tracer.Tracer, error) {
 	opts := tracer.Options{
 		Collector: collector.Options{RingBufferSize: *tf.ringSize, ForceSingleUprobes: *tf.single},
 		Assembler: span.Options{AbandonAfter: *tf.abandon, FightAlternations: fightAlternations(*tf.fightAlts), FightWindow: *tf.fightWindow},

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/metricsauth"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
@@ -81,7 +82,7 @@ func (f *exportFlags) spanExporters() ([]string, error) {
 // build makes the exporters; local writers (tree, JSON) go first. The tracer, made with the
 // exporters' writer, is given to them afterwards (setTracer); until then the self-metrics say
 // nothing of it.
-func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock exporter.Clock, local ...exporter.Writer) (*exporters, error) {
+func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock ktime.Clock, local ...exporter.Writer) (*exporters, error) {
 	e := &exporters{}
 	chain := exporter.Multi(local)
 	if *f.metricsAddr != "" {

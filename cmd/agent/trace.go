@@ -16,6 +16,7 @@ import (
 
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/proc"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
@@ -60,7 +61,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
 		return 2
 	}
-	clock := exporter.NewClock()
+	clock := ktime.NewClock()
 	var w exporter.Writer
 	switch *output {
 	case "tree":

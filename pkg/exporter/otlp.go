@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
+	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/lifeline"
 	"github.com/reconscope/reconscope/pkg/span"
 )
@@ -158,8 +159,8 @@ type OTLPOptions struct {
 	// NodeName is the Kubernetes node the agent runs on: resource attribute k8s.node.name.
 	NodeName string
 	// Clock turns the spans' kernel monotonic times into wall-clock times. The zero Clock is
-	// replaced by NewClock().
-	Clock Clock
+	// replaced by ktime.NewClock().
+	Clock ktime.Clock
 	// MaxQueueSize bounds the spans (root and call spans) waiting for or in export; a reconcile
 	// that does not fit is dropped whole and counted. Zero: OTEL_BSP_MAX_QUEUE_SIZE, else 2048.
 	MaxQueueSize int
@@ -261,7 +262,7 @@ type OTLPStats struct {
 // BatchSpanProcessor and ONE OTLP exporter: one queue bounds memory for all processes, one
 // connection serves them, and the OTLP encoder groups each batch's spans by resource.
 type OTLPExporter struct {
-	clock    Clock
+	clock    ktime.Clock
 	nodeName string
 	envRes   *resource.Resource
 	bsp      sdktrace.SpanProcessor
@@ -343,8 +344,8 @@ func NewOTLP(ctx context.Context, opts OTLPOptions) (*OTLPExporter, error) {
 	counting := &countingExporter{next: exp, acct: acct, logger: logger.With("stage", "otlp", "protocol", string(proto))}
 
 	clock := opts.Clock
-	if clock == (Clock{}) {
-		clock = NewClock()
+	if clock == (ktime.Clock{}) {
+		clock = ktime.NewClock()
 	}
 	bsp := sdktrace.NewBatchSpanProcessor(counting, bspOpts...)
 	lifeAttrs := []attribute.KeyValue{semconv.ServiceNameKey.String(LifelineService)}

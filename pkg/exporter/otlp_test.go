@@ -28,11 +28,12 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/span"
 )
 
 // testClock is a fixed Clock: wall = monotonic + 1.7e18 ns, so expected times are exact.
-var testClock = Clock{offset: 1_700_000_000_000_000_000}
+var testClock = ktime.ClockAt(time.Unix(0, 1_700_000_000_000_000_000))
 
 // received is one span as a collector got it, with its resource's attributes.
 type received struct {

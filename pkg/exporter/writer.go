@@ -12,37 +12,13 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/span"
 )
 
 // Writer consumes finished spans.
 type Writer interface {
 	Write(s *span.Span) error
-}
-
-// Clock turns the kernel's monotonic nanoseconds (bpf_ktime_get_ns) into wall-clock time.
-type Clock struct{ offset int64 }
-
-// NewClock measures the offset between CLOCK_REALTIME and CLOCK_MONOTONIC now.
-func NewClock() Clock {
-	var mono, real1, real2 unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &real1)
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
-	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &real2)
-	real := (real1.Nano() + real2.Nano()) / 2
-	return Clock{offset: real - mono.Nano()}
-}
-
-// Wall returns the wall-clock time of a monotonic timestamp.
-func (c Clock) Wall(mono uint64) time.Time { return time.Unix(0, int64(mono)+c.offset).UTC() }
-
-// Monotonic returns the kernel's monotonic clock now.
-func Monotonic() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
 }
 
 // JSONSpan is the JSON-lines contract (docs/json.md): one object per finished reconcile.
@@ -127,7 +103,7 @@ type JSONCall struct {
 }
 
 // ToJSON converts a span to its JSON form.
-func ToJSON(s *span.Span, clock Clock) JSONSpan {
+func ToJSON(s *span.Span, clock ktime.Clock) JSONSpan {
 	j := JSONSpan{
 		Controller: s.Controller, Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion,
 		ReconcileID: s.ReconcileID, Start: clock.Wall(s.Start), DurationNS: int64(s.Duration),
@@ -162,11 +138,11 @@ type JSONWriter struct {
 	mu    sync.Mutex
 	w     *bufio.Writer
 	enc   *json.Encoder
-	clock Clock
+	clock ktime.Clock
 }
 
 // NewJSONWriter returns a writer of JSON lines to w; each line is flushed as it is written.
-func NewJSONWriter(w io.Writer, clock Clock) *JSONWriter {
+func NewJSONWriter(w io.Writer, clock ktime.Clock) *JSONWriter {
 	bw := bufio.NewWriter(w)
 	return &JSONWriter{w: bw, enc: json.NewEncoder(bw), clock: clock}
 }
@@ -185,11 +161,13 @@ func (j *JSONWriter) Write(s *span.Span) error {
 type TreeWriter struct {
 	mu    sync.Mutex
 	w     io.Writer
-	clock Clock
+	clock ktime.Clock
 }
 
 // NewTreeWriter returns a TreeWriter.
-func NewTreeWriter(w io.Writer, clock Clock) *TreeWriter { return &TreeWriter{w: w, clock: clock} }
+func NewTreeWriter(w io.Writer, clock ktime.Clock) *TreeWriter {
+	return &TreeWriter{w: w, clock: clock}
+}
 
 // Write implements Writer.
 func (t *TreeWriter) Write(s *span.Span) error {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/span"
 )
 
@@ -13,7 +14,7 @@ import (
 func TestJSONPhaseNames(t *testing.T) {
 	s := span.Span{Controller: "c", Duration: 600, Result: span.ResultSuccess,
 		Phases: span.Phases{Fetch: 100, Diff: 200, Apply: 300}}
-	b, err := json.Marshal(ToJSON(&s, Clock{}))
+	b, err := json.Marshal(ToJSON(&s, ktime.Clock{}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,22 +18,28 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/pkg/collector"
-	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/proc"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
+// Writer receives each finished span: the exporters, or a test's sink. Write runs on the
+// tracer's event loop, so it must not block for long.
+type Writer interface {
+	Write(s *span.Span) error
+}
+
 // Options configures a Tracer.
 type Options struct {
 	Collector collector.Options
 	Assembler span.Options
 	Catalog   []*probes.Probe // nil: probes.Catalog
-	Writer    exporter.Writer
+	Writer    Writer
 	Logger    *slog.Logger
 	// Clock turns kernel times into wall-clock times; zero: measured now.
-	Clock exporter.Clock
+	Clock ktime.Clock
 	// Housekeeping is how often exited processes and expired spans are looked for.
 	// Zero means 500ms.
 	Housekeeping time.Duration
@@ -100,7 +106,7 @@ type Tracer struct {
 	opts    Options
 	log     *slog.Logger
 	col     *collector.Collector
-	clock   exporter.Clock
+	clock   ktime.Clock
 	proc    proc.FS
 	inspect chan struct{} // semaphore: inspections at once
 
@@ -128,8 +134,8 @@ func New(opts Options) (*Tracer, error) {
 	if opts.Catalog == nil {
 		opts.Catalog = probes.Catalog
 	}
-	if opts.Clock == (exporter.Clock{}) {
-		opts.Clock = exporter.NewClock()
+	if opts.Clock == (ktime.Clock{}) {
+		opts.Clock = ktime.NewClock()
 	}
 	if opts.Housekeeping == 0 {
 		opts.Housekeeping = 500 * time.Millisecond
@@ -162,7 +168,7 @@ func New(opts Options) (*Tracer, error) {
 }
 
 // Clock is the clock that turns span times into wall-clock times.
-func (t *Tracer) Clock() exporter.Clock { return t.clock }
+func (t *Tracer) Clock() ktime.Clock { return t.clock }
 
 func (t *Tracer) emit(s span.Span) {
 	t.mu.Lock()
@@ -643,7 +649,7 @@ func (t *Tracer) housekeep(idle bool) {
 			t.dying[pid] = true
 		}
 	}
-	t.asm.Expire(exporter.Monotonic())
+	t.asm.Expire(ktime.Monotonic())
 	t.open.Store(int64(t.asm.Open()))
 	t.statsMu.Lock()
 	t.astats = t.asm.Stats()

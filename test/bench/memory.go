@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
@@ -189,7 +190,7 @@ func rssAgent(args []string) error {
 	if err != nil {
 		return err
 	}
-	w := &countingJSON{w: exporter.NewJSONWriter(io.Discard, exporter.NewClock())}
+	w := &countingJSON{w: exporter.NewJSONWriter(io.Discard, ktime.NewClock())}
 	tr, err := tracer.New(tracer.Options{Catalog: []*probes.Probe{recon}, Writer: w, Logger: quiet})
 	if err != nil {
 		return err

@@ -26,7 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
-	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/symbols"
@@ -332,7 +332,7 @@ func (s *sink) snapshot() []span.Span {
 // traced runs bin (with args, and --kubeconfig and --ground-truth) against the test bed's
 // API server under the tracer, lets create make the objects, waits until want reconciles
 // are recorded, and returns the ground truth and the spans.
-func traced(t *testing.T, bin string, args []string, create func(*testenv.Env), want int) ([]groundtruth.Record, []span.Span, exporter.Clock) {
+func traced(t *testing.T, bin string, args []string, create func(*testenv.Env), want int) ([]groundtruth.Record, []span.Span, ktime.Clock) {
 	t.Helper()
 	env := testenv.Start(t, testenv.Options{})
 	truth := filepath.Join(t.TempDir(), "truth.jsonl")
@@ -387,7 +387,7 @@ func traced(t *testing.T, bin string, args []string, create func(*testenv.Env), 
 // compare matches spans and ground truth one to one by reconcile ID: controller, object,
 // result, error type and message, requeue-after, a goroutine ID, and the span enclosing the
 // program's own measurement.
-func compare(t *testing.T, recs []groundtruth.Record, spans []span.Span, clock exporter.Clock) {
+func compare(t *testing.T, recs []groundtruth.Record, spans []span.Span, clock ktime.Clock) {
 	t.Helper()
 	byID := map[string]span.Span{}
 	for _, s := range spans {

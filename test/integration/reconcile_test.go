@@ -21,7 +21,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
-	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
@@ -71,7 +71,7 @@ type tracedFixture struct {
 	tracer *tracer.Tracer
 	cancel context.CancelFunc
 	done   chan error
-	clock  exporter.Clock
+	clock  ktime.Clock
 	stats  tracer.Stats // final, once stopped
 }
 
@@ -178,7 +178,7 @@ func wantResult(r groundtruth.Record) span.Result {
 // enclose the fixture's own measurement, and last at most slack longer (0: no upper bound;
 // under heavy load a goroutine can wait long between the fixture's last clock reading and
 // the RET instruction).
-func compare(t *testing.T, recs []groundtruth.Record, spans []span.Span, clock exporter.Clock, slack time.Duration) {
+func compare(t *testing.T, recs []groundtruth.Record, spans []span.Span, clock ktime.Clock, slack time.Duration) {
 	t.Helper()
 	byID := map[string]span.Span{}
 	for _, s := range spans {

@@ -20,13 +20,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
 // reconcileSpan is one finished reconcile of a process that serves as service.
 func reconcileSpan(service string, w *span.Workload) *span.Span {
-	now := exporter.Monotonic()
+	now := ktime.Monotonic()
 	return &span.Span{
 		Controller: "configmap", Namespace: "default", Name: service, PID: 4242, Exe: "/" + service, Goid: 1,
 		Start: now - uint64(2*time.Millisecond), Duration: time.Millisecond, Result: span.ResultSuccess, Noop: true,
@@ -41,7 +42,7 @@ func export(t *testing.T, protocol exporter.Protocol, endpoint string, spans ...
 	e, err := exporter.NewOTLP(context.Background(), exporter.OTLPOptions{
 		Endpoint:      endpoint,
 		Protocol:      protocol,
-		Clock:         exporter.NewClock(),
+		Clock:         ktime.NewClock(),
 		BatchTimeout:  10 * time.Millisecond,
 		ExportTimeout: 10 * time.Second,
 		Retry:         &exporter.RetryOptions{Disabled: true},

@@ -54,7 +54,7 @@ type Sink struct {
 	spans []span.Span
 }
 
-// Write implements exporter.Writer.
+// Write implements tracer.Writer.
 func (s *Sink) Write(sp *span.Span) error {
 	s.mu.Lock()
 	s.spans = append(s.spans, *sp)
