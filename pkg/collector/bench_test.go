@@ -53,11 +53,7 @@ func benchCollector(b *testing.B) *Collector {
 	req := catalogProbe(b, "client-go/request", "")
 	resp := catalogProbe(b, "client-go/response", "")
 	site := func(p *probes.Probe, kind probes.SiteKind) *probes.Site {
-		l := p.Entry
-		if kind == probes.SiteReturn {
-			l = p.Return
-		}
-		return &probes.Site{Probe: p, Kind: kind, Config: rbpf.TraceSiteConfig{Kind: uint8(kind), Role: uint8(p.Role), ErrSlot: int8(l.Err), CtxSlot: int8(l.Ctx)}}
+		return &probes.Site{Probe: p, Kind: kind}
 	}
 	c := &Collector{
 		table: []*probes.Site{

@@ -319,7 +319,7 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 	c.mu.Unlock()
 
 	for i := range plan.Sites {
-		cfg := plan.Sites[i].Config
+		cfg := siteConfig(plan, &plan.Sites[i])
 		cfg.Exe = uint32(first)
 		cfg.Vaddr = plan.Sites[i].Addr
 		if err := c.sites.Put(uint32(first+i), &cfg); err != nil {

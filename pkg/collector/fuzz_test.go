@@ -22,13 +22,7 @@ func fuzzCollector(t testing.TB) *Collector {
 	}}}}
 	for _, p := range probes.Catalog {
 		for _, kind := range []probes.SiteKind{probes.SiteEntry, probes.SiteReturn} {
-			l := p.Entry
-			if kind == probes.SiteReturn {
-				l = p.Return
-			}
-			c.table = append(c.table, &probes.Site{Probe: p, Kind: kind, Config: rbpf.TraceSiteConfig{
-				Kind: uint8(kind), Role: uint8(p.Role), ErrSlot: int8(l.Err), CtxSlot: int8(l.Ctx), SaveSlot: int8(l.Save),
-			}})
+			c.table = append(c.table, &probes.Site{Probe: p, Kind: kind})
 		}
 	}
 	if len(c.table) == 0 {

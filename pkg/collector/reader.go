@@ -111,8 +111,8 @@ func (c *Collector) decode(b []byte, raw *probes.Raw) (*probes.Site, bool) {
 		p = c.adopt(e.Pid, owner) // admitted at exec, its notification not handled yet
 	}
 	DecodeEvent(b, raw)
-	if site.Kind == probes.SiteReturn && site.Config.ErrSlot >= 0 {
-		if itab := e.Args[site.Config.ErrSlot]; itab != 0 {
+	if errSlot := site.Layout().Err; site.Kind == probes.SiteReturn && errSlot >= 0 {
+		if itab := e.Args[errSlot]; itab != 0 {
 			raw.ErrorType = "unknown"
 			if p != nil {
 				raw.ErrorType = p.errorType(itab)

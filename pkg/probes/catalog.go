@@ -87,6 +87,22 @@ type Layout struct {
 	Itab int
 }
 
+// Fields are the struct fields the layout reads, strings first, in slot order.
+func (l *Layout) Fields() []FieldRef {
+	var out []FieldRef
+	for _, s := range l.Strings {
+		if s.Base != None {
+			out = append(out, s.Field)
+		}
+	}
+	for _, v := range l.Values {
+		if v.Base != None {
+			out = append(out, v.Field)
+		}
+	}
+	return out
+}
+
 // Decoder turns a raw event of one site into a span event.
 type Decoder func(r *Raw) span.Event
 

@@ -132,8 +132,8 @@ func TestGoroutineStartAtCalls(t *testing.T) {
 						if s.Function.Name != "runtime.newproc.func1" || s.Addr != wantAddr || s.Insn != "CALL "+callee+"(SB)" {
 							t.Errorf("%s site %s+%#x %q, want objdump's CALL %s at %#x", s.Kind, s.Function.Name, s.Addr-s.Function.Entry, s.Insn, callee, wantAddr)
 						}
-						if s.Config.SaveSlot != 1 {
-							t.Errorf("%s site reads the g from slot %d, want 1 (the second argument)", s.Kind, s.Config.SaveSlot)
+						if s.Layout().Save != 1 {
+							t.Errorf("%s site reads the g from slot %d, want 1 (the second argument)", s.Kind, s.Layout().Save)
 						}
 					}
 					if len(plan.Choices) != 1 || plan.Choices[0].Why != "" || !strings.Contains(plan.Choices[0].Sites, "runtime.newproc.func1's calls of runtime.newproc1 and runtime.runqput") {
@@ -163,13 +163,13 @@ func TestGoroutineStartFallback(t *testing.T) {
 		}
 		if s.Kind == SiteEntry {
 			entry++
-			if s.Config.SaveSlot != 1 {
-				t.Errorf("entry reads the creating g from slot %d, want 1", s.Config.SaveSlot)
+			if s.Layout().Save != 1 {
+				t.Errorf("entry reads the creating g from slot %d, want 1", s.Layout().Save)
 			}
 		} else {
 			rets++
-			if s.Insn != "RET" || s.Config.SaveSlot != 0 {
-				t.Errorf("return site %q reads the new g from slot %d, want a RET and slot 0", s.Insn, s.Config.SaveSlot)
+			if s.Insn != "RET" || s.Layout().Save != 0 {
+				t.Errorf("return site %q reads the new g from slot %d, want a RET and slot 0", s.Insn, s.Layout().Save)
 			}
 		}
 	}

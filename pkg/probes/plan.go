@@ -35,8 +35,14 @@ type Site struct {
 	Function symbols.Function
 	Kind     SiteKind
 	symbols.Site
-	// Config is what the kernel program reads at this site.
-	Config rbpf.TraceSiteConfig
+}
+
+// Layout is what the kernel program reads at this site: its probe's entry or return layout.
+func (s *Site) Layout() *Layout {
+	if s.Kind == SiteEntry {
+		return &s.Probe.Entry
+	}
+	return &s.Probe.Return
 }
 
 // OffsetUse records one struct-field offset the plan needs and where it came from.
@@ -145,8 +151,12 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		if len(fns) == 0 {
 			continue
 		}
-		entryCfg := siteConfig(pr, SiteEntry, pr.Entry, p.GoidOffset, offset)
-		retCfg := siteConfig(pr, SiteReturn, pr.Return, p.GoidOffset, offset)
+		// The offsets the sites read: the collector encodes them (Plan.Offset).
+		for _, l := range []*Layout{&pr.Entry, &pr.Return} {
+			for _, f := range l.Fields() {
+				offset(f)
+			}
+		}
 		for _, fn := range fns {
 			if pr.Calls != nil {
 				entry, ret, err := callPairSites(bin, fn, pr.Calls)
@@ -154,8 +164,8 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 					p.missing(pr.ID, fmt.Sprintf("%s: %v", fn.Name, err))
 					continue
 				}
-				p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteEntry, Site: entry, Config: entryCfg},
-					Site{Probe: pr, Function: fn, Kind: SiteReturn, Site: ret, Config: retCfg})
+				p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteEntry, Site: entry},
+					Site{Probe: pr, Function: fn, Kind: SiteReturn, Site: ret})
 				p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: fmt.Sprintf("%s's calls of %s and %s (no single-step)", fn.Name, pr.Calls.Entry, pr.Calls.Return)})
 				matched[pr.ID] = true
 				continue
@@ -173,9 +183,9 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 				p.missing(pr.ID, fmt.Sprintf("%s: find return sites: %v (a return probe is needed; uretprobes are never used)", fn.Name, err))
 				continue
 			}
-			p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteEntry, Site: entry, Config: entryCfg})
+			p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteEntry, Site: entry})
 			for _, r := range rets {
-				p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteReturn, Site: r, Config: retCfg})
+				p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteReturn, Site: r})
 			}
 			matched[pr.ID] = true
 		}
@@ -398,39 +408,15 @@ func (p *Plan) missing(id, reason string) {
 	p.Missing = append(p.Missing, Missing{ProbeID: id, Reason: reason})
 }
 
-// siteConfig builds the kernel's view of one site. A string whose field offset is unknown is
-// left out (the span comes without it) rather than failing the probe.
-func siteConfig(pr *Probe, kind SiteKind, l Layout, goidOff uint64, offset func(FieldRef) (uint64, bool)) rbpf.TraceSiteConfig {
-	c := rbpf.TraceSiteConfig{
-		Kind:     uint8(kind),
-		Role:     uint8(pr.Role),
-		CtxSlot:  int8(l.Ctx),
-		ErrSlot:  int8(l.Err),
-		GoidOff:  uint32(goidOff),
-		SaveSlot: int8(l.Save),
-	}
-	for i, s := range l.Strings {
-		spec := rbpf.TraceStrSpec{PtrSlot: int8(s.Ptr), LenSlot: int8(s.Len), BaseSlot: int8(s.Base)}
-		if s.Base != None {
-			off, ok := offset(s.Field)
-			if !ok {
-				spec = rbpf.TraceStrSpec{PtrSlot: None, LenSlot: None, BaseSlot: None}
-			} else {
-				spec.Off = uint32(off + s.Field.Add)
-			}
+// Offset returns the offset of a field the plan resolved (ref.Add not added); ok is false when
+// it is unknown or the plan never needed it.
+func (p *Plan) Offset(ref FieldRef) (uint64, bool) {
+	for _, u := range p.Offsets {
+		if u.Type == ref.Type && u.Path == ref.Path {
+			return u.Value, u.Err == nil
 		}
-		c.Str[i] = spec
 	}
-	for i, v := range l.Values {
-		spec := rbpf.TraceValSpec{BaseSlot: None}
-		if v.Base != None {
-			if off, ok := offset(v.Field); ok {
-				spec = rbpf.TraceValSpec{BaseSlot: int8(v.Base), Off: uint32(off + v.Field.Add)}
-			}
-		}
-		c.Val[i] = spec
-	}
-	return c
+	return 0, false
 }
 
 // inRange says whether the (valid semver) version v lies in [lo, hi].
@@ -472,9 +458,4 @@ func (p *Plan) String() string {
 
 // ItabSlot is the register slot whose itab names a type the site's decoder wants (Layout.Itab),
 // or -1.
-func (s *Site) ItabSlot() int {
-	if s.Kind == SiteEntry {
-		return s.Probe.Entry.Itab
-	}
-	return s.Probe.Return.Itab
-}
+func (s *Site) ItabSlot() int { return s.Layout().Itab }

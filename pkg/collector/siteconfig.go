@@ -1,0 +1,44 @@
+package collector
+
+import (
+	rbpf "github.com/reconscope/reconscope/bpf"
+	"github.com/reconscope/reconscope/pkg/probes"
+)
+
+// siteConfig encodes one site of plan into the record the kernel program reads at it
+// (struct site_config, bpf/include/events.h); Attach adds the executable's slot and the site's
+// address. A string or value whose field offset the plan could not resolve is left out (the
+// span comes without it) rather than failing the probe.
+func siteConfig(plan *probes.Plan, s *probes.Site) rbpf.TraceSiteConfig {
+	l := s.Layout()
+	c := rbpf.TraceSiteConfig{
+		Kind:     uint8(s.Kind),
+		Role:     uint8(s.Probe.Role),
+		CtxSlot:  int8(l.Ctx),
+		ErrSlot:  int8(l.Err),
+		GoidOff:  uint32(plan.GoidOffset),
+		SaveSlot: int8(l.Save),
+	}
+	for i, a := range l.Strings {
+		spec := rbpf.TraceStrSpec{PtrSlot: int8(a.Ptr), LenSlot: int8(a.Len), BaseSlot: int8(a.Base)}
+		if a.Base != probes.None {
+			off, ok := plan.Offset(a.Field)
+			if !ok {
+				spec = rbpf.TraceStrSpec{PtrSlot: probes.None, LenSlot: probes.None, BaseSlot: probes.None}
+			} else {
+				spec.Off = uint32(off + a.Field.Add)
+			}
+		}
+		c.Str[i] = spec
+	}
+	for i, v := range l.Values {
+		spec := rbpf.TraceValSpec{BaseSlot: probes.None}
+		if v.Base != probes.None {
+			if off, ok := plan.Offset(v.Field); ok {
+				spec = rbpf.TraceValSpec{BaseSlot: int8(v.Base), Off: uint32(off + v.Field.Add)}
+			}
+		}
+		c.Val[i] = spec
+	}
+	return c
+}

@@ -1,0 +1,57 @@
+package collector
+
+import (
+	"errors"
+	"testing"
+
+	rbpf "github.com/reconscope/reconscope/bpf"
+	"github.com/reconscope/reconscope/pkg/probes"
+)
+
+// TestSiteConfig: a site's kernel record carries its probe's slots and the plan's resolved
+// offsets (plus the field's Add); a string or value whose offset is unknown is left out.
+func TestSiteConfig(t *testing.T) {
+	uid := probes.FieldRef{Type: "k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta", Path: "UID", Add: 16}
+	rv := probes.FieldRef{Type: "k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta", Path: "ResourceVersion", Add: 16}
+	status := probes.FieldRef{Type: "net/http.Response", Path: "StatusCode"}
+	none := probes.StringArg{Ptr: probes.None, Len: probes.None, Base: probes.None}
+	l := probes.Layout{Ctx: probes.None, Err: 2, Save: 1, Itab: probes.None}
+	for i := range l.Strings {
+		l.Strings[i] = none
+	}
+	for i := range l.Values {
+		l.Values[i] = probes.ValueArg{Base: probes.None}
+	}
+	l.Strings[0] = probes.StringArg{Ptr: 3, Len: 4, Base: probes.None}
+	l.Strings[1] = probes.StringArg{Ptr: probes.None, Len: probes.None, Base: probes.Saved, Field: uid}
+	l.Strings[2] = probes.StringArg{Ptr: probes.None, Len: probes.None, Base: probes.Saved, Field: rv}
+	l.Values[0] = probes.ValueArg{Base: 0, Field: status}
+	pr := &probes.Probe{ID: "test", Role: probes.RoleCall, Return: l}
+	plan := &probes.Plan{GoidOffset: 152, Offsets: []probes.OffsetUse{
+		{FieldRef: probes.FieldRef{Type: uid.Type, Path: uid.Path}, Value: 24, Source: "dwarf"},
+		{FieldRef: probes.FieldRef{Type: rv.Type, Path: rv.Path}, Err: errors.New("unknown")},
+		{FieldRef: status, Value: 16, Source: "table"},
+	}}
+	c := siteConfig(plan, &probes.Site{Probe: pr, Kind: probes.SiteReturn})
+
+	if c.Kind != uint8(rbpf.TraceSiteKindSITE_RETURN) || c.Role != uint8(rbpf.TraceSiteRoleROLE_CALL) ||
+		c.ErrSlot != 2 || c.SaveSlot != 1 || c.CtxSlot != probes.None || c.GoidOff != 152 {
+		t.Errorf("head: %+v", c)
+	}
+	want := []rbpf.TraceStrSpec{
+		{PtrSlot: 3, LenSlot: 4, BaseSlot: probes.None},
+		{PtrSlot: probes.None, LenSlot: probes.None, BaseSlot: probes.Saved, Off: 24 + 16},
+		{PtrSlot: probes.None, LenSlot: probes.None, BaseSlot: probes.None}, // offset unknown: left out
+	}
+	for i, w := range want {
+		if c.Str[i] != w {
+			t.Errorf("string %d: %+v, want %+v", i, c.Str[i], w)
+		}
+	}
+	if w := (rbpf.TraceValSpec{BaseSlot: 0, Off: 16}); c.Val[0] != w {
+		t.Errorf("value 0: %+v, want %+v", c.Val[0], w)
+	}
+	if c.Val[1].BaseSlot != probes.None {
+		t.Errorf("value 1: %+v, want none", c.Val[1])
+	}
+}
