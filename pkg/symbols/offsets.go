@@ -176,8 +176,16 @@ func (b *Binary) moduleOf(typeName string) (module, version string) {
 //go:embed offsets_table.json
 var offsetsTableJSON []byte
 
-// tableEntry is one line of offsets_table.json.
-type tableEntry struct {
+// OffsetTable is the file format of the offsets table, offsets_table.json, which
+// internal/cmd/offsetgen writes and FieldOffset reads.
+type OffsetTable struct {
+	Comment string        `json:"comment"`
+	Entries []OffsetEntry `json:"entries"`
+}
+
+// OffsetEntry is one entry of the offsets table: the offset of a field of Type in Version of
+// Module (Module "std": the Go release), for Arch only when the architectures differ.
+type OffsetEntry struct {
 	Module  string `json:"module"`
 	Version string `json:"version"`
 	Arch    string `json:"arch,omitempty"`
@@ -186,14 +194,12 @@ type tableEntry struct {
 	Offset  uint64 `json:"offset"`
 }
 
-var offsetsTable = sync.OnceValues(func() (map[string][]tableEntry, error) {
-	var t struct {
-		Entries []tableEntry `json:"entries"`
-	}
+var offsetsTable = sync.OnceValues(func() (map[string][]OffsetEntry, error) {
+	var t OffsetTable
 	if err := json.Unmarshal(offsetsTableJSON, &t); err != nil {
 		return nil, fmt.Errorf("read the embedded offsets table: %w", err)
 	}
-	m := map[string][]tableEntry{}
+	m := map[string][]OffsetEntry{}
 	for _, e := range t.Entries {
 		k := e.Type + "\x00" + e.Field
 		m[k] = append(m[k], e)
@@ -213,7 +219,7 @@ func lookupTable(typeName, fieldPath, module, version, arch string) (Offset, boo
 	if version == "" {
 		return Offset{}, false
 	}
-	var series []tableEntry
+	var series []OffsetEntry
 	for _, e := range table[typeName+"\x00"+fieldPath] {
 		if e.Module != module || (e.Arch != "" && e.Arch != arch) {
 			continue

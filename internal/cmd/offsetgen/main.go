@@ -31,6 +31,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
 // target names one struct type and the field paths to record. Module "std" means the
@@ -113,22 +115,6 @@ func main() {
 }
 `
 
-// Entry is one line of the table. It mirrors pkg/symbols' tableEntry.
-type Entry struct {
-	Module  string `json:"module"`
-	Version string `json:"version"`
-	Arch    string `json:"arch,omitempty"`
-	Type    string `json:"type"`
-	Field   string `json:"field"`
-	Offset  uint64 `json:"offset"`
-}
-
-// Table is the file format of offsets_table.json.
-type Table struct {
-	Comment string  `json:"comment"`
-	Entries []Entry `json:"entries"`
-}
-
 func main() {
 	out := flag.String("o", "pkg/symbols/offsets_table.json", "table to write (merged with its current entries)")
 	clientGo := flag.String("client-go", "auto", `client-go versions: "auto" (latest patch of each minor in -client-go-minors), "all" (every patch), "none", or a comma-separated list`)
@@ -151,13 +137,13 @@ func main() {
 	}
 	archList := strings.Split(*arches, ",")
 
-	table := Table{}
+	table := symbols.OffsetTable{}
 	if data, err := os.ReadFile(*out); err == nil {
 		if err := json.Unmarshal(data, &table); err != nil {
 			fatal(log, "read existing table", err)
 		}
 	}
-	var fresh []Entry
+	var fresh []symbols.OffsetEntry
 
 	if *std {
 		toolchains := []string{"local"}
@@ -267,7 +253,7 @@ func pickVersions(work, module, value, minors string) ([]string, error) {
 
 // generate builds one program and reads the offsets of every target whose type it contains.
 // toolchain is a GOTOOLCHAIN value: "local" or a release such as "go1.24.0".
-func generate(log *slog.Logger, work, name, arch, toolchain, program string, require map[string]string) ([]Entry, error) {
+func generate(log *slog.Logger, work, name, arch, toolchain, program string, require map[string]string) ([]symbols.OffsetEntry, error) {
 	dir := filepath.Join(work, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -314,7 +300,7 @@ func generate(log *slog.Logger, work, name, arch, toolchain, program string, req
 
 // readOffsets reads every target's field offsets from the DWARF of bin. Types that the
 // program does not contain are skipped; fields a version lacks are skipped.
-func readOffsets(bin, arch string, modulesOnly bool) ([]Entry, error) {
+func readOffsets(bin, arch string, modulesOnly bool) ([]symbols.OffsetEntry, error) {
 	info, err := buildinfo.ReadFile(bin)
 	if err != nil {
 		return nil, err
@@ -340,7 +326,7 @@ func readOffsets(bin, arch string, modulesOnly bool) ([]Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	var entries []Entry
+	var entries []symbols.OffsetEntry
 	for _, t := range targets {
 		if modulesOnly && t.Module == "std" || !modulesOnly && t.Module != "std" {
 			continue
@@ -358,7 +344,7 @@ func readOffsets(bin, arch string, modulesOnly bool) ([]Entry, error) {
 			if err != nil {
 				continue // this version has no such field
 			}
-			entries = append(entries, Entry{Module: t.Module, Version: v, Arch: arch, Type: t.Type, Field: path, Offset: off})
+			entries = append(entries, symbols.OffsetEntry{Module: t.Module, Version: v, Arch: arch, Type: t.Type, Field: path, Offset: off})
 		}
 	}
 	return entries, nil
@@ -448,7 +434,7 @@ func fieldPath(st *dwarf.StructType, path string) (uint64, error) {
 
 // collapseArches folds entries that agree on every architecture into one entry without
 // arch. Entries that differ keep their arch.
-func collapseArches(entries []Entry, arches []string) []Entry {
+func collapseArches(entries []symbols.OffsetEntry, arches []string) []symbols.OffsetEntry {
 	type key struct{ module, version, typ, field string }
 	byKey := map[key]map[string]uint64{}
 	var order []key
@@ -460,7 +446,7 @@ func collapseArches(entries []Entry, arches []string) []Entry {
 		}
 		byKey[k][e.Arch] = e.Offset
 	}
-	var out []Entry
+	var out []symbols.OffsetEntry
 	for _, k := range order {
 		offs := byKey[k]
 		same := true
@@ -475,12 +461,12 @@ func collapseArches(entries []Entry, arches []string) []Entry {
 			i++
 		}
 		if same {
-			out = append(out, Entry{Module: k.module, Version: k.version, Type: k.typ, Field: k.field, Offset: first})
+			out = append(out, symbols.OffsetEntry{Module: k.module, Version: k.version, Type: k.typ, Field: k.field, Offset: first})
 			continue
 		}
 		for _, a := range arches {
 			if o, ok := offs[a]; ok {
-				out = append(out, Entry{Module: k.module, Version: k.version, Arch: a, Type: k.typ, Field: k.field, Offset: o})
+				out = append(out, symbols.OffsetEntry{Module: k.module, Version: k.version, Arch: a, Type: k.typ, Field: k.field, Offset: o})
 			}
 		}
 	}
@@ -488,20 +474,20 @@ func collapseArches(entries []Entry, arches []string) []Entry {
 }
 
 // merge replaces the old entries of every (module, version) that fresh covers.
-func merge(old, fresh []Entry) []Entry {
+func merge(old, fresh []symbols.OffsetEntry) []symbols.OffsetEntry {
 	type mv struct{ module, version string }
 	covered := map[mv]bool{}
 	for _, e := range fresh {
 		covered[mv{e.Module, e.Version}] = true
 	}
-	var out []Entry
+	var out []symbols.OffsetEntry
 	for _, e := range old {
 		if !covered[mv{e.Module, e.Version}] {
 			out = append(out, e)
 		}
 	}
 	out = append(out, fresh...)
-	slices.SortStableFunc(out, func(a, b Entry) int {
+	slices.SortStableFunc(out, func(a, b symbols.OffsetEntry) int {
 		if c := strings.Compare(a.Module, b.Module); c != 0 {
 			return c
 		}
@@ -516,7 +502,7 @@ func merge(old, fresh []Entry) []Entry {
 		}
 		return strings.Compare(a.Arch, b.Arch)
 	})
-	return slices.CompactFunc(out, func(a, b Entry) bool { return a == b })
+	return slices.CompactFunc(out, func(a, b symbols.OffsetEntry) bool { return a == b })
 }
 
 // parseVersion reads "v1.2.3" or "go1.2.3" (a missing patch is 0); pre-releases are refused.
@@ -555,7 +541,7 @@ func compareVersions(a, b string) int {
 }
 
 // writeTable writes one entry per line so that a refresh reads well as a diff.
-func writeTable(path string, t Table) error {
+func writeTable(path string, t symbols.OffsetTable) error {
 	var buf bytes.Buffer
 	c, _ := json.Marshal(t.Comment)
 	fmt.Fprintf(&buf, "{\n  \"comment\": %s,\n  \"entries\": [\n", c)
