@@ -94,11 +94,6 @@ type InspectOffset struct {
 	Lacks string `json:"lacks,omitempty"`
 }
 
-// relevantModules are the modules inspect reports when present.
-var relevantModules = []string{
-	"sigs.k8s.io/controller-runtime", "k8s.io/client-go", "k8s.io/apimachinery", "k8s.io/kubernetes",
-}
-
 func runInspect(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("inspect", inspectSummary, stdout, stderr)
 	pid := fs.Int("pid", 0, "inspect the executable of this process (/proc/PID/exe)")
@@ -146,12 +141,7 @@ func inspect(path string) (*InspectReport, int) {
 	defer bin.Close()
 	rep.GoVersion, rep.Arch, rep.Stripped, rep.PIE, rep.DWARF = bin.GoVersion, bin.Arch, bin.Stripped, bin.PIE, bin.HasDWARF
 	rep.MainModule = bin.MainModule
-	rep.Modules = map[string]string{}
-	for _, m := range relevantModules {
-		if v, ok := bin.Modules[m]; ok {
-			rep.Modules[m] = v
-		}
-	}
+	rep.Modules = probes.ModuleVersions(bin)
 	plan, err := probes.NewPlan(bin, probes.Catalog)
 	if plan != nil {
 		fill(rep, plan)

@@ -33,7 +33,8 @@ type Binary struct {
 	// version-control tag.
 	MainVersion string
 	// Modules maps each dependency module path to its version, after replace directives
-	// (the replacement's version when it has one).
+	// (the replacement's version when it has one; a directory replace keeps the required
+	// version, often v0.0.0, until SetModuleVersion says better).
 	Modules map[string]string
 	// Settings holds the build settings recorded in the binary: "-ldflags", "CGO_ENABLED",
 	// "GOARCH", "vcs.revision", ...
@@ -349,21 +350,25 @@ func (b *Binary) readBuildInfo() error {
 	for _, s := range bi.Settings {
 		b.Settings[s.Key] = s.Value
 	}
-	staging := stagingVersion(b.Settings["-ldflags"])
 	for _, d := range bi.Deps {
 		v := d.Version
 		if d.Replace != nil && d.Replace.Version != "" {
 			v = d.Replace.Version
 		}
-		if v == "v0.0.0" && d.Replace != nil && d.Replace.Version == "" && strings.HasPrefix(d.Path, "k8s.io/") && staging != "" {
-			// A Kubernetes release build: the staging modules (client-go, apimachinery, ...)
-			// are replaced by directories of the kubernetes tree and recorded as v0.0.0. Their
-			// published version follows the release: v1.37.2 ships client-go v0.37.2.
-			v = staging
-		}
 		b.Modules[d.Path] = v
 	}
 	return nil
+}
+
+// SetModuleVersion records version as the version of dependency module, for a caller that
+// knows it better than the build info (a directory replace records v0.0.0: pkg/probes knows
+// the published version of Kubernetes' staging modules). Later FieldOffset answers use it.
+// SetModuleVersion must not run concurrently with other methods.
+func (b *Binary) SetModuleVersion(module, version string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.Modules[module] = version
+	b.offsets = nil // answers keyed by the old version
 }
 
 // ModuleVersion returns the version of module in this binary: a dependency's (after
@@ -381,44 +386,6 @@ func (b *Binary) ModuleVersion(module string) (version string, ok bool) {
 		return b.MainVersion, true
 	}
 	return "", false
-}
-
-// stagingVersion returns "v0.37.2" when the linker flags set the Kubernetes version to
-// v1.37.2, "" otherwise.
-func stagingVersion(ldflags string) string {
-	v := kubernetesVersion(ldflags)
-	if v == "" {
-		return ""
-	}
-	return "v0." + strings.TrimPrefix(v, "v1.")
-}
-
-// kubernetesVersion returns the release set by -X k8s.io/component-base/version.gitVersion
-// (or k8s.io/client-go/pkg/version.gitVersion) in the linker flags, as "v1.MINOR.PATCH"
-// without pre-release or build suffixes; "" when there is none.
-func kubernetesVersion(ldflags string) string {
-	for _, key := range []string{"k8s.io/component-base/version.gitVersion=", "k8s.io/client-go/pkg/version.gitVersion="} {
-		i := strings.Index(ldflags, key)
-		if i < 0 {
-			continue
-		}
-		v := strings.Trim(ldflags[i+len(key):], "'\"")
-		if j := strings.IndexAny(v, " '\"+-"); j >= 0 {
-			v = v[:j]
-		}
-		parts := strings.Split(strings.TrimPrefix(v, "v"), ".")
-		if len(parts) != 3 || parts[0] != "1" {
-			continue
-		}
-		if _, err := strconv.Atoi(parts[1]); err != nil {
-			continue
-		}
-		if _, err := strconv.Atoi(parts[2]); err != nil {
-			continue
-		}
-		return "v1." + parts[1] + "." + parts[2]
-	}
-	return ""
 }
 
 // parseBuildInfo decodes .go.buildinfo. It returns nil, nil when there is none: Go-ness was

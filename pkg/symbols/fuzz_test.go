@@ -57,7 +57,6 @@ func FuzzOpen(f *testing.F) {
 			return
 		}
 		defer b.Close()
-		_ = b.Summary().String()
 		funcs, err := b.Functions()
 		if err == nil {
 			for i, fn := range funcs {

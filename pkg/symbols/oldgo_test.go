@@ -66,7 +66,7 @@ func testGoReleases(t *testing.T, versions []string) {
 					}
 					defer b.Close()
 					if b.GoVersion != v || b.Stripped != stripped || b.Arch != arch {
-						t.Fatalf("facts: %+v", b.Summary())
+						t.Fatalf("facts: %s, stripped %v, %s", b.GoVersion, b.Stripped, b.Arch)
 					}
 					// The -s -w build keeps the text layout of the plain one (data may move by
 					// a few bytes: the recorded flags differ), so functions and sites compare
