@@ -386,6 +386,7 @@ var SyncHandlers = []struct {
 	{"cronjob", "k8s.io/kubernetes/pkg/controller/cronjob.(*ControllerV2).sync", syncEntry, layout().err(1)},
 	// syncService(logger klog.Logger (3 words), key string) error
 	{"endpointslice", "k8s.io/kubernetes/pkg/controller/endpointslice.(*Controller).syncService", layout().str(0, str(4, 5)), syncReturn},
+	{"endpoint", "k8s.io/kubernetes/pkg/controller/endpoint.(*Controller).syncService", syncEntry, syncReturn},
 	{"namespace", "k8s.io/kubernetes/pkg/controller/namespace.(*NamespaceController).syncNamespaceFromKey", syncEntry, syncReturn},
 	{"serviceaccount", "k8s.io/kubernetes/pkg/controller/serviceaccount.(*ServiceAccountsController).syncNamespace", syncEntry, syncReturn},
 }
