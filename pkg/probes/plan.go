@@ -55,29 +55,6 @@ type OffsetUse struct {
 	Lacks string
 }
 
-// fieldUses says, for each struct field a probe or the error reader reads, what it gives
-// spans: what they lack when its offset is unknown.
-var fieldUses = map[string]string{
-	"runtime.g goid":                   "goroutine IDs (events say goid 0; goroutines are still told apart by their g pointer)",
-	crController + " Name":             "the controller name of controller-runtime reconcile spans",
-	restRequest + " verb":              "the verb of API calls",
-	restRequest + " resource":          "the resource of API calls",
-	restRequest + " namespace":         "the namespace of API calls",
-	restRequest + " resourceName":      "the object name of API calls",
-	restRequest + " subresource":       "the subresource of API calls",
-	objectMeta + " UID":                "the object UID of cache and lister reads and of API writes (and of the span)",
-	objectMeta + " ResourceVersion":    "the object resourceVersion of cache and lister reads and of API writes",
-	objectMeta + " Namespace":          "the object namespace of lister reads and of API writes",
-	objectMeta + " Name":               "the object name of lister reads and of API writes (creates)",
-	"net/http.Response StatusCode":     "the HTTP status of API calls",
-	namespacedName + " Namespace":      "the namespace of work-queue adds (the span's time waiting in the queue)",
-	namespacedName + " Name":           "the name of work-queue adds (the span's time waiting in the queue)",
-	"errors.errorString s":             "the message of *errors.errorString errors (the type is still named)",
-	"fmt.wrapError msg":                "the message of *fmt.wrapError errors (the type is still named)",
-	"fmt.wrapErrors msg":               "the message of *fmt.wrapErrors errors (the type is still named)",
-	statusError + " ErrStatus.Message": "the message of *errors.StatusError errors (the type is still named)",
-}
-
 // ErrorMessageFields are the error types whose message the kernel reads from the returned
 // error's data word, and the string field that holds it.
 var ErrorMessageFields = []FieldRef{
