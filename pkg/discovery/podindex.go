@@ -207,14 +207,7 @@ func (x *PodIndex) WaitSynced(ctx context.Context) bool {
 // [PodIndex.LookupPod] by the pod UID from the cgroup path covers that moment.
 func (x *PodIndex) Lookup(containerID string) (PodInfo, bool) {
 	containerID = stripRuntime(containerID)
-	if x.informer == nil || containerID == "" {
-		return PodInfo{}, false
-	}
-	objs, err := x.informer.GetIndexer().ByIndex(byContainerID, containerID)
-	if err != nil || len(objs) == 0 {
-		return PodInfo{}, false
-	}
-	pod, ok := objs[0].(*corev1.Pod)
+	pod, ok := x.podBy(byContainerID, containerID)
 	if !ok {
 		return PodInfo{}, false
 	}
@@ -230,19 +223,25 @@ func (x *PodIndex) Lookup(containerID string) (PodInfo, bool) {
 	return info, true
 }
 
+// podBy returns the pod the informer's index names under key, if any.
+func (x *PodIndex) podBy(index, key string) (*corev1.Pod, bool) {
+	if x.informer == nil || key == "" {
+		return nil, false
+	}
+	objs, err := x.informer.GetIndexer().ByIndex(index, key)
+	if err != nil || len(objs) == 0 {
+		return nil, false
+	}
+	pod, ok := objs[0].(*corev1.Pod)
+	return pod, ok
+}
+
 // LookupPod returns the pod whose UID is uid. Container is the name of the pod's only
 // container when it has one and no init or ephemeral containers (then any process in the pod
 // runs in it, known before the kubelet reports the container's ID: a restarted controller's
 // first reconciles are named), else "".
 func (x *PodIndex) LookupPod(uid string) (PodInfo, bool) {
-	if x.informer == nil || uid == "" {
-		return PodInfo{}, false
-	}
-	objs, err := x.informer.GetIndexer().ByIndex(byPodUID, uid)
-	if err != nil || len(objs) == 0 {
-		return PodInfo{}, false
-	}
-	pod, ok := objs[0].(*corev1.Pod)
+	pod, ok := x.podBy(byPodUID, uid)
 	if !ok {
 		return PodInfo{}, false
 	}

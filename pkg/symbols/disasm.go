@@ -3,6 +3,7 @@ package symbols
 import (
 	"fmt"
 	"io"
+	"iter"
 
 	"golang.org/x/arch/arm64/arm64asm"
 	"golang.org/x/arch/x86/x86asm"
@@ -129,16 +130,10 @@ func scanRets(arch string, code []byte) []int {
 	var rets []int
 	switch arch {
 	case "amd64":
-		for off := 0; off < len(code); {
-			inst, err := decodeX86(code[off:])
-			if err != nil || inst.Len <= 0 {
-				off++
-				continue
-			}
+		for off, inst := range x86Insns(code) {
 			if inst.Op == x86asm.RET {
 				rets = append(rets, off)
 			}
-			off += inst.Len
 		}
 	case "arm64":
 		for off := 0; off+4 <= len(code); off += 4 {
@@ -149,6 +144,24 @@ func scanRets(arch string, code []byte) []int {
 		}
 	}
 	return rets
+}
+
+// x86Insns yields the offset and instruction of every amd64 instruction in code, by linear
+// disassembly; an undecodable byte is skipped as `go tool objdump` skips it.
+func x86Insns(code []byte) iter.Seq2[int, x86asm.Inst] {
+	return func(yield func(int, x86asm.Inst) bool) {
+		for off := 0; off < len(code); {
+			inst, err := decodeX86(code[off:])
+			if err != nil || inst.Len <= 0 {
+				off++
+				continue
+			}
+			if !yield(off, inst) {
+				return
+			}
+			off += inst.Len
+		}
+	}
 }
 
 // Call is a direct call (amd64 `CALL rel32`, arm64 `BL`): where it is, and what it calls.
@@ -195,18 +208,12 @@ func scanBranches(arch string, code []byte, pc uint64) []branch {
 	var out []branch
 	switch arch {
 	case "amd64":
-		for off := 0; off < len(code); {
-			inst, err := decodeX86(code[off:])
-			if err != nil || inst.Len <= 0 {
-				off++
-				continue
-			}
+		for off, inst := range x86Insns(code) {
 			if inst.Op == x86asm.CALL || inst.Op == x86asm.JMP {
 				if rel, ok := inst.Args[0].(x86asm.Rel); ok {
 					out = append(out, branch{off: off, target: uint64(int64(pc) + int64(off+inst.Len) + int64(rel)), call: inst.Op == x86asm.CALL})
 				}
 			}
-			off += inst.Len
 		}
 	case "arm64":
 		for off := 0; off+4 <= len(code); off += 4 {

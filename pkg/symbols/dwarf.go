@@ -825,30 +825,17 @@ func (r *dwarfBuf) u8() uint8 {
 	return v
 }
 
-func (r *dwarfBuf) u16() uint16 {
-	if !r.need(2) {
-		return 0
-	}
-	v := binary.LittleEndian.Uint16(r.data[r.pos:])
-	r.pos += 2
-	return v
-}
+func (r *dwarfBuf) u16() uint16 { return fixed(r, 2, binary.LittleEndian.Uint16) }
+func (r *dwarfBuf) u32() uint32 { return fixed(r, 4, binary.LittleEndian.Uint32) }
+func (r *dwarfBuf) u64() uint64 { return fixed(r, 8, binary.LittleEndian.Uint64) }
 
-func (r *dwarfBuf) u32() uint32 {
-	if !r.need(4) {
+// fixed reads an n-byte little-endian integer with get; 0 when the data is short.
+func fixed[T uint16 | uint32 | uint64](r *dwarfBuf, n int, get func([]byte) T) T {
+	if !r.need(uint64(n)) {
 		return 0
 	}
-	v := binary.LittleEndian.Uint32(r.data[r.pos:])
-	r.pos += 4
-	return v
-}
-
-func (r *dwarfBuf) u64() uint64 {
-	if !r.need(8) {
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(r.data[r.pos:])
-	r.pos += 8
+	v := get(r.data[r.pos:])
+	r.pos += n
 	return v
 }
 
