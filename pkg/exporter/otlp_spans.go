@@ -128,15 +128,9 @@ func (e *OTLPExporter) writeVersion(s *span.Span, c *span.Call, call trace.Span)
 		attrObjectUID.String(c.UID),
 		attrObjectRV.String(c.ResourceVersion),
 	}
-	if c.Subresource != "" {
-		attrs = append(attrs, attrCallSubres.String(c.Subresource))
-	}
-	if c.Namespace != "" {
-		attrs = append(attrs, attrObjectNamespace.String(c.Namespace))
-	}
-	if s.ReconcileID != "" {
-		attrs = append(attrs, attrReconcileID.String(s.ReconcileID))
-	}
+	attrs = nonEmpty(attrs, attrCallSubres, c.Subresource)
+	attrs = nonEmpty(attrs, attrObjectNamespace, c.Namespace)
+	attrs = nonEmpty(attrs, attrReconcileID, s.ReconcileID)
 	// The writer's pod and node, as span attributes (the resource is the lifelines service).
 	attrs = podAttributes(attrs, s.Pod)
 	if node := nodeName(s, e.nodeName); node != "" {
@@ -252,29 +246,22 @@ func (e *OTLPExporter) processAttributes(s *span.Span, service string) []attribu
 			semconv.ProcessExecutableNameKey.String(filepath.Base(s.Exe)))
 	}
 	attrs = podAttributes(attrs, s.Pod)
-	if s.Container != "" {
-		attrs = append(attrs, semconv.K8SContainerNameKey.String(s.Container))
-	}
+	attrs = nonEmpty(attrs, semconv.K8SContainerNameKey, s.Container)
 	if w := s.Workload; w != nil {
-		str := func(k attribute.Key, v string) {
-			if v != "" {
-				attrs = append(attrs, k.String(v))
-			}
-		}
-		str(semconv.K8SPodUIDKey, w.PodUID)
-		str(semconv.ServiceNamespaceKey, w.ServiceNamespace)
-		str(semconv.ServiceInstanceIDKey, w.ServiceInstanceID)
+		attrs = nonEmpty(attrs, semconv.K8SPodUIDKey, w.PodUID)
+		attrs = nonEmpty(attrs, semconv.ServiceNamespaceKey, w.ServiceNamespace)
+		attrs = nonEmpty(attrs, semconv.ServiceInstanceIDKey, w.ServiceInstanceID)
 		switch w.Kind {
 		case "Deployment":
-			str(semconv.K8SDeploymentNameKey, w.Name)
+			attrs = nonEmpty(attrs, semconv.K8SDeploymentNameKey, w.Name)
 		case "StatefulSet":
-			str(semconv.K8SStatefulSetNameKey, w.Name)
+			attrs = nonEmpty(attrs, semconv.K8SStatefulSetNameKey, w.Name)
 		case "DaemonSet":
-			str(semconv.K8SDaemonSetNameKey, w.Name)
+			attrs = nonEmpty(attrs, semconv.K8SDaemonSetNameKey, w.Name)
 		case "Job":
-			str(semconv.K8SJobNameKey, w.Name)
+			attrs = nonEmpty(attrs, semconv.K8SJobNameKey, w.Name)
 		}
-		str(semconv.K8SReplicaSetNameKey, w.ReplicaSet)
+		attrs = nonEmpty(attrs, semconv.K8SReplicaSetNameKey, w.ReplicaSet)
 		keys := make([]string, 0, len(w.Attributes))
 		for k := range w.Attributes {
 			keys = append(keys, k)
@@ -300,9 +287,7 @@ func podAttributes(attrs []attribute.KeyValue, pod string) []attribute.KeyValue 
 	if !ok {
 		ns, name = "", pod
 	}
-	if ns != "" {
-		attrs = append(attrs, semconv.K8SNamespaceNameKey.String(ns))
-	}
+	attrs = nonEmpty(attrs, semconv.K8SNamespaceNameKey, ns)
 	return append(attrs, semconv.K8SPodNameKey.String(name))
 }
 
@@ -346,18 +331,10 @@ func rootAttributes(s *span.Span) []attribute.KeyValue {
 		attrPhaseComputeNS.Int64(int64(s.Phases.Diff)),
 		attrCallCount.Int(len(s.Calls)),
 	)
-	if s.Namespace != "" {
-		attrs = append(attrs, attrObjectNamespace.String(s.Namespace))
-	}
-	if s.UID != "" {
-		attrs = append(attrs, attrObjectUID.String(s.UID))
-	}
-	if s.ResourceVersion != "" {
-		attrs = append(attrs, attrObjectRV.String(s.ResourceVersion))
-	}
-	if s.ReconcileID != "" {
-		attrs = append(attrs, attrReconcileID.String(s.ReconcileID))
-	}
+	attrs = nonEmpty(attrs, attrObjectNamespace, s.Namespace)
+	attrs = nonEmpty(attrs, attrObjectUID, s.UID)
+	attrs = nonEmpty(attrs, attrObjectRV, s.ResourceVersion)
+	attrs = nonEmpty(attrs, attrReconcileID, s.ReconcileID)
 	if s.RequeueAfter != 0 {
 		attrs = append(attrs, attrRequeueAfterNS.Int64(int64(s.RequeueAfter)))
 	}
@@ -367,9 +344,7 @@ func rootAttributes(s *span.Span) []attribute.KeyValue {
 	if s.Backoff != 0 {
 		attrs = append(attrs, attrBackoffNS.Int64(int64(s.Backoff)))
 	}
-	if s.TriggerController != "" {
-		attrs = append(attrs, attrTriggerCtl.String(s.TriggerController))
-	}
+	attrs = nonEmpty(attrs, attrTriggerCtl, s.TriggerController)
 	if s.TriggerLagKnown {
 		attrs = append(attrs, attrTriggerLagNS.Int64(int64(s.TriggerLag)))
 	}
@@ -411,9 +386,7 @@ func callAttributes(c *span.Call) []attribute.KeyValue {
 	if c.Goroutine != 0 {
 		attrs = append(attrs, attrGoid.Int64(c.Goroutine))
 	}
-	if c.Verb != "" {
-		attrs = append(attrs, attrCallVerb.String(c.Verb))
-	}
+	attrs = nonEmpty(attrs, attrCallVerb, c.Verb)
 	if c.Kind == span.CallAPI {
 		if httpMethods[c.Verb] {
 			attrs = append(attrs, semconv.HTTPRequestMethodKey.String(c.Verb))
@@ -425,30 +398,16 @@ func callAttributes(c *span.Call) []attribute.KeyValue {
 			attrs = append(attrs, semconv.HTTPResponseStatusCodeKey.Int(c.Status))
 		}
 	}
-	if c.Outcome != "" {
-		attrs = append(attrs, attrCallOutcome.String(c.Outcome))
-	}
-	if c.Resource != "" {
-		attrs = append(attrs, attrCallResource.String(c.Resource))
-	}
-	if c.Subresource != "" {
-		attrs = append(attrs, attrCallSubres.String(c.Subresource))
-	}
-	if c.Namespace != "" {
-		attrs = append(attrs, attrObjectNamespace.String(c.Namespace))
-	}
+	attrs = nonEmpty(attrs, attrCallOutcome, c.Outcome)
+	attrs = nonEmpty(attrs, attrCallResource, c.Resource)
+	attrs = nonEmpty(attrs, attrCallSubres, c.Subresource)
+	attrs = nonEmpty(attrs, attrObjectNamespace, c.Namespace)
 	if c.Kind == span.CallAPI && c.Resource != "" {
 		attrs = append(attrs, attrCallPath.String(pathTemplate(c)))
 	}
-	if c.Name != "" {
-		attrs = append(attrs, attrObjectName.String(c.Name))
-	}
-	if c.UID != "" {
-		attrs = append(attrs, attrObjectUID.String(c.UID))
-	}
-	if c.ResourceVersion != "" {
-		attrs = append(attrs, attrObjectRV.String(c.ResourceVersion))
-	}
+	attrs = nonEmpty(attrs, attrObjectName, c.Name)
+	attrs = nonEmpty(attrs, attrObjectUID, c.UID)
+	attrs = nonEmpty(attrs, attrObjectRV, c.ResourceVersion)
 	return attrs
 }
 
@@ -468,4 +427,12 @@ func pathTemplate(c *span.Call) string {
 		b.WriteString("/" + c.Subresource)
 	}
 	return b.String()
+}
+
+// nonEmpty appends k=v to attrs when v is set.
+func nonEmpty(attrs []attribute.KeyValue, k attribute.Key, v string) []attribute.KeyValue {
+	if v == "" {
+		return attrs
+	}
+	return append(attrs, k.String(v))
 }
