@@ -118,40 +118,36 @@ func reconcileProbe() (*probes.Probe, error) {
 // callProbe is the catalog's client-go request probe (a call: five strings read through the
 // receiver at entry, the error at return) pointed at reconcileloop's (*RestRequest).request.
 func callProbe() (*probes.Probe, error) {
-	for _, p := range probes.Catalog {
-		if p.ID == "client-go/request" {
-			c := *p
-			c.ID, c.Module = "bench/request", ""
-			c.Symbol = regexp.MustCompile(`^main\.\(\*RestRequest\)\.request$`)
-			for i := range c.Entry.Strings {
-				if c.Entry.Strings[i].Base != probes.None {
-					c.Entry.Strings[i].Field.Type = "main.RestRequest"
-				}
-			}
-			return &c, nil
-		}
-	}
-	return nil, errors.New("the catalog has no client-go request probe")
+	return benchCallProbe("client-go/request", "bench/request", `^main\.\(\*RestRequest\)\.request$`,
+		func(p *probes.Probe) *probes.Layout { return &p.Entry }, "main.RestRequest")
 }
 
 // cacheGetProbe is the catalog's controller-runtime cache Get probe (the key's strings from
 // registers at entry, the object's pointer kept; the object's UID and resourceVersion read
 // through it at return, with the error) pointed at reconcileloop's (*informerCache).Get.
 func cacheGetProbe() (*probes.Probe, error) {
+	return benchCallProbe("controller-runtime/cache-get", "bench/cache-get", `^main\.\(\*informerCache\)\.Get$`,
+		func(p *probes.Probe) *probes.Layout { return &p.Return }, "main.ObjectMeta")
+}
+
+// benchCallProbe copies the catalog's probe id as benchID, pointed at the functions symbol
+// matches in package main, the struct of the string fields of layout read as fieldType.
+func benchCallProbe(id, benchID, symbol string, layout func(*probes.Probe) *probes.Layout, fieldType string) (*probes.Probe, error) {
 	for _, p := range probes.Catalog {
-		if p.ID == "controller-runtime/cache-get" {
+		if p.ID == id {
 			c := *p
-			c.ID, c.Module = "bench/cache-get", ""
-			c.Symbol = regexp.MustCompile(`^main\.\(\*informerCache\)\.Get$`)
-			for i := range c.Return.Strings {
-				if c.Return.Strings[i].Base != probes.None {
-					c.Return.Strings[i].Field.Type = "main.ObjectMeta"
+			c.ID, c.Module = benchID, ""
+			c.Symbol = regexp.MustCompile(symbol)
+			l := layout(&c)
+			for i := range l.Strings {
+				if l.Strings[i].Base != probes.None {
+					l.Strings[i].Field.Type = fieldType
 				}
 			}
 			return &c, nil
 		}
 	}
-	return nil, errors.New("the catalog has no controller-runtime cache Get probe")
+	return nil, fmt.Errorf("the catalog has no probe %s", id)
 }
 
 // tracing is one tracer.Tracer, running, that counts the spans it finishes.

@@ -134,17 +134,25 @@ struct {
 	__type(value, struct event_head);
 } scratch SEC(".maps");
 
+/* scratch_record stamps the per-CPU scratch record and returns it */
+static __always_inline struct event_head *scratch_record(void)
+{
+	__u32 zero = 0;
+	struct event_head *e = bpf_map_lookup_elem(&scratch, &zero);
+	if (e) {
+		e->kind = EVENT_ENTRY;
+		e->ktime = bpf_ktime_get_ns();
+	}
+	return e;
+}
+
 /* the 136-byte record built in a per-CPU scratch value and copied by bpf_ringbuf_output */
 SEC("uprobe.multi")
 int rec_output_multi(void *ctx)
 {
-	__u32 zero = 0;
-	struct event_head *e = bpf_map_lookup_elem(&scratch, &zero);
-	if (!e)
-		return 0;
-	e->kind = EVENT_ENTRY;
-	e->ktime = bpf_ktime_get_ns();
-	bpf_ringbuf_output(&events, e, sizeof(*e), BPF_RB_NO_WAKEUP);
+	struct event_head *e = scratch_record();
+	if (e)
+		bpf_ringbuf_output(&events, e, sizeof(*e), BPF_RB_NO_WAKEUP);
 	return 0;
 }
 
@@ -162,13 +170,9 @@ struct {
 SEC("uprobe.multi")
 int rec_perf_multi(void *ctx)
 {
-	__u32 zero = 0;
-	struct event_head *e = bpf_map_lookup_elem(&scratch, &zero);
-	if (!e)
-		return 0;
-	e->kind = EVENT_ENTRY;
-	e->ktime = bpf_ktime_get_ns();
-	bpf_perf_event_output(ctx, &perf_events, BPF_F_CURRENT_CPU, e, sizeof(*e));
+	struct event_head *e = scratch_record();
+	if (e)
+		bpf_perf_event_output(ctx, &perf_events, BPF_F_CURRENT_CPU, e, sizeof(*e));
 	return 0;
 }
 
