@@ -11,14 +11,12 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -26,6 +24,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/perf"
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/probes"
@@ -305,7 +304,7 @@ func (t *tracing) stop() (tracer.Stats, progStats, error) {
 	return st, ps, err
 }
 
-// progStats is what the kernel measured of a program (with kernel.bpf_stats_enabled=1).
+// progStats is what the kernel measured of a program (with its statistics on: enableBPFStats).
 type progStats struct {
 	runs    uint64
 	runTime time.Duration
@@ -483,32 +482,14 @@ func eventOnly(name string, size int, reader int, pid int) (prog *ebpf.Program, 
 	return coll.Programs[name], func() { rd.Close(); <-done; coll.Close() }, nil
 }
 
-const bpfStatsSysctl = "/proc/sys/kernel/bpf_stats_enabled"
-
-// enableBPFStats turns kernel.bpf_stats_enabled on and returns what puts the old value back
-// (also run on SIGINT and SIGTERM). test/bench/run.sh restores it as well when it exits.
+// enableBPFStats turns the kernel's run-time statistics of eBPF programs on (BPF_ENABLE_STATS)
+// and returns what turns them off. The kernel counts who enabled them: another process writing
+// kernel.bpf_stats_enabled (another benchmark ending) cannot turn them off under this one, and
+// they end with this process.
 func enableBPFStats() (restore func(), err error) {
-	old, err := os.ReadFile(bpfStatsSysctl)
+	c, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("enable the kernel's eBPF run-time statistics: %w", err)
 	}
-	if err := os.WriteFile(bpfStatsSysctl, []byte("1\n"), 0o644); err != nil {
-		return nil, fmt.Errorf("enable kernel.bpf_stats_enabled: %w", err)
-	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	stop := make(chan struct{})
-	go func() {
-		select {
-		case <-sig:
-			_ = os.WriteFile(bpfStatsSysctl, old, 0o644)
-			os.Exit(130)
-		case <-stop:
-		}
-	}()
-	return func() {
-		signal.Stop(sig)
-		close(stop)
-		_ = os.WriteFile(bpfStatsSysctl, old, 0o644)
-	}, nil
+	return func() { c.Close() }, nil
 }

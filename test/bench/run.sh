@@ -34,11 +34,10 @@ fi
 benchstat=(go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da)
 
 work=$(mktemp -d -t reconscope-bench.XXXXXX)
-stats_sysctl=/proc/sys/kernel/bpf_stats_enabled
-stats_old=$(cat "$stats_sysctl")
+# bench overhead turns the kernel's eBPF statistics on through BPF_ENABLE_STATS, which the kernel
+# counts and ends with the process: kernel.bpf_stats_enabled is neither written nor restored
+# here, so a run cannot turn them off under another that runs at the same time.
 cleanup() {
-  # bench overhead turns kernel.bpf_stats_enabled on for a while and back; make sure.
-  echo "$stats_old" > "$stats_sysctl" || true
   rm -rf "$work"
 }
 trap cleanup EXIT
