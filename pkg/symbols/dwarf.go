@@ -888,42 +888,33 @@ func (r *dwarfBuf) cstring() []byte {
 }
 
 func (r *dwarfBuf) uleb() uint64 {
-	var v uint64
-	var shift uint
-	for {
-		if !r.need(1) {
-			return 0
-		}
-		c := r.data[r.pos]
-		r.pos++
-		if shift < 64 {
-			v |= uint64(c&0x7f) << shift
-		}
-		shift += 7
-		if c < 0x80 {
-			return v
-		}
-	}
+	v, _, _ := r.leb128()
+	return v
 }
 
 func (r *dwarfBuf) sleb() int64 {
-	var v int64
-	var shift uint
+	v, width, last := r.leb128()
+	if width < 64 && last&0x40 != 0 {
+		v |= ^uint64(0) << width // sign-extend
+	}
+	return int64(v)
+}
+
+// leb128 reads the bits of a LEB128 number: the value, how many bits it had, and its last
+// byte (whose 0x40 bit is the sign of a signed one); zeros when the data is short.
+func (r *dwarfBuf) leb128() (v uint64, width uint, last byte) {
 	for {
 		if !r.need(1) {
-			return 0
+			return 0, 0, 0
 		}
 		c := r.data[r.pos]
 		r.pos++
-		if shift < 64 {
-			v |= int64(c&0x7f) << shift
+		if width < 64 {
+			v |= uint64(c&0x7f) << width
 		}
-		shift += 7
+		width += 7
 		if c < 0x80 {
-			if shift < 64 && c&0x40 != 0 {
-				v |= -1 << shift
-			}
-			return v
+			return v, width, c
 		}
 	}
 }
