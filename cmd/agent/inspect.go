@@ -77,8 +77,11 @@ type InspectProbe struct {
 
 // InspectSite is one probe site.
 type InspectSite struct {
-	Address    uint64 `json:"address"`
-	Offset     uint64 `json:"offset"` // from the function's start
+	Address uint64 `json:"address"`
+	// In is the function the site is in when it is not the probed function: a return site at
+	// a return address in a caller.
+	In         string `json:"in,omitempty"`
+	Offset     uint64 `json:"offset"` // from the start of the function the site is in
 	FileOffset uint64 `json:"file_offset"`
 	Insn       string `json:"insn"`
 }
@@ -167,6 +170,9 @@ func fill(rep *InspectReport, plan *probes.Plan) {
 			byFn[s.Function.Name] = p
 		}
 		site := InspectSite{Address: s.Addr, Offset: s.Addr - s.Function.Entry, FileOffset: s.FileOffset, Insn: s.Insn}
+		if s.In.Name != "" {
+			site.In, site.Offset = s.In.Name, s.Addr-s.In.Entry
+		}
 		if s.Kind == probes.SiteEntry {
 			p.Entry = site
 		} else {
@@ -218,6 +224,10 @@ func printInspect(w io.Writer, r *InspectReport) {
 		fmt.Fprintf(w, "\nprobe %s (%s)\n  %s\n  function %#x size %d\n", p.Probe, p.Role, p.Symbol, p.Address, p.Size)
 		fmt.Fprintf(w, "  entry  %#x (+%d, file %#x)  %s\n", p.Entry.Address, p.Entry.Offset, p.Entry.FileOffset, p.Entry.Insn)
 		for _, s := range p.Returns {
+			if s.In != "" {
+				fmt.Fprintf(w, "  return %#x (%s+%d, file %#x)  %s\n", s.Address, s.In, s.Offset, s.FileOffset, s.Insn)
+				continue
+			}
 			fmt.Fprintf(w, "  return %#x (+%d, file %#x)  %s\n", s.Address, s.Offset, s.FileOffset, s.Insn)
 		}
 	}

@@ -214,14 +214,20 @@ func TestInspectFixture(t *testing.T) {
 				t.Errorf("%s: no return site", p.Symbol)
 			}
 			for _, r := range p.Returns {
-				// goroutine-start's return is newproc's call of runqput, with the new g
-				if !strings.HasPrefix(r.Insn, "RET") && (p.Role != "goroutine-start" || r.Insn != "CALL runtime.runqput(SB)") {
+				// goroutine-start's return is newproc's call of runqput, with the new g; the
+				// reconcile's are the return addresses in its callers (r.In)
+				if !strings.HasPrefix(r.Insn, "RET") && (p.Role != "goroutine-start" || r.Insn != "CALL runtime.runqput(SB)") &&
+					(p.Probe != "controller-runtime/reconcile" || !strings.HasPrefix(r.In, "sigs.k8s.io/controller-runtime/pkg/internal/controller.")) {
 					t.Errorf("%s: return site %+v is not a RET", p.Symbol, r)
 				}
 			}
 		}
-		if len(rep.Choices) != 1 || rep.Choices[0].Probe != "runtime/goroutine-start" || !strings.Contains(rep.Choices[0].Sites, "runtime.newproc.func1's calls") {
-			t.Errorf("ldflags %q: choices %+v, want goroutine-start at runtime.newproc.func1's calls", ldflags, rep.Choices)
+		choices := map[string]string{}
+		for _, c := range rep.Choices {
+			choices[c.Probe] = c.Sites
+		}
+		if !strings.Contains(choices["runtime/goroutine-start"], "runtime.newproc.func1's calls") || !strings.Contains(choices["controller-runtime/reconcile"], "the return addresses of its calls") || len(choices) != 2 {
+			t.Errorf("ldflags %q: choices %+v, want goroutine-start at runtime.newproc.func1's calls and the reconcile's return at its return addresses", ldflags, rep.Choices)
 		}
 		for _, want := range []string{"controller-runtime/reconcile", "controller-runtime/cache-get", "client-go/request"} {
 			if !found[want] {

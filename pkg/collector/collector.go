@@ -349,7 +349,7 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 			l, err := ex.Uprobe("", c.prog, &link.UprobeOptions{Address: s.FileOffset, Cookie: uint64(first + i)})
 			if err != nil {
 				a.Close()
-				return nil, fmt.Errorf("attach uprobe to %s at %s+%#x (%s): %w", path, s.Function.Name, s.Addr-s.Function.Entry, s.Kind, permission(err, unix.CAP_BPF, unix.CAP_PERFMON, unix.CAP_SYS_PTRACE, unix.CAP_DAC_READ_SEARCH))
+				return nil, fmt.Errorf("attach uprobe to %s at %s (%s): %w", path, s.Where(), s.Kind, permission(err, unix.CAP_BPF, unix.CAP_PERFMON, unix.CAP_SYS_PTRACE, unix.CAP_DAC_READ_SEARCH))
 			}
 			a.links = append(a.links, l)
 		}

@@ -129,6 +129,14 @@ type Probe struct {
 	// Calls, when set, puts the probe's two sites at direct calls inside each function Symbol
 	// matches, instead of at that function's entry and RETs (see CallPair).
 	Calls *CallPair
+	// ReturnCallers, when set, matches functions that hold every call of the probed functions,
+	// all of them direct calls: no func value or interface method reaches the probed functions
+	// themselves. On amd64 the plan then probes the return at the instruction after each
+	// call (the return address, where the results are still in the ABI registers and g in R14)
+	// instead of at the RETs, which the kernel single-steps, when at least one of those
+	// instructions is one the kernel emulates and no branch of a caller targets one; otherwise
+	// the RETs. (On arm64 the kernel simulates RET: the RETs stay.)
+	ReturnCallers *regexp.Regexp
 	// Fallback probes are used only when no earlier catalog entry with the same ID found
 	// sites: a Calls probe's shape is looked for first, the plain sites are the fallback.
 	Fallback bool
@@ -217,6 +225,13 @@ func objectReturn(base int) Layout {
 		str(2, meta(base, "UID")).str(3, meta(base, "ResourceVersion"))
 }
 
+// crInternal matches the functions of controller-runtime's internal controller package. The
+// generic Reconcile's shape body (v0.19+) is called only there: by reconcileHandler's shape body
+// and by the instantiation wrapper (*Controller[reconcile.Request]).Reconcile, which method
+// values and the reconcile.Reconciler interface reach. A shape body is never a func value nor
+// an itab method (those are the wrappers), and Controller is internal to controller-runtime.
+var crInternal = regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.`)
+
 // Slots of the reconcile request {Namespace, Name} strings, by layout.
 var (
 	crGenericEntry = layout().str(0, field(0, crController, "Name")).str(1, str(4, 5)).str(2, str(6, 7)).ctx(3)
@@ -234,13 +249,13 @@ var Catalog = []*Probe{
 		// generic shape body: recv, dict, ctx, req; returns Result{Requeue, RequeueAfter, Priority}, error
 		Result: reconcileResult(24),
 		Symbol: regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
-		Entry:  crGenericEntry, Return: layout().err(3),
+		Entry:  crGenericEntry, Return: layout().err(3), ReturnCallers: crInternal,
 		DecodeEntry: decodeReconcileEntry, DecodeReturn: decodeReconcileReturn(0, 1)},
 	{ID: "controller-runtime/reconcile", Module: controllerRuntime, MinVersion: "v0.19.0", MaxVersion: "v0.22.99", Role: RoleSpan,
 		// generic; Result{Requeue, RequeueAfter}
 		Result: reconcileResult(16),
 		Symbol: regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/internal/controller\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`),
-		Entry:  crGenericEntry, Return: layout().err(2),
+		Entry:  crGenericEntry, Return: layout().err(2), ReturnCallers: crInternal,
 		DecodeEntry: decodeReconcileEntry, DecodeReturn: decodeReconcileReturn(0, 1)},
 	{ID: "controller-runtime/reconcile", Module: controllerRuntime, MaxVersion: "v0.18.99", Role: RoleSpan,
 		// not generic: recv, ctx, req

@@ -35,6 +35,9 @@ type Site struct {
 	Function symbols.Function
 	Kind     SiteKind
 	symbols.Site
+	// In is the function the instruction is in when that is not Function: a return site at
+	// the return address of a call of Function, in its caller (Probe.ReturnCallers).
+	In symbols.Function
 }
 
 // Layout is what the kernel program reads at this site: its probe's entry or return layout.
@@ -155,7 +158,11 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 				continue
 			}
 			var rets []symbols.Site
-			if !pr.EntryOnly {
+			var in []symbols.Function // the function each return site is in, when not fn
+			if !pr.EntryOnly && pr.ReturnCallers != nil && bin.Arch == "amd64" {
+				rets, in = p.returnAddresses(bin, funcs, fn, pr)
+			}
+			if !pr.EntryOnly && rets == nil {
 				rets, err = bin.ReturnSites(fn)
 			}
 			if !pr.EntryOnly && (err != nil || len(rets) == 0) {
@@ -163,8 +170,12 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 				continue
 			}
 			p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteEntry, Site: entry})
-			for _, r := range rets {
-				p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteReturn, Site: r})
+			for i, r := range rets {
+				s := Site{Probe: pr, Function: fn, Kind: SiteReturn, Site: r}
+				if in != nil {
+					s.In = in[i]
+				}
+				p.Sites = append(p.Sites, s)
 			}
 			matched[pr.ID] = true
 		}
@@ -232,6 +243,54 @@ func (p *Plan) fallback(pr *Probe, fns []symbols.Function) {
 		sites += " (a RET is single-stepped)"
 	}
 	p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: sites, Why: strings.Join(why, "; ")})
+}
+
+// returnAddresses returns the return sites of fn at the instruction after each of its calls in
+// the functions pr.ReturnCallers matches (and the function each is in), when that is exact:
+// every call found is direct and no branch of a caller targets its return address. It records
+// the choice either way; nil means fn's RETs.
+func (p *Plan) returnAddresses(bin *symbols.Binary, funcs []symbols.Function, fn symbols.Function, pr *Probe) ([]symbols.Site, []symbols.Function) {
+	var callers []symbols.Function
+	for _, f := range funcs {
+		if pr.ReturnCallers.MatchString(f.Name) && f.Entry != fn.Entry {
+			callers = append(callers, f)
+		}
+	}
+	var sites []symbols.Site
+	var emulated []bool
+	err := errors.New("no function matches " + pr.ReturnCallers.String())
+	if len(callers) > 0 {
+		sites, emulated, err = bin.ReturnAddressSites(fn, callers)
+	}
+	if err == nil && !slices.Contains(emulated, true) {
+		err = errors.New("the kernel single-steps the instruction at every return address, as it does a RET")
+	}
+	if err != nil {
+		p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: "the RETs of " + fn.Name + " (single-stepped)", Why: err.Error()})
+		return nil, nil
+	}
+	in := make([]symbols.Function, len(sites))
+	var where []string
+	for i, s := range sites {
+		in[i], _ = funcContaining(callers, s.Addr)
+		mode := "single-stepped"
+		if emulated[i] {
+			mode = "emulated"
+		}
+		where = append(where, fmt.Sprintf("%s+%#x `%s` (%s)", in[i].Name, s.Addr-in[i].Entry, s.Insn, mode))
+	}
+	p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: fmt.Sprintf("%s's entry and the return addresses of its calls: %s", fn.Name, strings.Join(where, ", "))})
+	return sites, in
+}
+
+// funcContaining returns the function of fns whose code holds addr.
+func funcContaining(fns []symbols.Function, addr uint64) (symbols.Function, bool) {
+	for _, f := range fns {
+		if addr >= f.Entry && addr < f.End {
+			return f, true
+		}
+	}
+	return symbols.Function{}, false
 }
 
 // callPairSites finds, in fn, the single direct call of c.Entry and the single direct call of
@@ -433,6 +492,15 @@ func (p *Plan) Probes() []string {
 // String is a one-line summary.
 func (p *Plan) String() string {
 	return fmt.Sprintf("%d sites (%s)", len(p.Sites), strings.Join(p.Probes(), ", "))
+}
+
+// Where names the instruction as function+offset.
+func (s *Site) Where() string {
+	f := s.Function
+	if s.In.Name != "" {
+		f = s.In
+	}
+	return fmt.Sprintf("%s+%#x", f.Name, s.Addr-f.Entry)
 }
 
 // ItabSlot is the register slot whose itab names a type the site's decoder wants (Layout.Itab),

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -90,7 +91,7 @@ func planWith(t *testing.T, path string, catalog []*Probe) *Plan {
 
 // siteKey is what must agree between a stripped build and its unstripped twin.
 func siteKey(s Site) string {
-	return fmt.Sprintf("%s %s %v %#x %s", s.Probe.ID, s.Function.Name, s.Kind, s.Addr, s.Insn)
+	return fmt.Sprintf("%s %s %v %#x %s %s", s.Probe.ID, s.Function.Name, s.Kind, s.Addr, s.Insn, s.In.Name)
 }
 
 // checkSitesInBodies checks that every site lies in the function it names, no function is
@@ -100,8 +101,12 @@ func checkSitesInBodies(t *testing.T, plan *Plan) {
 	layouts := map[string]*Probe{}
 	seen := map[string]bool{}
 	for _, s := range plan.Sites {
-		if s.Addr < s.Function.Entry || s.Addr >= s.Function.End {
-			t.Errorf("%s site %#x of %s is outside [%#x, %#x)", s.Kind, s.Addr, s.Function.Name, s.Function.Entry, s.Function.End)
+		in := s.Function
+		if s.In.Name != "" {
+			in = s.In // a return address in a caller
+		}
+		if s.Addr < in.Entry || s.Addr >= in.End {
+			t.Errorf("%s site %#x of %s is outside %s [%#x, %#x)", s.Kind, s.Addr, s.Function.Name, in.Name, in.Entry, in.End)
 		}
 		if strings.HasSuffix(s.Function.Name, ".abi0") {
 			t.Errorf("%s: probe %s on an ABI0 function", s.Function.Name, s.Probe.ID)
@@ -183,6 +188,32 @@ func TestStrippedSitesMatchUnstripped(t *testing.T) {
 			}
 			if exits != 1 {
 				t.Errorf("goroutine-exit has %d sites in the stripped build, want 1", exits)
+			}
+			// The reconcile's return: with the local Go, at the return addresses of its two
+			// callers, the 5-byte NOP after reconcileHandler's call (emulated) and the
+			// instruction after the instantiation wrapper's; with another release, there or
+			// at the RETs with the reason.
+			var rets []string
+			for _, s := range stripped.Sites {
+				if s.Probe.ID == "controller-runtime/reconcile" && s.Kind == SiteReturn {
+					rets = append(rets, fmt.Sprintf("%s %s", s.In.Name, s.Insn))
+				}
+			}
+			var choice Choice
+			for _, c := range stripped.Choices {
+				if c.ProbeID == "controller-runtime/reconcile" {
+					choice = c
+				}
+			}
+			handler := "sigs.k8s.io/controller-runtime/pkg/internal/controller.(*Controller[go.shape.struct { k8s.io/apimachinery/pkg/types.NamespacedName }]).reconcileHandler NOPL 0(AX)(AX*1)"
+			wrapper := "sigs.k8s.io/controller-runtime/pkg/internal/controller.(*Controller[sigs.k8s.io/controller-runtime/pkg/reconcile.Request]).Reconcile "
+			atAddresses := len(rets) == 2 && (rets[0] == handler || rets[1] == handler) && (strings.HasPrefix(rets[0], wrapper) || strings.HasPrefix(rets[1], wrapper))
+			switch {
+			case atAddresses && choice.Why == "":
+			case tc != "local" && choice.Why != "" && !slices.ContainsFunc(rets, func(r string) bool { return r != " RET" }):
+				t.Logf("reconcile returns at the RETs: %s", choice.Why)
+			default:
+				t.Errorf("reconcile return sites %q (choice %+v), want reconcileHandler's NOPL and the wrapper's return address", rets, choice)
 			}
 		})
 	}

@@ -195,48 +195,154 @@ func (b *Binary) Calls(fn Function) ([]Call, error) {
 	return calls, nil
 }
 
-// branch is a direct call or unconditional jump found in code.
+// branch is a direct call or jump found in code.
 type branch struct {
 	off    int    // offset of the instruction in code
+	len    int    // its length
 	target uint64 // address it transfers to
 	call   bool   // a call (CALL, BL), not a jump (JMP, B)
+	cond   bool   // a conditional jump (Jcc; on arm64 B.cond, CBZ/CBNZ, TBZ/TBNZ)
 }
 
-// scanBranches returns the direct calls and unconditional jumps in code, which starts at
-// address pc, by linear disassembly (undecodable bytes skipped as in scanRets).
+// x86Jcc are the conditional jumps of amd64.
+var x86Jcc = map[x86asm.Op]bool{
+	x86asm.JA: true, x86asm.JAE: true, x86asm.JB: true, x86asm.JBE: true, x86asm.JCXZ: true, x86asm.JE: true,
+	x86asm.JECXZ: true, x86asm.JG: true, x86asm.JGE: true, x86asm.JL: true, x86asm.JLE: true, x86asm.JNE: true,
+	x86asm.JNO: true, x86asm.JNP: true, x86asm.JNS: true, x86asm.JO: true, x86asm.JP: true, x86asm.JRCXZ: true,
+	x86asm.JS: true, x86asm.LOOP: true, x86asm.LOOPE: true, x86asm.LOOPNE: true,
+}
+
+// scanBranches returns the direct calls and jumps in code, which starts at address pc, by
+// linear disassembly (undecodable bytes skipped as in scanRets).
 func scanBranches(arch string, code []byte, pc uint64) []branch {
 	var out []branch
 	switch arch {
 	case "amd64":
 		for off, inst := range x86Insns(code) {
-			if inst.Op == x86asm.CALL || inst.Op == x86asm.JMP {
+			if inst.Op == x86asm.CALL || inst.Op == x86asm.JMP || x86Jcc[inst.Op] {
 				if rel, ok := inst.Args[0].(x86asm.Rel); ok {
-					out = append(out, branch{off: off, target: uint64(int64(pc) + int64(off+inst.Len) + int64(rel)), call: inst.Op == x86asm.CALL})
+					out = append(out, branch{off: off, len: inst.Len, target: uint64(int64(pc) + int64(off+inst.Len) + int64(rel)),
+						call: inst.Op == x86asm.CALL, cond: x86Jcc[inst.Op]})
 				}
 			}
 		}
 	case "arm64":
 		for off := 0; off+4 <= len(code); off += 4 {
 			inst, err := arm64asm.Decode(code[off : off+4])
-			if err != nil || (inst.Op != arm64asm.B && inst.Op != arm64asm.BL) {
+			if err != nil {
 				continue
 			}
-			if rel, ok := inst.Args[0].(arm64asm.PCRel); ok {
-				out = append(out, branch{off: off, target: uint64(int64(pc) + int64(off) + int64(rel)), call: inst.Op == arm64asm.BL})
+			switch inst.Op {
+			case arm64asm.B, arm64asm.BL, arm64asm.CBZ, arm64asm.CBNZ, arm64asm.TBZ, arm64asm.TBNZ:
+			default:
+				continue
+			}
+			for i, a := range inst.Args {
+				if rel, ok := a.(arm64asm.PCRel); ok {
+					out = append(out, branch{off: off, len: 4, target: uint64(int64(pc) + int64(off) + int64(rel)),
+						call: inst.Op == arm64asm.BL, cond: i > 0})
+					break
+				}
 			}
 		}
 	}
 	return out
 }
 
-// branchTargets returns the targets of the direct calls and jumps in code, which starts at
-// address pc.
+// branchTargets returns the targets of the direct calls and unconditional jumps in code,
+// which starts at address pc.
 func branchTargets(arch string, code []byte, pc uint64) []uint64 {
 	var out []uint64
 	for _, br := range scanBranches(arch, code, pc) {
-		out = append(out, br.target)
+		if !br.cond {
+			out = append(out, br.target)
+		}
 	}
 	return out
+}
+
+// ReturnAddressSites returns, for every direct call of callee in callers, the instruction after
+// the call: where callee returns to, with its results still in the ABI registers and the same
+// g. It fails when callers hold no call of callee, or when another instruction of a caller
+// branches to a return address (a probe there would fire on that path too). Whether the
+// callers hold every call of callee (no func value or interface reaches it) is for the caller
+// of ReturnAddressSites to know. Emulated says whether each site is an instruction the kernel
+// runs without a single-step.
+func (b *Binary) ReturnAddressSites(callee Function, callers []Function) (sites []Site, emulated []bool, err error) {
+	for _, fn := range callers {
+		code, err := b.code(fn)
+		if err != nil {
+			return nil, nil, err
+		}
+		brs := scanBranches(b.Arch, code, fn.Entry)
+		targets := map[uint64]bool{}
+		for _, br := range brs {
+			if !br.call {
+				targets[br.target] = true
+			}
+		}
+		for _, br := range brs {
+			if !br.call || br.target != callee.Entry {
+				continue
+			}
+			off := br.off + br.len
+			addr := fn.Entry + uint64(off)
+			if off >= len(code) {
+				return nil, nil, fmt.Errorf("%s: the call of %s at %#x is its last instruction", fn.Name, callee.Name, fn.Entry+uint64(br.off))
+			}
+			if targets[addr] {
+				return nil, nil, fmt.Errorf("%s: a branch targets %#x, the return address of its call of %s", fn.Name, addr, callee.Name)
+			}
+			s, err := b.site(fn, code, off)
+			if err != nil {
+				return nil, nil, err
+			}
+			sites = append(sites, s)
+			emulated = append(emulated, b.emulated(code[off:]))
+		}
+	}
+	if len(sites) == 0 {
+		return nil, nil, fmt.Errorf("no direct call of %s in %d callers", callee.Name, len(callers))
+	}
+	return sites, emulated, nil
+}
+
+// emulated reports whether the kernel runs a uprobe on the instruction at the start of code
+// in its trap handler, without single-stepping it: on amd64 a NOP, JMP, Jcc, CALL rel32 or
+// PUSH of a register (arch/x86/kernel/uprobes.c; multi-byte NOPs since the kernel learned
+// them); on arm64 a branch, BL, RET or PC-relative load (arch/arm64/kernel/probes/decode-insn.c).
+func (b *Binary) emulated(code []byte) bool {
+	switch b.Arch {
+	case "amd64":
+		inst, err := decodeX86(code)
+		if err != nil {
+			return false
+		}
+		switch {
+		case inst.Op == x86asm.NOP, x86Jcc[inst.Op] && inst.Op != x86asm.LOOP && inst.Op != x86asm.LOOPE && inst.Op != x86asm.LOOPNE &&
+			inst.Op != x86asm.JCXZ && inst.Op != x86asm.JECXZ && inst.Op != x86asm.JRCXZ:
+			return true
+		case inst.Op == x86asm.JMP || inst.Op == x86asm.CALL:
+			_, rel := inst.Args[0].(x86asm.Rel)
+			return rel
+		case inst.Op == x86asm.PUSH:
+			_, reg := inst.Args[0].(x86asm.Reg)
+			return reg
+		}
+	case "arm64":
+		if len(code) < 4 {
+			return false
+		}
+		inst, err := arm64asm.Decode(code[:4])
+		if err != nil {
+			return false
+		}
+		switch inst.Op {
+		case arm64asm.B, arm64asm.BL, arm64asm.CBZ, arm64asm.CBNZ, arm64asm.TBZ, arm64asm.TBNZ, arm64asm.RET, arm64asm.ADR, arm64asm.ADRP:
+			return true
+		}
+	}
+	return false
 }
 
 // entryOffset returns the offset of the instruction following the prologue's stack-check

@@ -212,6 +212,52 @@ func TestGoroutinesJoinSpan(t *testing.T) {
 	}
 }
 
+// TestReturnAddressSites: fakectl's reconciles traced with the return probed at the return
+// address of handle's call of Reconcile (a JMP, emulated) give the spans its ground truth
+// says, as they do with the return probed at Reconcile's RETs (single-stepped).
+func TestReturnAddressSites(t *testing.T) {
+	bpftest.Require(t)
+	atRet, err := fakectltest.Probe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	atAddr, err := fakectltest.ReturnAddressProbe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []struct {
+		name       string
+		flags      []string
+		controller string
+	}{{"plain", nil, "fake"}, {"stripped", []string{"-ldflags=-s -w"}, ""}} {
+		bin := testkit.Build(t, "./test/fakectl", b.flags...)
+		for _, tc := range []struct {
+			name  string
+			probe *probes.Probe
+		}{{"ret", atRet}, {"return-address", atAddr}} {
+			t.Run(b.name+"/"+tc.name, func(t *testing.T) {
+				truths, spans, stats, plan := traceFakeWith(t, []*probes.Probe{tc.probe}, bin, "-n", "140", "-workers", "2", "-deep", "40")
+				if len(truths) != 140 {
+					t.Fatalf("fakectl reported %d reconciles, want 140", len(truths))
+				}
+				for _, s := range plan.Sites {
+					if s.Kind != probes.SiteReturn {
+						continue
+					}
+					atAddress := s.In.Name != ""
+					if atAddress != (tc.probe == atAddr) || (atAddress && (!strings.HasPrefix(s.Insn, "JMP ") || !strings.HasSuffix(s.In.Name, ").handle"))) {
+						t.Errorf("return site %s %q (choices %+v)", s.Where(), s.Insn, plan.Choices)
+					}
+				}
+				checkMatch(t, truths, spans, stats, b.controller)
+				if stats.Assembler.Abandoned != 0 || stats.Assembler.OrphanReturns != 0 {
+					t.Errorf("entries and returns do not pair: %+v", stats.Assembler)
+				}
+			})
+		}
+	}
+}
+
 // TestTraceStress: 8 workers, 10 000 reconciles with stack growth and forced GC inside.
 func TestTraceStress(t *testing.T) {
 	bpftest.Require(t)

@@ -6,6 +6,8 @@
 //	                 an empty program at the same sites, in-process OpenTelemetry (needs root)
 //	bench spawn      cost a traced process pays per goroutine it starts, by goroutine-probe
 //	                 sites, with the empty program at the same sites (needs root)
+//	bench returns    a reconcile's return probed at its RETs against at the return address in
+//	                 its caller, the empty program at each (needs root)
 //	bench loss       highest reconcile rate with no lost event, by ring-buffer size (needs root)
 //	bench rss        agent memory while tracing 20 fakectl processes (needs root)
 //	bench inspect    time and memory of `reconscope-agent inspect` on big binaries
@@ -29,7 +31,7 @@ import (
 	"github.com/reconscope/reconscope/test/bench/verdict"
 )
 
-const usage = `usage: bench overhead|spawn|loss|rss|inspect|gobench|summary|compare [flags]   (bench CMD -h for flags)`
+const usage = `usage: bench overhead|spawn|returns|loss|rss|inspect|gobench|summary|compare [flags]   (bench CMD -h for flags)`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -39,6 +41,7 @@ func main() {
 	cmds := map[string]func([]string) error{
 		"overhead":  overhead,
 		"spawn":     spawn,
+		"returns":   returns,
 		"loss":      loss,
 		"rss":       rss,
 		"rss-agent": rssAgent,

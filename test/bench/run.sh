@@ -111,6 +111,9 @@ step "1. cost per reconcile in the traced process"
 step "1. cost per goroutine started in the traced process"
 "${bench[@]}" spawn "${common[@]}" -rounds "$rounds" -harness "$work/reconcileloop" > "$work/1-spawn.md"
 
+step "1. a reconcile's return at its RETs and at its return address"
+"${bench[@]}" returns "${common[@]}" -rounds "$rounds" -harness "$work/reconcileloop" > "$work/1-returns.md"
+
 step "2. decode + assemble (go test -bench)"
 gobench_flags=(-run '^$' -benchmem -count "$count")
 go test "${gobench_flags[@]}" -bench 'DecodeAssemble|DecodeEvent' -benchtime 1000000x ./pkg/collector > "$work/decode.txt"
@@ -203,6 +206,11 @@ EOT
 
 EOT
   cat "$work/1-spawn.md"
+  cat <<EOT
+### A reconcile's return: at the RETs and at the return address
+
+EOT
+  cat "$work/1-returns.md"
   cat <<EOT
 ## 2. Agent user space: decode and assemble
 

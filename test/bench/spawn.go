@@ -101,26 +101,18 @@ func spawn(args []string) error {
 	for _, x := range single {
 		configs = append(configs, spawnConfig{key: x.key, label: "(e) empty program at " + x.what + " alone", attached: "empty program", n: *nTraced, offsets: []uint64{x.offset}})
 	}
-	runs := map[string][]harnessReport{}
 	start := time.Now()
-	for r := range *rounds {
-		for i := range configs {
-			cfg := configs[(i+r)%len(configs)]
-			rep, err := o.runSpawn(*harness, cfg)
-			if err != nil {
-				return fmt.Errorf("%s: %w", cfg.label, err)
-			}
-			runs[cfg.key] = append(runs[cfg.key], rep)
+	rr, err := runRounds(*rounds, len(configs), func(i int) (string, harnessReport, error) {
+		rep, err := o.runSpawn(*harness, configs[i])
+		if err != nil {
+			err = fmt.Errorf("%s: %w", configs[i].label, err)
 		}
+		return configs[i].key, rep, err
+	})
+	if err != nil {
+		return err
 	}
-	at := func(key string, i int) float64 { return runs[key][i].CPUPerRec }
-	perRound := func(f func(i int) float64) samples {
-		var s samples
-		for i := range *rounds {
-			s = append(s, f(i))
-		}
-		return s
-	}
+	runs, at, perRound := rr.runs, rr.at, rr.perRound
 
 	fmt.Printf("Command: `%s` (%d rounds in %s)\n\n", o.command(), *rounds, time.Since(start).Round(time.Second))
 	fmt.Print(`The same harness with -spawn starts goroutines back to back (each ends at once; the loop
@@ -176,19 +168,61 @@ above: every configuration once per round, the order rotated.
 		}
 		fmt.Println()
 	}
-	fmt.Println("| ratio (added CPU per goroutine, within each round) | median (min–max) |")
-	fmt.Println("| --- | ---: |")
-	for _, r := range []struct{ label, num, den string }{
+	rr.printAddedRatios("goroutine", []addedRatio{
 		{"(c) / (b): reconscope, newproc's calls against newproc1's entry and RETs", "new", "old"},
 		{"(c) / (b), inside a span", "news", "olds"},
 		{"(d at c's sites) / (d at b's sites): the bare probe hits", "dnew", "dold"},
-	} {
-		fmt.Printf("| %s | %s |\n", r.label, perRound(func(i int) float64 {
-			return (at(r.num, i) - at("a", i)) / (at(r.den, i) - at("a", i))
+	})
+	return nil
+}
+
+// addedRatio is the CPU num adds over the untraced run "a", over what den adds.
+type addedRatio struct{ label, num, den string }
+
+// printAddedRatios prints the ratios as a table, each taken within each round.
+func (rr roundRuns) printAddedRatios(per string, ratios []addedRatio) {
+	fmt.Printf("| ratio (added CPU per %s, within each round) | median (min–max) |\n", per)
+	fmt.Println("| --- | ---: |")
+	for _, r := range ratios {
+		fmt.Printf("| %s | %s |\n", r.label, rr.perRound(func(i int) float64 {
+			return (rr.at(r.num, i) - rr.at("a", i)) / (rr.at(r.den, i) - rr.at("a", i))
 		}).spread(ratio))
 	}
 	fmt.Println()
-	return nil
+}
+
+// roundRuns are the reports of configurations run once per round, by key, in round order.
+type roundRuns struct {
+	runs   map[string][]harnessReport
+	rounds int
+}
+
+// runRounds runs each of n configurations once per round, in an order rotated from round to
+// round; run returns the configuration's key and report.
+func runRounds(rounds, n int, run func(i int) (string, harnessReport, error)) (roundRuns, error) {
+	rr := roundRuns{runs: map[string][]harnessReport{}, rounds: rounds}
+	for r := range rounds {
+		for i := range n {
+			key, rep, err := run((i + r) % n)
+			if err != nil {
+				return rr, err
+			}
+			rr.runs[key] = append(rr.runs[key], rep)
+		}
+	}
+	return rr, nil
+}
+
+// at is the CPU per iteration of key's run in round i.
+func (rr roundRuns) at(key string, i int) float64 { return rr.runs[key][i].CPUPerRec }
+
+// perRound is f of every round.
+func (rr roundRuns) perRound(f func(i int) float64) samples {
+	var s samples
+	for i := range rr.rounds {
+		s = append(s, f(i))
+	}
+	return s
 }
 
 // runSpawn runs the harness's goroutine loop once as cfg says.
@@ -197,11 +231,17 @@ func (o *overheadBench) runSpawn(harness string, cfg spawnConfig) (harnessReport
 	if cfg.inSpan {
 		args = append(args, "-in-span")
 	}
+	return o.runAttached(harness, args, cfg.catalog, cfg.offsets)
+}
+
+// runAttached runs the harness with args once: traced by reconscope with catalog, or with
+// the empty program at offsets, or neither.
+func (o *overheadBench) runAttached(harness string, args []string, catalog []*probes.Probe, offsets []uint64) (harnessReport, error) {
 	var attach func(int) (func() error, error)
 	switch {
-	case cfg.catalog != nil:
+	case catalog != nil:
 		attach = func(pid int) (func() error, error) {
-			t, err := traceHarness(cfg.catalog, collector.Options{}, pid)
+			t, err := traceHarness(catalog, collector.Options{}, pid)
 			if err != nil {
 				return nil, err
 			}
@@ -210,8 +250,8 @@ func (o *overheadBench) runSpawn(harness string, cfg spawnConfig) (harnessReport
 				return err
 			}, nil
 		}
-	case cfg.offsets != nil:
-		attach = func(int) (func() error, error) { return attachEmpty(o.prog, o.multi, harness, cfg.offsets) }
+	case offsets != nil:
+		attach = func(int) (func() error, error) { return attachEmpty(o.prog, o.multi, harness, offsets) }
 	}
 	return runHarness(harness, args, attach)
 }

@@ -34,6 +34,18 @@ func Probe() (*probes.Probe, error) {
 	return nil, fmt.Errorf("the catalog has no controller-runtime v0.23+ reconcile probe")
 }
 
+// ReturnAddressProbe is Probe with its return sites at the return address of each call of the
+// reconcile in fakectl's package main (its handle method), as the catalog's probe has them in
+// controller-runtime's internal controller package, instead of at the RETs.
+func ReturnAddressProbe() (*probes.Probe, error) {
+	p, err := Probe()
+	if err != nil {
+		return nil, err
+	}
+	p.ReturnCallers = regexp.MustCompile(`^main\.`)
+	return p, nil
+}
+
 // ListProbe is the catalog's controller-runtime cache-list probe pointed at fakectl's
 // (*informerCache).List, which fakectl -spawn calls from a goroutine each reconcile starts.
 func ListProbe() (*probes.Probe, error) {
