@@ -2,13 +2,11 @@ package deploy_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,7 +14,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +34,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/span"
@@ -784,11 +782,11 @@ func TestManifestsOnAPIServer(t *testing.T) {
 	}
 	agentCfg := rest.CopyConfig(env.Config)
 	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + agentNamespace}}
-	var logs logBuffer
+	var logs testkit.LogBuffer
 	x, err := discovery.NewPodIndex(discovery.PodIndexOptions{
 		Client:   kubernetes.NewForConfigOrDie(agentCfg),
 		NodeName: node,
-		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+		Logger:   logs.Logger(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -818,24 +816,6 @@ func TestManifestsOnAPIServer(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// logBuffer collects log output written from several goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestAgentConfigMap: the discovery config the DaemonSet mounts parses as the agent reads it.

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -125,7 +126,7 @@ func TestRunMetricsSecure(t *testing.T) {
 	cmd := exec.Command(agent, "run", "--kubeconfig", agentKubeconfig, "--node-name", "node-1", "--metrics-addr", addr,
 		"--metrics-secure", "--log-format", "json")
 	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=")
-	logs := &lockedBuffer{}
+	logs := &testkit.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = io.Discard, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -25,7 +25,7 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
-	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -322,7 +322,7 @@ func TestRunFindsNewProcessOnExec(t *testing.T) {
 	agent, env, fixture := agentWithFixture(t, testenv.Options{})
 	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "1h", "--log-format", "json")
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
-	var logs lockedBuffer
+	var logs testkit.LogBuffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -351,22 +351,10 @@ func TestRunFindsNewProcessOnExec(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a strings.Builder safe for a process writing while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+// waitLogged waits up to a minute for cond, and shows the agent's logs when it times out.
+func waitLogged(t *testing.T, logs fmt.Stringer, what string, cond func() bool) {
+	t.Helper()
+	testkit.WaitFor(t, what, time.Minute, func() (bool, string) { return cond(), "logs:\n" + logs.String() })
 }
 
 // apiProxy is a TCP proxy to the API server that the test can take down and bring back on the
@@ -442,22 +430,12 @@ func TestRunAPIServerDown(t *testing.T) {
 	}
 	cmd := exec.Command(agent, "run", "--kubeconfig", agentKubeconfig, "--node-name", node, "--metrics-addr", "",
 		"--scan-interval", "200ms", "--log-format", "json", "--output", "json")
-	var out, logs lockedBuffer
+	var out, logs testkit.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
 	reconcile := func(name string) {
 		t.Helper()
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
@@ -465,25 +443,25 @@ func TestRunAPIServerDown(t *testing.T) {
 		if err := env.Client.Create(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
-		waitFor("a span of "+name+" with its pod", func() bool {
+		waitLogged(t, &logs, "a span of "+name+" with its pod", func() bool {
 			return strings.Contains(out.String(), `"name":"`+name+`"`) &&
 				strings.Contains(out.String(), `"pod":"default/operator-1","container":"manager"`)
 		})
 	}
-	waitFor("the agent to trace the fixture", func() bool {
+	waitLogged(t, &logs, "the agent to trace the fixture", func() bool {
 		return strings.Contains(logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d`, ctl.PID())) &&
 			strings.Contains(logs.String(), `"pod":"default/operator-1"`)
 	})
 	reconcile("before")
 
 	proxy.down()
-	waitFor("the agent to notice the API server is gone", func() bool {
+	waitLogged(t, &logs, "the agent to notice the API server is gone", func() bool {
 		return strings.Contains(logs.String(), "kubernetes metadata unavailable")
 	})
 	reconcile("during") // tracing goes on, with the metadata it had
 
 	proxy.up(t)
-	waitFor("the agent to notice the API server is back", func() bool {
+	waitLogged(t, &logs, "the agent to notice the API server is back", func() bool {
 		return strings.Contains(logs.String(), "kubernetes metadata available again")
 	})
 	reconcile("after")
@@ -519,23 +497,13 @@ func TestRunTracesNewProcessFromItsFirstReconcile(t *testing.T) {
 
 	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "--output", "json")
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
-	var out, logs lockedBuffer
+	var out, logs testkit.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	waitFor("the agent to trace the first process", func() bool {
+	waitLogged(t, &logs, "the agent to trace the first process", func() bool {
 		return strings.Contains(logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d`, first.PID()))
 	})
 
@@ -543,12 +511,12 @@ func TestRunTracesNewProcessFromItsFirstReconcile(t *testing.T) {
 	second := testenv.StartProcess(t, "scripted-2", exec.Command(fixture, "--kubeconfig", env.Kubeconfig,
 		"--ground-truth", truthFile, "--metrics-bind-address", "127.0.0.1:0"))
 	var truths []groundtruth.Record
-	waitFor("the second process's initial sync", func() bool {
+	waitLogged(t, &logs, "the second process's initial sync", func() bool {
 		truths, _ = groundtruth.ReadFile(truthFile)
 		return len(truths) >= objects
 	})
 	byID := map[string]exporter.JSONSpan{}
-	waitFor("a span for each of the second process's reconciles", func() bool {
+	waitLogged(t, &logs, "a span for each of the second process's reconciles", func() bool {
 		for _, line := range strings.Split(out.String(), "\n") {
 			var s exporter.JSONSpan
 			if json.Unmarshal([]byte(line), &s) == nil && s.PID == uint32(second.PID()) {
@@ -629,23 +597,13 @@ func TestRunProcRoot(t *testing.T) {
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
 	// unshare ignores SIGTERM while it waits for the agent: signal the group, reaching both.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	var out, logs lockedBuffer
+	var out, logs testkit.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); _ = cmd.Wait() })
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	waitFor("the agent to trace the fixture through --proc-root", func() bool {
+	waitLogged(t, &logs, "the agent to trace the fixture through --proc-root", func() bool {
 		return strings.Contains(logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d`, ctl.PID()))
 	})
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "proc-root",
@@ -653,7 +611,7 @@ func TestRunProcRoot(t *testing.T) {
 	if err := env.Client.Create(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
-	waitFor("a span of the fixture", func() bool {
+	waitLogged(t, &logs, "a span of the fixture", func() bool {
 		return strings.Contains(out.String(), `"name":"proc-root"`) && strings.Contains(out.String(), fmt.Sprintf(`"pid":%d`, ctl.PID()))
 	})
 	// Still traced a while later: liveness is read from --proc-root too, not from the agent's

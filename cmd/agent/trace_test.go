@@ -14,17 +14,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
-	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
 // startTraceExe starts `trace --exe exe --output json`; it returns the command, its output
 // and its logs.
-func startTraceExe(t *testing.T, agent, exe string) (*exec.Cmd, *lockedBuffer, *lockedBuffer) {
+func startTraceExe(t *testing.T, agent, exe string) (*exec.Cmd, *testkit.LogBuffer, *testkit.LogBuffer) {
 	t.Helper()
 	cmd := exec.Command(agent, "trace", "--exe", exe, "--output", "json")
-	var out, logs lockedBuffer
+	var out, logs testkit.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -48,27 +49,17 @@ func TestTraceExeBeforeTheController(t *testing.T) {
 		}
 	}
 	cmd, out, logs := startTraceExe(t, agent, fixture)
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !ok() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	waitFor("trace to attach the executable", func() bool { return strings.Contains(logs.String(), "attached") })
+	waitLogged(t, logs, "trace to attach the executable", func() bool { return strings.Contains(logs.String(), "attached") })
 
 	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig, "--ground-truth", truthFile))
 	var truths []groundtruth.Record
-	waitFor("the controller's initial sync", func() bool {
+	waitLogged(t, logs, "the controller's initial sync", func() bool {
 		truths, _ = groundtruth.ReadFile(truthFile)
 		return len(truths) >= objects
 	})
 	byID := map[string]exporter.JSONSpan{}
-	waitFor("a span for each reconcile of the initial sync", func() bool {
+	waitLogged(t, logs, "a span for each reconcile of the initial sync", func() bool {
 		for _, line := range strings.Split(out.String(), "\n") {
 			var s exporter.JSONSpan
 			if json.Unmarshal([]byte(line), &s) == nil && s.PID == uint32(ctl.PID()) {

@@ -2,6 +2,9 @@ package bpftest
 
 import (
 	"fmt"
+	"os"
+	"strings"
+	"testing"
 
 	"github.com/cilium/ebpf/link"
 )
@@ -57,4 +60,28 @@ func UprobeLinks() ([]ProbeLink, error) {
 		return out, fmt.Errorf("list kernel links: %w", err)
 	}
 	return out, nil
+}
+
+// LinksOn returns the uprobe links the kernel holds on the executable bin: those attached by its
+// path, by the deleted file it became ("bin (deleted)"), or through a process's /proc/PID/exe
+// link that leads to it (single uprobes keep the path they were given).
+func LinksOn(t testing.TB, bin string) []ProbeLink {
+	t.Helper()
+	all, err := UprobeLinks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []ProbeLink
+	for _, l := range all {
+		file := l.File
+		if strings.HasPrefix(file, "/proc/") && strings.HasSuffix(file, "/exe") {
+			if target, err := os.Readlink(file); err == nil {
+				file = target
+			}
+		}
+		if file == bin || file == bin+" (deleted)" {
+			out = append(out, l)
+		}
+	}
+	return out
 }

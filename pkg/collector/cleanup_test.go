@@ -1,8 +1,6 @@
 package collector
 
 import (
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +43,7 @@ func attachFakectl(t *testing.T) (*Collector, *Attachment, string, *probes.Plan)
 	t.Helper()
 	bpftest.Require(t)
 	bin, plan := fakectlPlan(t)
-	c, err := New(Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	c, err := New(Options{Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/collector"
 )
 
@@ -91,7 +92,7 @@ func TestFallbackSingleUprobes(t *testing.T) {
 func TestFallbackNoRawTracepoint(t *testing.T) {
 	bpftest.Require(t)
 	t.Setenv(collector.PretendMissingEnv, "raw_tracepoint")
-	c, err := collector.New(collector.Options{Logger: slog.New(slog.DiscardHandler)})
+	c, err := collector.New(collector.Options{Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,8 @@ package discovery_test
 
 import (
 	"context"
-	"log/slog"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,37 +13,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/test/testenv"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func eventually(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // hexID is a container ID made of one repeated hex digit.
 func hexID(c string) string { return strings.Repeat(c, 64) }
@@ -113,11 +84,11 @@ func TestPodIndexAPIServer(t *testing.T) {
 	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	agent := kubernetes.NewForConfigOrDie(agentCfg)
 
-	var logs syncBuffer
+	var logs testkit.LogBuffer
 	x, err := discovery.NewPodIndex(discovery.PodIndexOptions{
 		Client:   agent,
 		NodeName: "node-a",
-		Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
+		Logger:   logs.Logger(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +103,7 @@ func TestPodIndexAPIServer(t *testing.T) {
 		}
 	}()
 
-	eventually(t, "the forbidden list to be reported", 20*time.Second, func() bool {
+	testkit.Eventually(t, "the forbidden list to be reported", 20*time.Second, func() bool {
 		return strings.Contains(logs.String(), "kubernetes metadata unavailable")
 	})
 	if !strings.Contains(logs.String(), "forbidden") {
@@ -158,7 +129,7 @@ func TestPodIndexAPIServer(t *testing.T) {
 	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the index to sync once allowed", 60*time.Second, x.Synced)
+	testkit.Eventually(t, "the index to sync once allowed", 60*time.Second, x.Synced)
 
 	// A pod on another node first, then ours: once ours is indexed, the other one would have
 	// been too if the field selector let it through.
@@ -175,7 +146,7 @@ func TestPodIndexAPIServer(t *testing.T) {
 		map[string]string{"manager": hexID("a"), "kube-rbac-proxy": hexID("c")},
 		map[string]string{"migrate": hexID("d")})
 
-	eventually(t, "the pod's containers in the index", 20*time.Second, func() bool {
+	testkit.Eventually(t, "the pod's containers in the index", 20*time.Second, func() bool {
 		_, ok := x.Lookup(hexID("a"))
 		return ok
 	})
@@ -205,7 +176,7 @@ func TestPodIndexAPIServer(t *testing.T) {
 	if err := admin.CoreV1().Pods("team-a").Delete(ctx, "controller", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deleted pod to leave the index", 20*time.Second, func() bool {
+	testkit.Eventually(t, "the deleted pod to leave the index", 20*time.Second, func() bool {
 		_, ok := x.Lookup(hexID("a"))
 		return !ok
 	})

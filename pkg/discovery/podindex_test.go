@@ -3,12 +3,10 @@ package discovery
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net"
 	"net/http"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,29 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/reconscope/reconscope/internal/testkit"
 )
-
-// logBuffer is a concurrency-safe log sink.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
 
 // testPod is a pod on node with one container of each kind, whose IDs start with the digit d.
 func testPod(ns, name, uid, node string, d byte) *corev1.Pod {
@@ -91,17 +69,6 @@ func runIndex(t *testing.T, x *PodIndex) {
 			t.Error("Run did not return within 10s of cancel")
 		}
 	})
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestPodIndexLookup(t *testing.T) {
@@ -158,11 +125,11 @@ func TestPodIndexLookup(t *testing.T) {
 	if _, err := client.CoreV1().Pods("ns2").Create(context.Background(), p2, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "new pod in index", func() bool { _, ok := x.Lookup(strings.Repeat("2a", 32)); return ok })
+	testkit.Eventually(t, "new pod in index", 15*time.Second, func() bool { _, ok := x.Lookup(strings.Repeat("2a", 32)); return ok })
 	if err := client.CoreV1().Pods("ns1").Delete(context.Background(), "ctl", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "deleted pod gone from index", func() bool { _, ok := x.Lookup(strings.Repeat("1a", 32)); return !ok })
+	testkit.Eventually(t, "deleted pod gone from index", 15*time.Second, func() bool { _, ok := x.Lookup(strings.Repeat("1a", 32)); return !ok })
 }
 
 // TestPodIndexLookupPodOneContainer: before the kubelet reports a container's ID, a process
@@ -241,13 +208,13 @@ func TestPodIndexDegraded(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	var logs logBuffer
-	x, err := NewPodIndex(PodIndexOptions{Client: client, NodeName: "node-a", Logger: logs.logger()})
+	var logs testkit.LogBuffer
+	x, err := NewPodIndex(PodIndexOptions{Client: client, NodeName: "node-a", Logger: logs.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runIndex(t, x)
-	waitFor(t, "sync after two refusals", x.Synced)
+	testkit.Eventually(t, "sync after two refusals", 15*time.Second, x.Synced)
 	if _, ok := x.Lookup(strings.Repeat("1a", 32)); !ok {
 		t.Error("Lookup after recovery found nothing")
 	}
@@ -267,15 +234,15 @@ func TestPodIndexDegraded(t *testing.T) {
 }
 
 func TestPodIndexNoClient(t *testing.T) {
-	var logs logBuffer
-	x, err := NewPodIndex(PodIndexOptions{Logger: logs.logger()})
+	var logs testkit.LogBuffer
+	x, err := NewPodIndex(PodIndexOptions{Logger: logs.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- x.Run(ctx) }()
-	waitFor(t, "warning", func() bool { return strings.Contains(logs.String(), "no API client") })
+	testkit.Eventually(t, "warning", 15*time.Second, func() bool { return strings.Contains(logs.String(), "no API client") })
 	if x.Synced() {
 		t.Error("Synced without a client")
 	}
@@ -323,13 +290,13 @@ func TestPodIndexServerDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs logBuffer
-	x, err := NewPodIndex(PodIndexOptions{Client: client, NodeName: "node-a", Logger: logs.logger()})
+	var logs testkit.LogBuffer
+	x, err := NewPodIndex(PodIndexOptions{Client: client, NodeName: "node-a", Logger: logs.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runIndex(t, x)
-	waitFor(t, "a retry", func() bool { return requests.Load() >= 2 })
+	testkit.Eventually(t, "a retry", 15*time.Second, func() bool { return requests.Load() >= 2 })
 	if x.Synced() {
 		t.Error("Synced without a server")
 	}

@@ -3,13 +3,14 @@ package discovery
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 // eventString renders an event compactly for comparisons.
@@ -26,7 +27,7 @@ func eventString(ev Event) string {
 // TestWatcherScan drives the watcher's scans one by one on a fake tree.
 func TestWatcherScan(t *testing.T) {
 	f := newFakeProc(t)
-	w := NewWatcher(WatcherOptions{ProcRoot: f.root, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	w := NewWatcher(WatcherOptions{ProcRoot: f.root, Logger: testkit.Quiet()})
 	step := func(want ...string) {
 		t.Helper()
 		evs, err := w.scan()
@@ -73,7 +74,7 @@ func TestWatcherScan(t *testing.T) {
 func TestWatcherRun(t *testing.T) {
 	f := newFakeProc(t)
 	f.add(10, "manager", 10, "manager", "")
-	w := NewWatcher(WatcherOptions{ProcRoot: f.root, Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	w := NewWatcher(WatcherOptions{ProcRoot: f.root, Interval: 10 * time.Millisecond, Logger: testkit.Quiet()})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)
@@ -164,7 +165,7 @@ func TestWatcherExecPrompt(t *testing.T) {
 	f.add(10, "manager", 10, "manager", "")
 	execs := make(chan int, 4)
 	w := NewWatcher(WatcherOptions{ProcRoot: f.root, Interval: time.Hour, Execs: execs, WakeDelay: time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Logger: testkit.Quiet()})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = w.Run(ctx) }()

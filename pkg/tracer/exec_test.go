@@ -3,8 +3,6 @@ package tracer_test
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -98,12 +96,12 @@ func TestNewProcessTracedFromExec(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = one.Process.Kill(); _ = one.Wait() })
 
-			sink := &fakectltest.Sink{}
+			sink := &testkit.Sink{}
 			const pod = "default/second-0"
 			tr, err := tracer.New(tracer.Options{
-				Catalog:    fakeProbe(t),
+				Catalog:    fakectltest.Catalog(t),
 				Writer:     sink,
-				Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Logger:     testkit.Quiet(),
 				Collector:  collectorOpts(c.single),
 				AdmitExecs: true,
 				Admit:      func(pid int) (tracer.ProcessMeta, bool) { return tracer.ProcessMeta{Pod: pod}, true },
@@ -123,7 +121,7 @@ func TestNewProcessTracedFromExec(t *testing.T) {
 			}
 			// Discovery as in the agent: an exec prompts a /proc scan; processes of the
 			// traced executable found by it are traced with TracePID.
-			w := discovery.NewWatcher(discovery.WatcherOptions{Interval: time.Hour, Execs: execs, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			w := discovery.NewWatcher(discovery.WatcherOptions{Interval: time.Hour, Execs: execs, Logger: testkit.Quiet()})
 			var wg sync.WaitGroup
 			wg.Add(2)
 			go func() { defer wg.Done(); _ = w.Run(ctx) }()
@@ -208,8 +206,8 @@ func TestTracePIDConcurrent(t *testing.T) {
 				pids = append(pids, cmd.Process.Pid)
 			}
 			tr, err := tracer.New(tracer.Options{
-				Catalog:   fakeProbe(t),
-				Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+				Catalog:   fakectltest.Catalog(t),
+				Logger:    testkit.Quiet(),
 				Collector: collectorOpts(single),
 			})
 			if err != nil {
@@ -246,7 +244,7 @@ func TestTracePIDConcurrent(t *testing.T) {
 			if single {
 				want = n
 			}
-			if got := linksFor(t, bin); len(got) != want {
+			if got := bpftest.LinksOn(t, bin); len(got) != want {
 				t.Errorf("%d links on the executable after 12 concurrent TracePID calls, want %d (one attachment)", len(got), want)
 			}
 			if st := tr.Stats(); st.Sites != n {
@@ -255,7 +253,7 @@ func TestTracePIDConcurrent(t *testing.T) {
 			if err := tr.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if left := linksFor(t, bin); len(left) != 0 {
+			if left := bpftest.LinksOn(t, bin); len(left) != 0 {
 				t.Errorf("links left after Close: %+v", left)
 			}
 		})
@@ -279,7 +277,7 @@ func TestTracePIDSiblingExitsMidInspection(t *testing.T) {
 		return cmd
 	}
 	first, second := start(), start()
-	tr, err := tracer.New(tracer.Options{Catalog: fakeProbe(t), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Inspections: 1})
+	tr, err := tracer.New(tracer.Options{Catalog: fakectltest.Catalog(t), Logger: testkit.Quiet(), Inspections: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,20 +21,10 @@ import (
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
-// fakeProbe is the catalog's reconcile probe pointed at fakectl.
-func fakeProbe(t *testing.T) []*probes.Probe {
-	t.Helper()
-	p, err := fakectltest.Probe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []*probes.Probe{p}
-}
-
 // traceFake runs fakectl under the tracer and returns its ground truth and our spans.
 func traceFake(t *testing.T, bin string, args ...string) ([]fakectltest.Truth, []span.Span, tracer.Stats) {
 	t.Helper()
-	truths, spans, stats, _ := traceFakeWith(t, fakeProbe(t), bin, args...)
+	truths, spans, stats, _ := traceFakeWith(t, fakectltest.Catalog(t), bin, args...)
 	return truths, spans, stats
 }
 
@@ -53,11 +41,11 @@ func traceFakeWith(t *testing.T, catalog []*probes.Probe, bin string, args ...st
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 
-	sink := &fakectltest.Sink{}
+	sink := &testkit.Sink{}
 	tr, err := tracer.New(tracer.Options{
 		Catalog: catalog,
 		Writer:  sink,
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:  testkit.Quiet(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +132,7 @@ func TestTraceFakeController(t *testing.T) {
 		name       string
 		env        []string
 		args       []string
-		controller string // stripped builds have no DWARF for main.Controller: no name
+		controller string // stripped builds have no DWARF for the fake Controller: no name
 	}{
 		{"plain", nil, nil, "fake"},
 		{"stripped", nil, []string{"-ldflags=-s -w"}, ""},
@@ -184,7 +172,7 @@ func TestGoroutinesJoinSpan(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const n = 60
-			catalog := append(append(fakeProbe(t), list), tc.goroutine...)
+			catalog := append(append(fakectltest.Catalog(t), list), tc.goroutine...)
 			truths, spans, stats, plan := traceFakeWith(t, catalog, bin, "-n", strconv.Itoa(n), "-workers", "3", "-spawn")
 			for _, s := range plan.Sites {
 				if s.Probe.ID == "runtime/goroutine-start" && s.Function.Name != tc.at {
@@ -286,7 +274,7 @@ func TestAttachDetachBusy(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			bin := testkit.Build(t, "./test/fakectl")
-			before := linksFor(t, bin)
+			before := bpftest.LinksOn(t, bin)
 			if len(before) != 0 {
 				t.Fatalf("links on a fresh binary before attaching: %+v", before)
 			}
@@ -307,11 +295,11 @@ func TestAttachDetachBusy(t *testing.T) {
 
 			sawSpans := 0
 			for i := 0; i < 50; i++ {
-				sink := &fakectltest.Sink{}
+				sink := &testkit.Sink{}
 				tr, err := tracer.New(tracer.Options{
-					Catalog:   fakeProbe(t),
+					Catalog:   fakectltest.Catalog(t),
 					Writer:    sink,
-					Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+					Logger:    testkit.Quiet(),
 					Collector: collectorOpts(single),
 				})
 				if err != nil {
@@ -321,12 +309,12 @@ func TestAttachDetachBusy(t *testing.T) {
 					tr.Close()
 					t.Fatalf("attach %d: %v", i, err)
 				}
-				for _, l := range linksFor(t, bin) {
+				for _, l := range bpftest.LinksOn(t, bin) {
 					if l.Return {
 						t.Fatalf("attach %d created a return probe: %+v", i, l)
 					}
 				}
-				if got := linksFor(t, bin); len(got) == 0 {
+				if got := bpftest.LinksOn(t, bin); len(got) == 0 {
 					t.Fatalf("attach %d: no uprobe link in the kernel for the binary", i)
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
@@ -337,7 +325,7 @@ func TestAttachDetachBusy(t *testing.T) {
 				if err := tr.Close(); err != nil {
 					t.Fatalf("detach %d: %v", i, err)
 				}
-				if left := linksFor(t, bin); len(left) != 0 {
+				if left := bpftest.LinksOn(t, bin); len(left) != 0 {
 					t.Fatalf("after detach %d, links left: %+v", i, left)
 				}
 				sawSpans += sink.Count()
@@ -371,21 +359,6 @@ func TestAttachDetachBusy(t *testing.T) {
 			t.Logf("busy process: %d reconciles, %d seen by the 50 short traces", len(seen), sawSpans)
 		})
 	}
-}
-
-func linksFor(t *testing.T, bin string) []bpftest.ProbeLink {
-	t.Helper()
-	all, err := bpftest.UprobeLinks()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []bpftest.ProbeLink
-	for _, l := range all {
-		if l.File == bin || strings.HasSuffix(l.File, "/exe") {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 func collectorOpts(single bool) collector.Options {

@@ -31,6 +31,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/symbols"
 	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
 // harnessReport is the JSON line test/bench/testdata/reconcileloop prints at the end.
@@ -99,19 +100,15 @@ func runHarness(bin string, args []string, attach func(pid int) (detach func() e
 	return rep, nil
 }
 
-// reconcileProbe is the catalog's controller-runtime v0.23+ reconcile probe pointed at the
-// same function shape in package main (reconcileloop and fakectl), as the tracer's tests do.
+// reconcileProbe is the catalog's controller-runtime v0.23+ reconcile probe pointed at the same
+// function shape in package main (reconcileloop and fakectl), as the tracer's tests do.
 func reconcileProbe() (*probes.Probe, error) {
-	for _, p := range probes.Catalog {
-		if p.ID == "controller-runtime/reconcile" && p.MinVersion == "v0.23.0" {
-			c := *p
-			c.ID, c.Module, c.MinVersion = "bench/reconcile", "", ""
-			c.Symbol = regexp.MustCompile(`^main\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`)
-			c.Entry.Strings[0].Field = probes.FieldRef{Type: "main.Controller", Path: "Name"}
-			return &c, nil
-		}
+	p, err := fakectltest.Probe()
+	if err != nil {
+		return nil, err
 	}
-	return nil, errors.New("the catalog has no controller-runtime v0.23+ reconcile probe")
+	p.ID = "bench/reconcile"
+	return p, nil
 }
 
 // callProbe is the catalog's client-go request probe (a call: five strings read through the

@@ -9,8 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,12 +24,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/symbols"
 	"github.com/reconscope/reconscope/pkg/tracer"
-	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -311,24 +310,6 @@ func checkTwinSites(t *testing.T, strippedPath, plainPath string) int {
 	return len(plans[0].Sites)
 }
 
-type sink struct {
-	mu    sync.Mutex
-	spans []span.Span
-}
-
-func (s *sink) Write(sp *span.Span) error {
-	s.mu.Lock()
-	s.spans = append(s.spans, *sp)
-	s.mu.Unlock()
-	return nil
-}
-
-func (s *sink) snapshot() []span.Span {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]span.Span(nil), s.spans...)
-}
-
 // traced runs bin (with args, and --kubeconfig and --ground-truth) against the test bed's
 // API server under the tracer, lets create make the objects, waits until want reconciles
 // are recorded, and returns the ground truth and the spans.
@@ -337,8 +318,8 @@ func traced(t *testing.T, bin string, args []string, create func(*testenv.Env), 
 	env := testenv.Start(t, testenv.Options{})
 	truth := filepath.Join(t.TempDir(), "truth.jsonl")
 	ctl := testenv.StartProcess(t, "controller", exec.Command(bin, append([]string{"--kubeconfig", env.Kubeconfig, "--ground-truth", truth}, args...)...))
-	s := &sink{}
-	tr, err := tracer.New(tracer.Options{Writer: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s := &testkit.Sink{}
+	tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +362,7 @@ func traced(t *testing.T, bin string, args []string, create func(*testenv.Env), 
 	if len(recs) < want {
 		t.Errorf("only %d reconciles recorded, want at least %d", len(recs), want)
 	}
-	return recs, s.snapshot(), clock
+	return recs, s.Snapshot(), clock
 }
 
 // compare matches spans and ground truth one to one by reconcile ID: controller, object,

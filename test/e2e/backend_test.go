@@ -29,8 +29,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/lifeline"
-	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -262,7 +263,7 @@ scrape_configs:
 	}
 	p := testenv.StartProcess(t, "prometheus", exec.Command(bin, args...))
 	base := "http://" + addr
-	waitFor(t, "Prometheus ready", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "Prometheus ready", 60*time.Second, func() (bool, string) {
 		mustRun(t, p, "prometheus")
 		_, err := httpGet(base + "/-/ready")
 		return err == nil, fmt.Sprint(err)
@@ -276,7 +277,7 @@ func checkExemplars(t *testing.T, prom string, j *testenv.Jaeger, pod *corev1.Po
 	t.Helper()
 	q := fmt.Sprintf(`reconscope_reconcile_duration_seconds_bucket{k8s_pod_name=%q}`, pod.Name)
 	var ids []string
-	waitFor(t, "exemplars of "+pod.Name+"'s reconcile durations", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "exemplars of "+pod.Name+"'s reconcile durations", 60*time.Second, func() (bool, string) {
 		body, err := httpGet(fmt.Sprintf("%s/api/v1/query_exemplars?%s", prom,
 			url.Values{"query": {q}, "start": {fmt.Sprint(since.Unix())}, "end": {fmt.Sprint(time.Now().Unix())}}.Encode()))
 		if err != nil {
@@ -414,7 +415,7 @@ func promName(k string) string {
 func waitScraped(t *testing.T, base string, pod *corev1.Pod) {
 	t.Helper()
 	q := fmt.Sprintf(`up{job="kubernetes-pods",namespace=%q,pod=%q}`, pod.Namespace, pod.Name)
-	waitFor(t, "Prometheus discovers and scrapes pod "+pod.Namespace+"/"+pod.Name, 90*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "Prometheus discovers and scrapes pod "+pod.Namespace+"/"+pod.Name, 90*time.Second, func() (bool, string) {
 		s, err := promQuery(base, q)
 		if err != nil || len(s) != 1 {
 			return false, fmt.Sprintf("%s: %v %v", q, s, err)
@@ -433,7 +434,7 @@ func checkLifelineInJaeger(t *testing.T, j *testenv.Jaeger, src spanSource, kcmP
 	t.Helper()
 	want := lifeline.TraceID(string(rs.UID))
 	var found string
-	waitFor(t, "a replicaset reconcile of "+rs.Name+" linked to the version the deployment controller wrote", 90*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "a replicaset reconcile of "+rs.Name+" linked to the version the deployment controller wrote", 90*time.Second, func() (bool, string) {
 		all, _ := src.all()
 		writers := map[string]string{} // resourceVersion read -> its lifeline span's writer
 		for _, s := range all {

@@ -87,7 +87,7 @@ func TestCausalityAcrossNodes(t *testing.T) {
 		if err := c.Create(ctx, w); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the reader reconciles the last version of target the writer made from "+name, 60*time.Second, func() (bool, string) {
+		testkit.WaitFor(t, "the reader reconciles the last version of target the writer made from "+name, 60*time.Second, func() (bool, string) {
 			spans = nil
 			for _, a := range agents {
 				mustRun(t, a, "reconscope-agent")
@@ -233,7 +233,7 @@ func checkLinkedInJaeger(t *testing.T, j *testenv.Jaeger, began time.Time, reade
 	t.Helper()
 	traceID := lifeline.TraceID(uid)
 	var lines []string
-	waitFor(t, "Jaeger links a reader reconcile to the writer's lifeline span ("+writerNode+" → "+readerNode+")", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "Jaeger links a reader reconcile to the writer's lifeline span ("+writerNode+" → "+readerNode+")", 60*time.Second, func() (bool, string) {
 		all, _ := jaegerSpans{t, j, began}.all()
 		lifelines := map[string]recvSpan{} // span ID → lifeline span of uid
 		for _, s := range all {

@@ -38,7 +38,7 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
-	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -90,7 +90,7 @@ func TestEndToEnd(t *testing.T) {
 	fixture := testenv.StartProcess(t, "scripted-controller", exec.Command(fixtureBin, "--kubeconfig", env.Kubeconfig,
 		"--ground-truth", truthPath, "--metrics-bind-address", "127.0.0.1:0", "--max-concurrent-reconciles", "2"))
 	var fixtureMetrics string
-	waitFor(t, "the fixture's metrics address", 30*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "the fixture's metrics address", 30*time.Second, func() (bool, string) {
 		mustRun(t, fixture, "scripted-controller")
 		addr, ok := lineAfter(fixture.StderrPath(), "metrics listening on ")
 		fixtureMetrics = "http://" + addr + "/metrics"
@@ -113,7 +113,7 @@ func TestEndToEnd(t *testing.T) {
 		{builtins, "builtins", builtinsMetrics, builtinsController},
 	} {
 		// controller-runtime sets a controller's counters to 0 when it starts the controller.
-		waitFor(t, m.name+" starts its controller", 60*time.Second, func() (bool, string) {
+		testkit.WaitFor(t, m.name+" starts its controller", 60*time.Second, func() (bool, string) {
 			mustRun(t, m.p, m.name)
 			body, err := httpGet(m.url)
 			return err == nil && strings.Contains(body, `controller_runtime_reconcile_total{controller="`+m.controller+`"`), fmt.Sprint(err)
@@ -141,7 +141,7 @@ func TestEndToEnd(t *testing.T) {
 	var recs []groundtruth.Record
 	var spans []exporter.JSONSpan
 	lastSig, stableSince := "", time.Now()
-	waitFor(t, "the controllers settle", 120*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "the controllers settle", 120*time.Second, func() (bool, string) {
 		mustRun(t, agent, "reconscope-agent")
 		recs, _ = groundtruth.ReadFile(truthPath)
 		spans = readSpans(t, agent.StdoutPath(), false)
@@ -323,7 +323,7 @@ func playStory(t *testing.T, ctx context.Context, env *testenv.Env, truthPath st
 	scale(1)
 	waitPods(t, c, 1)
 	st.podsAtScaleDownDone = 1
-	waitFor(t, "the Deployment settles at 1 replica", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "the Deployment settles at 1 replica", 60*time.Second, func() (bool, string) {
 		var d appsv1.Deployment
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: deploymentName}, &d); err != nil {
 			return false, err.Error()
@@ -332,7 +332,7 @@ func playStory(t *testing.T, ctx context.Context, env *testenv.Env, truthPath st
 		return s.ObservedGeneration == d.Generation && s.Replicas == 1 && s.UpdatedReplicas == 1,
 			fmt.Sprintf("generation %d, status %+v", d.Generation, s)
 	})
-	waitFor(t, "builtins labels the ReplicaSet and it settles", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "builtins labels the ReplicaSet and it settles", 60*time.Second, func() (bool, string) {
 		var list appsv1.ReplicaSetList
 		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
@@ -349,7 +349,7 @@ func playStory(t *testing.T, ctx context.Context, env *testenv.Env, truthPath st
 	// Change one ConfigMap, then delete some.
 	must(c.Patch(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ok"}},
 		client.RawPatch(types.MergePatchType, []byte(`{"data":{"version":"2"}}`))))
-	waitFor(t, `the fixture reconciles the update of "ok"`, 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, `the fixture reconciles the update of "ok"`, 60*time.Second, func() (bool, string) {
 		n := 0
 		recs, _ := groundtruth.ReadFile(truthPath)
 		for _, r := range recs {
@@ -461,7 +461,7 @@ func (s *seenObjects) snapshot() (map[string]string, int) {
 
 func waitPods(t *testing.T, c client.Client, n int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d pods in %s", n, ns), 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, fmt.Sprintf("%d pods in %s", n, ns), 60*time.Second, func() (bool, string) {
 		var pods corev1.PodList
 		if err := c.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
@@ -472,7 +472,7 @@ func waitPods(t *testing.T, c client.Client, n int) {
 
 func waitGone(t *testing.T, c client.Client, obj client.Object, name string) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%T %s/%s gone", obj, ns, name), 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, fmt.Sprintf("%T %s/%s gone", obj, ns, name), 60*time.Second, func() (bool, string) {
 		err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, obj)
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
@@ -769,7 +769,7 @@ func checkBuiltins(t *testing.T, spans []exporter.JSONSpan, st *story) {
 // with the spans, and the agent lost nothing.
 func checkPrometheus(t *testing.T, base string, spans []exporter.JSONSpan, settledAt time.Time, traced int) {
 	t.Helper()
-	waitFor(t, "a Prometheus scrape after the last reconcile", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "a Prometheus scrape after the last reconcile", 60*time.Second, func() (bool, string) {
 		ts, err := promScalar(base, "min(timestamp(reconscope_reconcile_total))")
 		if err != nil {
 			return false, err.Error()

@@ -29,7 +29,7 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/ociimage"
 	"github.com/reconscope/reconscope/internal/testkit"
-	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -137,7 +137,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// pod but not the container's name (it looks again every 2 s). A warm-up object every few
 	// seconds until a span names both.
 	warmups, last := 0, time.Time{}
-	waitFor(t, "the agent traces the fixture's pod", 90*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "the agent traces the fixture's pod", 90*time.Second, func() (bool, string) {
 		if time.Since(last) > 3*time.Second {
 			warmups++
 			createScripted(t, cs, fmt.Sprintf("warm-up-%d", warmups), "success")
@@ -158,7 +158,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 		createScripted(t, cs, s.name, s.script)
 		scripted[s.name] = true
 	}
-	waitFor(t, "a span for every fixture reconcile", 90*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "a span for every fixture reconcile", 90*time.Second, func() (bool, string) {
 		all, _ := groundtruth.ReadFile(truthPath)
 		var recs []groundtruth.Record
 		for _, r := range all {
@@ -232,7 +232,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// Ready means serving; the new agent attaches to the running fixture right after its first
 	// /proc scan. A new reconcile every few seconds until one is traced.
 	created, last := 0, time.Time{}
-	waitFor(t, "the new agent pod traces the fixture", 90*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "the new agent pod traces the fixture", 90*time.Second, func() (bool, string) {
 		if time.Since(last) > 3*time.Second {
 			created++
 			createScripted(t, cs, fmt.Sprintf("after-restart-%d", created), "success")
@@ -256,7 +256,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	helmAgent := helmInstall(t, env, cs, node.IP)
 	before = len(fixtureRoots(src, fixturePod))
 	created, last = 0, time.Time{}
-	waitFor(t, "the agent installed with Helm traces the fixture", 90*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "the agent installed with Helm traces the fixture", 90*time.Second, func() (bool, string) {
 		if time.Since(last) > 3*time.Second {
 			created++
 			createScripted(t, cs, fmt.Sprintf("after-helm-%d", created), "success")
@@ -381,7 +381,7 @@ func kubectl(t *testing.T, env *testenv.Env, args ...string) {
 func waitPodReady(t *testing.T, cs *kubernetes.Clientset, namespace, name string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
-	waitFor(t, "pod "+namespace+"/"+name+" Running and Ready", timeout, func() (bool, string) {
+	testkit.WaitFor(t, "pod "+namespace+"/"+name+" Running and Ready", timeout, func() (bool, string) {
 		p, err := cs.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -430,7 +430,7 @@ func waitDaemonSetPod(t *testing.T, cs *kubernetes.Clientset, namespace, not str
 func waitReadyPod(t *testing.T, cs *kubernetes.Clientset, namespace, selector, not string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
-	waitFor(t, "a pod "+selector+" Running and Ready in namespace "+namespace, timeout, func() (bool, string) {
+	testkit.WaitFor(t, "a pod "+selector+" Running and Ready in namespace "+namespace, timeout, func() (bool, string) {
 		pods, err := cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return false, err.Error()
@@ -454,7 +454,7 @@ func waitReadyPod(t *testing.T, cs *kubernetes.Clientset, namespace, selector, n
 
 func waitGonePod(t *testing.T, cs *kubernetes.Clientset, p *corev1.Pod) {
 	t.Helper()
-	waitFor(t, "pod "+p.Name+" gone", 90*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "pod "+p.Name+" gone", 90*time.Second, func() (bool, string) {
 		_, err := cs.CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
@@ -598,7 +598,7 @@ func fixtureBinInPod(t *testing.T, pod *corev1.Pod) string {
 // checkNoLinks fails t when a uprobe link on the node names the executable exe.
 func checkNoLinks(t *testing.T, exe string) {
 	t.Helper()
-	waitFor(t, "no uprobe link left on the node", 30*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "no uprobe link left on the node", 30*time.Second, func() (bool, string) {
 		links, err := bpftest.UprobeLinks()
 		if err != nil {
 			return false, err.Error()
@@ -637,7 +637,7 @@ func checkRestarted(t *testing.T, prom string, src spanSource, pod *corev1.Pod, 
 	ours := fmt.Sprintf(`sum by (result) (reconscope_reconcile_total{job="kubernetes-pods",k8s_namespace_name=%q,k8s_pod_name=%q,controller=%q})`, pod.Namespace, pod.Name, controller)
 	var last counts
 	var since time.Time
-	waitFor(t, "every reconcile of restarted "+pod.Name+" traced", 120*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "every reconcile of restarted "+pod.Name+" traced", 120*time.Second, func() (bool, string) {
 		want, err := promCounts(prom, own, "result")
 		if err != nil {
 			return false, err.Error()
@@ -963,7 +963,7 @@ func createDeploymentReplicaSet(t *testing.T, cs *kubernetes.Clientset, name str
 		t.Fatal(err)
 	}
 	var rs *appsv1.ReplicaSet
-	waitFor(t, "the ReplicaSet of Deployment "+name, 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "the ReplicaSet of Deployment "+name, 60*time.Second, func() (bool, string) {
 		l, err := cs.AppsV1().ReplicaSets(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app=" + name})
 		if err != nil || len(l.Items) == 0 {
 			return false, fmt.Sprint("none yet ", err)

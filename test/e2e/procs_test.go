@@ -172,23 +172,6 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// waitFor polls cond every 200ms until it holds; after timeout it fails the test with what
-// cond last said. cond may call t.Fatal (for a process that died).
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %s", what, timeout, detail)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // mustRun fails the test when p has exited.
 func mustRun(t *testing.T, p *testenv.Process, name string) {
 	t.Helper()
@@ -310,7 +293,7 @@ func startRunAgent(t *testing.T, agentBin, kubeconfig, node, otlpAddr string, ex
 // name).
 func waitTracing(t *testing.T, agent *testenv.Process, pids map[int]string) {
 	t.Helper()
-	waitFor(t, "the agent traces "+fmt.Sprint(len(pids))+" processes", 90*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "the agent traces "+fmt.Sprint(len(pids))+" processes", 90*time.Second, func() (bool, string) {
 		mustRun(t, agent, "reconscope-agent")
 		seen := map[int]bool{}
 		for _, l := range agentLogs(agent.StderrPath()) {

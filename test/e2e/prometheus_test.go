@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -70,12 +71,12 @@ scrape_configs:
 		"--web.listen-address="+addr,
 	))
 	base := "http://" + addr
-	waitFor(t, "Prometheus ready", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "Prometheus ready", 60*time.Second, func() (bool, string) {
 		mustRun(t, p, "prometheus")
 		_, err := httpGet(base + "/-/ready")
 		return err == nil, fmt.Sprint(err)
 	})
-	waitFor(t, "Prometheus scrapes the agent", 60*time.Second, func() (bool, string) {
+	testkit.WaitFor(t, "Prometheus scrapes the agent", 60*time.Second, func() (bool, string) {
 		s, err := promQuery(base, `up{job="reconscope"}`)
 		if err != nil || len(s) != 1 {
 			return false, fmt.Sprintf("%v %v", s, err)

@@ -2,10 +2,10 @@
 // controller-runtime's (*Controller[request]).Reconcile (generic receiver with a Name field,
 // ctx carrying a reconcile ID, a NamespacedName request, (Result, error) results, recovered
 // panics), without any Kubernetes dependency. It prints one JSON object per finished
-// reconcile, its ground truth, which the tracer, reliability, soak tests compare with what they
-// saw. Flags add load (-workers, -deep for stack growth, -gc-every), a call from a goroutine
-// the reconcile starts (-spawn), and ways to break things
-// on purpose: a reconcile that never returns (-hang), names, controller name and error
+// reconcile, its ground truth (a test/groundtruth Record), which the tracer, reliability, soak
+// tests compare with what they saw. Flags add load (-workers, -deep for stack growth,
+// -gc-every), a call from a goroutine the reconcile starts (-spawn), and ways to break things on
+// purpose: a reconcile that never returns (-hang), names, controller name and error
 // messages of any length (-name-len, -controller-len, -error-len).
 //
 // Reconcile i works on object ns/obj-i- and ends, by i modulo 7, in success, an
@@ -25,7 +25,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/reconscope/reconscope/test/fakectl/groundtruth"
+	"github.com/reconscope/reconscope/test/groundtruth"
 )
 
 // NamespacedName mirrors k8s.io/apimachinery/pkg/types.NamespacedName.
@@ -120,7 +120,7 @@ type customError struct{ code int }
 func (e *customError) Error() string { return fmt.Sprintf("custom %d", e.code) }
 
 // truth is the ground-truth line.
-type truth = groundtruth.Truth
+type truth = groundtruth.Record
 
 var outcomes = []string{"success", "error", "wrapped", "custom", "requeue", "requeue_after", "panic"}
 
@@ -143,7 +143,7 @@ func main() {
 	nameLen := flag.Int("name-len", 0, "pad namespace and name of every object to this many bytes")
 	ctlLen := flag.Int("controller-len", 0, "pad the controller's name to this many bytes")
 	errLen := flag.Int("error-len", 0, "pad the message of plain errors to this many bytes")
-	controller := flag.String("controller", "fake", "the controller's name")
+	ctlName := flag.String("controller", "fake", "the controller's name")
 	deep := flag.Int("deep", 0, "recursion depth inside every 7th reconcile (stack growth)")
 	gcEvery := flag.Int("gc-every", 0, "force a GC every N reconciles")
 	spawn := flag.Bool("spawn", false, "every reconcile starts a goroutine that lists from the cache ((*informerCache).List) and waits for it")
@@ -160,7 +160,7 @@ func main() {
 
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
-	c := &Controller[Request]{Name: pad(*controller, *ctlLen)}
+	c := &Controller[Request]{Name: pad(*ctlName, *ctlLen)}
 	c.Do = func(ctx context.Context, req Request) (Result, error) {
 		var i int
 		fmt.Sscanf(req.Name, "obj-%d", &i)
@@ -211,16 +211,16 @@ func main() {
 				ctx := context.WithValue(context.Background(), reconcileIDKey{}, UID(id))
 				req := Request{NamespacedName{Namespace: pad("ns", *nameLen), Name: pad(fmt.Sprintf("obj-%d-", i), *nameLen)}}
 				res, err := c.handle(ctx, req)
-				t := truth{Controller: c.Name, Namespace: req.Namespace, Name: req.Name, ReconcileID: id, RequeueAfter: int64(res.RequeueAfter)}
+				t := truth{Controller: c.Name, Namespace: req.Namespace, Name: req.Name, ReconcileID: id, RequeueAfterNS: int64(res.RequeueAfter)}
 				switch {
 				case err != nil:
-					t.Outcome, t.ErrorType, t.Error = "error", fmt.Sprintf("%T", err), err.Error()
+					t.Outcome, t.ErrorType, t.Error = groundtruth.OutcomeError, fmt.Sprintf("%T", err), err.Error()
 				case res.RequeueAfter > 0:
-					t.Outcome = "requeue_after"
+					t.Outcome = groundtruth.OutcomeRequeueAfter
 				case res.Requeue:
-					t.Outcome = "requeue"
+					t.Outcome = groundtruth.OutcomeRequeue
 				default:
-					t.Outcome = "success"
+					t.Outcome = groundtruth.OutcomeSuccess
 				}
 				mu.Lock()
 				enc.Encode(t)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/pkg/span"
-	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/groundtruth"
 )
 
 // TestCallsInsideReconcile: the scripted Get/List/Create/Update/Patch/Delete and status
@@ -55,7 +55,7 @@ func TestCallsInsideReconcile(t *testing.T) {
 			f.stop(t)
 
 			var first *span.Span
-			spans := f.sink.snapshot()
+			spans := f.sink.Snapshot()
 			for i := range spans {
 				s := &spans[i]
 				if s.Namespace == ns && s.Name == "calls" && !s.Noop {

@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/testenv"
@@ -37,8 +36,8 @@ func TestKubeControllerManager(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: stripped})
-			s := &sink{}
-			tr, err := tracer.New(tracer.Options{Writer: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			s := &testkit.Sink{}
+			tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +104,7 @@ func TestKubeControllerManager(t *testing.T) {
 			var depSpans, rsSpans, waited int
 			podCreates, rsCreates, statusUpdates, writes := 0, 0, 0, 0
 			var lines []string
-			for _, sp := range s.snapshot() {
+			for _, sp := range s.Snapshot() {
 				// The deployment controller creates and scales the ReplicaSet and writes the
 				// Deployment's status; the replicaset controller writes the ReplicaSet's status:
 				// one writer per object and subresource, no fight.
@@ -271,8 +270,8 @@ func watchVersions(t *testing.T, env *testenv.Env, ns string) func() map[objectV
 func TestKubeControllerManagerWorkloads(t *testing.T) {
 	bpftest.Require(t)
 	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"statefulset", "daemonset", "job"}, StrippedControllerManager: true})
-	s := &sink{}
-	tr, err := tracer.New(tracer.Options{Writer: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s := &testkit.Sink{}
+	tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +319,7 @@ func TestKubeControllerManagerWorkloads(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		got := map[string]bool{}
-		for _, sp := range s.snapshot() {
+		for _, sp := range s.Snapshot() {
 			if sp.Namespace == ns && sp.UID != "" {
 				got[sp.Controller] = true
 			}
@@ -340,7 +339,7 @@ func TestKubeControllerManagerWorkloads(t *testing.T) {
 	spans := map[string]int{}
 	writes := 0
 	var lines []string
-	for _, sp := range s.snapshot() {
+	for _, sp := range s.Snapshot() {
 		// The workload controllers cooperate: the deployment controller writes ReplicaSets and
 		// its Deployments' status, the replicaset controller the ReplicaSets' status, and so
 		// on: one writer per object and subresource, no fight.

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"maps"
@@ -9,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,23 +22,6 @@ import (
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/testenv"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestControllerFight: two fixture processes, controllers alpha and beta, each claim one
 // ConfigMap's data.owner for itself whenever it changes: a fight, which one tracer on the
@@ -58,8 +39,8 @@ func TestControllerFight(t *testing.T) {
 	beta := testenv.StartProcess(t, "beta", exec.Command(bin, "--kubeconfig", env.Kubeconfig,
 		"--controller-name", "beta", "--namespace", "fight", "--ground-truth", filepath.Join(dir, "beta.jsonl")))
 
-	s := &sink{}
-	logs := &lockedBuffer{}
+	s := &testkit.Sink{}
+	logs := &testkit.LogBuffer{}
 	tr, err := tracer.New(tracer.Options{Writer: s, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +88,7 @@ func TestControllerFight(t *testing.T) {
 	arena := &corev1.ConfigMap{}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		spans := s.snapshot()
+		spans := s.Snapshot()
 		found := false
 		for _, sp := range spans {
 			for _, f := range sp.Fights {
@@ -124,7 +105,7 @@ func TestControllerFight(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop()
-	spans := s.snapshot()
+	spans := s.Snapshot()
 
 	writes := map[string]int{}
 	starts := 0

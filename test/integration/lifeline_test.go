@@ -6,8 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
 	"os/exec"
 	"strings"
@@ -206,7 +204,7 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 		end        uint64
 	}
 	writes := map[objectVersion]write{}
-	for _, sp := range s.snapshot() {
+	for _, sp := range s.Snapshot() {
 		for _, cl := range sp.Calls {
 			if cl.Kind == span.CallAPI && cl.IsWrite() && cl.UID != "" && cl.Status < 300 &&
 				!(cl.UID == sp.UID && cl.ResourceVersion == sp.ResourceVersion) {
@@ -215,7 +213,7 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 		}
 	}
 	byDeployment, lagged, unknown := 0, 0, 0
-	for _, sp := range s.snapshot() {
+	for _, sp := range s.Snapshot() {
 		lines = append(lines, fmt.Sprintf("%s %s@%s trigger %q lag %v (known %v)", sp.Controller, sp.UID, sp.ResourceVersion, sp.TriggerController, sp.TriggerLag, sp.TriggerLagKnown))
 		if sp.UID == "" || sp.ResourceVersion == "" {
 			continue
@@ -271,16 +269,16 @@ func childrenOf(all []*tracepb.Span, sp *tracepb.Span) []*tracepb.Span {
 // its spans also kept in a sink.
 type lifelineTracer struct {
 	recv *otlpReceiver
-	sink *sink
+	sink *testkit.Sink
 	stop func(t *testing.T) // stops tracing and flushes OTLP
 }
 
 func startLifelineTracer(t *testing.T, pids ...int) lifelineTracer {
 	t.Helper()
 	recv, addr := startReceiver(t)
-	s := &sink{}
+	s := &testkit.Sink{}
 	var w tee
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	quiet := testkit.Quiet()
 	tr, err := tracer.New(tracer.Options{Writer: &w, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -364,7 +362,7 @@ func TestLifelineFromOperatorToControllerManager(t *testing.T) {
 
 	// The fixture's create, as the agent saw it: the version it made.
 	var created string
-	for _, sp := range lt.sink.snapshot() {
+	for _, sp := range lt.sink.Snapshot() {
 		for _, cl := range sp.Calls {
 			if sp.Controller == "scripted" && cl.Kind == span.CallAPI && cl.Verb == "POST" && cl.Resource == "deployments" && cl.Status == 201 {
 				if cl.UID != string(dep.UID) {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/pkg/span"
-	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/groundtruth"
 )
 
 // truthOf waits until the ground truth has n records of object name, and returns them in
@@ -91,7 +91,7 @@ func TestQueueWaitAbsorbedDelay(t *testing.T) {
 		t.Fatalf("%d reconciles, want 3 (the delayed add absorbed): %+v", len(recs), recs)
 	}
 	f.stop(t)
-	spans := f.sink.snapshot()
+	spans := f.sink.Snapshot()
 	for i, r := range recs {
 		s := spanOf(t, spans, r)
 		t.Logf("reconcile %d at +%v: queue wait %v, backoff %v", i+1, r.Start.Sub(first.Start).Round(time.Millisecond), s.QueueWait, s.Backoff)
@@ -124,7 +124,7 @@ func TestQueueWaitRateLimitedBackoff(t *testing.T) {
 	recs := truthOf(t, f.truth, name, errors+1, 60*time.Second)
 	time.Sleep(500 * time.Millisecond)
 	f.stop(t)
-	spans := f.sink.snapshot()
+	spans := f.sink.Snapshot()
 	for i := 1; i <= errors; i++ {
 		s := spanOf(t, spans, recs[i])
 		delay := 5 * time.Millisecond << (i - 1) // the exponential limiter's n-th delay
@@ -159,7 +159,7 @@ func TestCacheReadOutcome(t *testing.T) {
 	rec := truthOf(t, f.truth, name, 1, 60*time.Second)[0]
 	time.Sleep(500 * time.Millisecond)
 	f.stop(t)
-	s := spanOf(t, f.sink.snapshot(), rec)
+	s := spanOf(t, f.sink.Snapshot(), rec)
 	want := map[string]string{"present": span.OutcomeHit, "absent": span.OutcomeNotFound}
 	got := map[string]int{}
 	for _, c := range s.Calls {

@@ -6,13 +6,10 @@ package integration
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,29 +21,11 @@ import (
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
-	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
 const fixturePkg = "./test/fixtures/scripted-controller"
-
-type sink struct {
-	mu    sync.Mutex
-	spans []span.Span
-}
-
-func (s *sink) Write(sp *span.Span) error {
-	s.mu.Lock()
-	s.spans = append(s.spans, *sp)
-	s.mu.Unlock()
-	return nil
-}
-
-func (s *sink) snapshot() []span.Span {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]span.Span(nil), s.spans...)
-}
 
 // scripts are the scripted objects: every outcome the fixture can produce.
 var scripts = map[string]string{
@@ -67,7 +46,7 @@ type tracedFixture struct {
 	env    *testenv.Env
 	ctl    *testenv.Process
 	truth  string
-	sink   *sink
+	sink   *testkit.Sink
 	tracer *tracer.Tracer
 	cancel context.CancelFunc
 	done   chan error
@@ -88,8 +67,8 @@ func startTracedFixtureArgs(t *testing.T, args []string, flags ...string) *trace
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(bin, append([]string{"--kubeconfig", env.Kubeconfig,
 		"--ground-truth", truth}, args...)...))
 
-	s := &sink{}
-	tr, err := tracer.New(tracer.Options{Writer: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s := &testkit.Sink{}
+	tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +247,7 @@ func TestReconcileSpansMatchGroundTruth(t *testing.T) {
 			if st.Kernel.LostRingBuffer != 0 {
 				t.Errorf("lost %d events", st.Kernel.LostRingBuffer)
 			}
-			spans := f.sink.snapshot()
+			spans := f.sink.Snapshot()
 			compare(t, recs, spans, f.clock, 500*time.Millisecond)
 			// Every reconcile here was queued by an informer event or a requeue: its wait in
 			// the queue was seen, and is short on an idle controller.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
-	"github.com/reconscope/reconscope/test/fixtures/scripted-controller/groundtruth"
+	"github.com/reconscope/reconscope/test/groundtruth"
 )
 
 // TestStressFixture: 8 concurrent workers of the real controller-runtime fixture, 10 000
@@ -55,6 +55,6 @@ func TestStressFixture(t *testing.T) {
 	if st.Assembler.Abandoned != 0 || st.Assembler.OrphanReturns != 0 {
 		t.Errorf("entries and returns do not pair: %+v", st.Assembler)
 	}
-	compare(t, recs, f.sink.snapshot(), f.clock, 0)
-	t.Logf("%d reconciles, %d spans, kernel %+v", len(recs), len(f.sink.snapshot()), st.Kernel)
+	compare(t, recs, f.sink.Snapshot(), f.clock, 0)
+	t.Logf("%d reconciles, %d spans, kernel %+v", len(recs), len(f.sink.Snapshot()), st.Kernel)
 }

@@ -7,8 +7,6 @@ package otlp
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -19,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/span"
@@ -46,7 +45,7 @@ func export(t *testing.T, protocol exporter.Protocol, endpoint string, spans ...
 		BatchTimeout:  10 * time.Millisecond,
 		ExportTimeout: 10 * time.Second,
 		Retry:         &exporter.RetryOptions{Disabled: true},
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:        testkit.Quiet(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 // busyFakectl starts fakectl reconciling until stopFile exists: workers goroutines, a pause of
@@ -71,7 +72,7 @@ func waitSpans(t *testing.T, a *proc, pid, n int, what string) int {
 func waitSpansFrom(t *testing.T, a *proc, pid, first, n int, what string) int {
 	t.Helper()
 	got := 0
-	waitFor(t, 2*time.Minute, fmt.Sprintf("%d spans %s", n, what), func() bool {
+	testkit.Eventually(t, fmt.Sprintf("%d spans %s", n, what), 2*time.Minute, func() bool {
 		if a.exited() {
 			t.Fatalf("agent exited (%v) while waiting for spans %s", a.err, what)
 		}
@@ -104,7 +105,7 @@ func TestAgentKilled(t *testing.T) {
 	for round := range 3 {
 		a := startAgent(t, agent, bin, ctl.pid())
 		n := waitSpans(t, a, ctl.pid(), 20, fmt.Sprintf("(agent %d)", round+1))
-		links := linksFor(t, bin)
+		links := bpftest.LinksOn(t, bin)
 		if len(links) == 0 {
 			t.Fatalf("agent %d traces, but the kernel lists no uprobe link on %s", round+1, bin)
 		}
@@ -114,7 +115,7 @@ func TestAgentKilled(t *testing.T) {
 			}
 		}
 		a.kill(t)
-		waitFor(t, time.Minute, "the kernel to drop the killed agent's links", func() bool { return len(linksFor(t, bin)) == 0 })
+		testkit.Eventually(t, "the kernel to drop the killed agent's links", time.Minute, func() bool { return len(bpftest.LinksOn(t, bin)) == 0 })
 		if ctl.exited() {
 			t.Fatalf("fakectl died (%v) after agent %d was killed", ctl.err, round+1)
 		}
@@ -271,7 +272,7 @@ func TestOTLPUnreachable(t *testing.T) {
 		want := (i + 1) * 3000
 		waitSpans(t, a, ctl.pid(), want, fmt.Sprintf("(step %d)", i+1))
 		var d float64
-		waitFor(t, 2*time.Minute, "reconscope_spans_dropped_total to rise", func() bool {
+		testkit.Eventually(t, "reconscope_spans_dropped_total to rise", 2*time.Minute, func() bool {
 			v, ok := scrape(t, metrics, "reconscope_spans_dropped_total")
 			d = v
 			return ok && v > 0 && (len(dropped) == 0 || v > dropped[len(dropped)-1])

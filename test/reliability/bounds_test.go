@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
 // strMax is STR_MAX in bpf/include/events.h: the bytes the kernel copies of any string.
@@ -25,8 +27,8 @@ func TestLongStringsTruncated(t *testing.T) {
 	bpftest.Require(t)
 	dir := t.TempDir()
 	bin := copyRelctl(t, dir)
-	out := &sink{}
-	tr, err := tracer.New(tracer.Options{Catalog: relProbe(t), Writer: out, Logger: quietLogger()})
+	out := &testkit.Sink{}
+	tr, err := tracer.New(tracer.Options{Catalog: fakectltest.Catalog(t), Writer: out, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +51,7 @@ func TestLongStringsTruncated(t *testing.T) {
 	if ctl.err != nil {
 		t.Fatalf("fakectl failed while traced: %v", ctl.err)
 	}
-	waitFor(t, time.Minute, "the tracer to notice the exit", func() bool { return !slices.Contains(tr.PIDs(), ctl.pid()) })
+	testkit.Eventually(t, "the tracer to notice the exit", time.Minute, func() bool { return !slices.Contains(tr.PIDs(), ctl.pid()) })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("tracer run: %v", err)
@@ -59,7 +61,7 @@ func TestLongStringsTruncated(t *testing.T) {
 	if len(truths) != n {
 		t.Fatalf("fakectl reported %d reconciles, want %d", len(truths), n)
 	}
-	spans := out.snapshot()
+	spans := out.Snapshot()
 	byID := map[string]int{}
 	for i, s := range spans {
 		byID[s.ReconcileID] = i

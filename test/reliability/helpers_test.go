@@ -5,21 +5,15 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
-	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
-	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
@@ -170,20 +164,6 @@ func (p *proc) lines(t *testing.T) [][]byte {
 	return bytes.Split(b, []byte("\n"))
 }
 
-// waitFor polls cond every 20ms until it holds, failing the test after limit. limit only
-// guards against a hang: no test here depends on how fast anything is.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); ; time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-	}
-}
-
 // truth is one line of fakectl's ground truth.
 type truth = fakectltest.Truth
 
@@ -204,16 +184,6 @@ var reconcileSymbol = func() *regexp.Regexp {
 	}
 	return p.Symbol
 }()
-
-// relProbe is the catalog's reconcile probe pointed at fakectl.
-func relProbe(t *testing.T) []*probes.Probe {
-	t.Helper()
-	p, err := fakectltest.Probe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []*probes.Probe{p}
-}
 
 // agentProbe is the agent's --probe flag that traces fakectl's Reconcile as a sync handler:
 // the object name is the request's Name (register slots 6 and 7: receiver, dictionary, ctx,
@@ -236,50 +206,6 @@ func agentProbe(t *testing.T, bin string) string {
 	}
 	t.Fatalf("%s has no symbol matching %s", bin, reconcileSymbol)
 	return ""
-}
-
-// sink keeps the spans a tracer emits.
-type sink struct {
-	mu    sync.Mutex
-	spans []span.Span
-}
-
-func (s *sink) Write(sp *span.Span) error {
-	s.mu.Lock()
-	s.spans = append(s.spans, *sp)
-	s.mu.Unlock()
-	return nil
-}
-
-func (s *sink) snapshot() []span.Span {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]span.Span(nil), s.spans...)
-}
-
-func (s *sink) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.spans)
-}
-
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// linksFor returns the uprobe links the kernel holds on bin (as a path, or as the deleted
-// file it became).
-func linksFor(t *testing.T, bin string) []bpftest.ProbeLink {
-	t.Helper()
-	all, err := bpftest.UprobeLinks()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []bpftest.ProbeLink
-	for _, l := range all {
-		if l.File == bin || strings.HasPrefix(l.File, bin+" ") {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // agentLine is the part of a --output json line the tests read.

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
 // TestTargetKilledMidReconcile: fakectl is SIGKILLed while one of its reconciles sleeps
@@ -23,8 +25,8 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 	dir := t.TempDir()
 	bin := copyRelctl(t, dir)
 
-	out := &sink{}
-	tr, err := tracer.New(tracer.Options{Catalog: relProbe(t), Writer: out, Logger: quietLogger()})
+	out := &testkit.Sink{}
+	tr, err := tracer.New(tracer.Options{Catalog: fakectltest.Catalog(t), Writer: out, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,9 +52,9 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "the hanging reconcile and 40 others", func() bool {
+	testkit.Eventually(t, "the hanging reconcile and 40 others", time.Minute, func() bool {
 		_, err := os.Stat(hanging)
-		return err == nil && out.count() >= 40
+		return err == nil && out.Count() >= 40
 	})
 	before := kernelGoroutines(t, tr, pid)
 	if before < 1 {
@@ -60,7 +62,7 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 	}
 
 	first.kill(t)
-	waitFor(t, time.Minute, "the tracer to notice the exit", func() bool { return !slices.Contains(tr.PIDs(), pid) })
+	testkit.Eventually(t, "the tracer to notice the exit", time.Minute, func() bool { return !slices.Contains(tr.PIDs(), pid) })
 	if n := kernelGoroutines(t, tr, pid); n != 0 {
 		t.Errorf("kernel still holds state for %d goroutines of the dead process", n)
 	}
@@ -68,7 +70,7 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 	// Every reconcile fakectl finished (and printed) has its exact span; the hanging one, and
 	// at most one more the kill interrupted, are abandoned.
 	truths := readTruths(t, first.output(t))
-	spans := out.snapshot()
+	spans := out.Snapshot()
 	byID := map[string]span.Span{}
 	var abandoned []span.Span
 	for _, s := range spans {
@@ -104,7 +106,7 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 	if st := tr.Stats(); st.Processes != 0 || st.Sites != 0 {
 		t.Errorf("after the exit the tracer still has %d processes, %d sites", st.Processes, st.Sites)
 	}
-	if l := linksFor(t, bin); len(l) != 0 {
+	if l := bpftest.LinksOn(t, bin); len(l) != 0 {
 		t.Errorf("uprobe links left on the binary after its only process died: %+v", l)
 	}
 	t.Logf("first life: %d reconciles printed, %d spans (%d abandoned); kernel goroutine states %d before the kill, 0 after",
@@ -117,11 +119,11 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 	if _, err := tr.TracePID(pid2); err != nil {
 		t.Fatalf("trace fakectl again: %v", err)
 	}
-	n0 := out.count()
+	n0 := out.Count()
 	if err := os.WriteFile(startFile2, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Minute, "spans of the restarted process", func() bool { return out.count() >= n0+50 })
+	testkit.Eventually(t, "spans of the restarted process", time.Minute, func() bool { return out.Count() >= n0+50 })
 	if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -129,10 +131,10 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 	if second.err != nil {
 		t.Fatalf("restarted fakectl failed while traced: %v", second.err)
 	}
-	waitFor(t, time.Minute, "the tracer to notice the second exit", func() bool { return !slices.Contains(tr.PIDs(), pid2) })
+	testkit.Eventually(t, "the tracer to notice the second exit", time.Minute, func() bool { return !slices.Contains(tr.PIDs(), pid2) })
 	truths2 := readTruths(t, second.output(t))
 	got := map[string]span.Span{}
-	for _, s := range out.snapshot()[n0:] {
+	for _, s := range out.Snapshot()[n0:] {
 		if s.PID != uint32(pid2) {
 			t.Errorf("span of process %d after the restart", s.PID)
 			continue

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
 // TestRingBufferOverflow: a ring buffer of one page (4 entries of 920 bytes, or more with the
@@ -32,11 +34,11 @@ func TestRingBufferOverflow(t *testing.T) {
 	bpftest.Require(t)
 	dir := t.TempDir()
 	bin := copyRelctl(t, dir)
-	out := &sink{}
+	out := &testkit.Sink{}
 	tr, err := tracer.New(tracer.Options{
-		Catalog:   relProbe(t),
+		Catalog:   fakectltest.Catalog(t),
 		Writer:    out,
-		Logger:    quietLogger(),
+		Logger:    testkit.Quiet(),
 		Collector: collector.Options{RingBufferSize: os.Getpagesize()},
 	})
 	if err != nil {
@@ -60,7 +62,7 @@ func TestRingBufferOverflow(t *testing.T) {
 	if ctl.err != nil {
 		t.Fatalf("fakectl failed while traced: %v", ctl.err)
 	}
-	waitFor(t, time.Minute, "the tracer to notice the exit", func() bool { return !slices.Contains(tr.PIDs(), ctl.pid()) })
+	testkit.Eventually(t, "the tracer to notice the exit", time.Minute, func() bool { return !slices.Contains(tr.PIDs(), ctl.pid()) })
 	burst := tr.Stats().Kernel
 
 	// The agent keeps going: a second, slow process is traced completely.
@@ -72,13 +74,13 @@ func TestRingBufferOverflow(t *testing.T) {
 	if err := os.WriteFile(start2, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	n0 := out.count()
-	waitFor(t, time.Minute, "spans of the second process", func() bool { return out.count() >= n0+100 })
+	n0 := out.Count()
+	testkit.Eventually(t, "spans of the second process", time.Minute, func() bool { return out.Count() >= n0+100 })
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	<-slow.done
-	waitFor(t, time.Minute, "the tracer to notice the second exit", func() bool { return len(tr.PIDs()) == 0 })
+	testkit.Eventually(t, "the tracer to notice the second exit", time.Minute, func() bool { return len(tr.PIDs()) == 0 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("tracer run: %v", err)
@@ -96,7 +98,7 @@ func TestRingBufferOverflow(t *testing.T) {
 	}
 	byID := map[key]span.Span{}
 	entryLost := 0 // spans whose entry event was lost: the kernel kept their start time
-	for _, s := range out.snapshot() {
+	for _, s := range out.Snapshot() {
 		if s.ReconcileID == "" {
 			// All that came is the return: an incomplete span without the entry's fields.
 			if !s.Incomplete || s.Controller != "" || s.Name != "" || s.Start == 0 {

@@ -7,8 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +22,6 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/collector"
-	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
@@ -58,16 +55,6 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
-}
-
-// fakeProbe is the catalog's reconcile probe pointed at fakectl.
-func fakeProbe(t *testing.T) []*probes.Probe {
-	t.Helper()
-	p, err := fakectltest.Probe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []*probes.Probe{p}
 }
 
 // seen is what the soak keeps of one span: enough to compare it with fakectl's ground truth
@@ -155,9 +142,9 @@ func TestSoak(t *testing.T) {
 	rec := &recorder{spans: make([]seen, soakN), ids: map[string]uint16{}}
 	tr, err := tracer.New(tracer.Options{
 		Collector: collector.Options{RingBufferSize: soakRing},
-		Catalog:   fakeProbe(t),
+		Catalog:   fakectltest.Catalog(t),
 		Writer:    rec,
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:    testkit.Quiet(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -222,8 +209,8 @@ func TestSoak(t *testing.T) {
 			if marked++; marked <= 10 {
 				t.Errorf("%s: span marked %s, incomplete (ground truth %+v)", tt.ReconcileID, rec.words[s.result], tt)
 			}
-		case !s.ok || rec.words[s.result] != tt.Outcome || rec.words[s.errorType] != tt.ErrorType ||
-			int64(s.requeueAfter) != tt.RequeueAfter ||
+		case !s.ok || rec.words[s.result] != string(tt.Outcome) || rec.words[s.errorType] != tt.ErrorType ||
+			int64(s.requeueAfter) != tt.RequeueAfterNS ||
 			((tt.ErrorType == "*errors.errorString" || tt.ErrorType == "*fmt.wrapError") && rec.words[s.errorMsg] != tt.Error):
 			if wrong++; wrong <= 10 {
 				t.Errorf("%s: span (ok %v, %s, %q %q, requeue after %v) does not match ground truth %+v", tt.ReconcileID,

@@ -1,26 +1,29 @@
-// Package fakectltest is what tests need around the fakectl program (test/fakectl): its
-// ground-truth line, the probe that traces it, a span sink, and the comparison of a span with
-// the reconcile it stands for. The tracer, reliability and soak tests share it.
+// Package fakectltest is what tests and benchmarks need around the fake controller
+// (test/fakectl; the benchmarks' reconcileloop has the same Reconcile in its package main): the
+// probe that traces it, fakectl's ground truth, and the comparison of a span with the
+// reconcile it stands for. The tracer, reliability, soak and kernel tests and the benchmarks
+// share it.
 package fakectltest
 
 import (
+	"bytes"
 	"fmt"
 	"regexp"
-	"sync"
+	"testing"
 
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
-	"github.com/reconscope/reconscope/test/fakectl/groundtruth"
+	"github.com/reconscope/reconscope/test/groundtruth"
 )
 
 // Truth is one reconcile as fakectl reports it.
-type Truth = groundtruth.Truth
+type Truth = groundtruth.Record
 
 // ReadTruths parses fakectl's output.
-func ReadTruths(b []byte) ([]Truth, error) { return groundtruth.Read(b) }
+func ReadTruths(b []byte) ([]Truth, error) { return groundtruth.Read(bytes.NewReader(b)) }
 
-// Probe is the catalog's controller-runtime (v0.23+) reconcile probe pointed at fakectl, whose
-// package main has the same function shape.
+// Probe is the catalog's controller-runtime (v0.23+) reconcile probe pointed at fakectl (and
+// reconcileloop), whose package main has the same function shape.
 func Probe() (*probes.Probe, error) {
 	for _, p := range probes.Catalog {
 		if p.ID == "controller-runtime/reconcile" && p.MinVersion == "v0.23.0" {
@@ -60,37 +63,20 @@ func ListProbe() (*probes.Probe, error) {
 	return nil, fmt.Errorf("the catalog has no controller-runtime cache-list probe")
 }
 
-// Sink collects spans; safe for the tracer writing while a test reads.
-type Sink struct {
-	mu    sync.Mutex
-	spans []span.Span
-}
-
-// Write implements tracer.Writer.
-func (s *Sink) Write(sp *span.Span) error {
-	s.mu.Lock()
-	s.spans = append(s.spans, *sp)
-	s.mu.Unlock()
-	return nil
-}
-
-// Snapshot returns the spans so far.
-func (s *Sink) Snapshot() []span.Span {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]span.Span(nil), s.spans...)
-}
-
-// Count returns how many spans came.
-func (s *Sink) Count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.spans)
+// Catalog is a catalog of Probe alone, for a tracer of the fake controller; it fails t when the
+// probe cannot be made.
+func Catalog(t testing.TB) []*probes.Probe {
+	t.Helper()
+	p, err := Probe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []*probes.Probe{p}
 }
 
 // Mismatch lists how span s differs from the ground truth tr of the same reconcile.
 // checkController false skips the controller's name (stripped builds have no DWARF for
-// main.Controller's Name, and the offsets table does not know fakectl).
+// the fake Controller's Name, and the offsets table does not know fakectl).
 func Mismatch(tr Truth, s span.Span, checkController bool) []string {
 	var p []string
 	if checkController && s.Controller != tr.Controller {
@@ -99,7 +85,7 @@ func Mismatch(tr Truth, s span.Span, checkController bool) []string {
 	if s.Namespace != tr.Namespace || s.Name != tr.Name {
 		p = append(p, fmt.Sprintf("object %s/%s", s.Namespace, s.Name))
 	}
-	if string(s.Result) != tr.Outcome {
+	if string(s.Result) != string(tr.Outcome) {
 		p = append(p, fmt.Sprintf("result %s", s.Result))
 	}
 	if s.ErrorType != tr.ErrorType {
@@ -108,7 +94,7 @@ func Mismatch(tr Truth, s span.Span, checkController bool) []string {
 	if (tr.ErrorType == "*errors.errorString" || tr.ErrorType == "*fmt.wrapError") && s.Error != tr.Error {
 		p = append(p, fmt.Sprintf("error %q", s.Error))
 	}
-	if int64(s.RequeueAfter) != tr.RequeueAfter {
+	if int64(s.RequeueAfter) != tr.RequeueAfterNS {
 		p = append(p, fmt.Sprintf("requeue after %v", s.RequeueAfter))
 	}
 	if s.ReconcileID != tr.ReconcileID {

@@ -104,8 +104,6 @@ func program(t *testing.T, name string) string {
 	return path
 }
 
-func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
 // TestFeatures: every probe answers, and the kernel is above the floor.
 func TestFeatures(t *testing.T) {
 	bpftest.Require(t)
@@ -133,7 +131,7 @@ func TestFeatures(t *testing.T) {
 func TestLoad(t *testing.T) {
 	bpftest.Require(t)
 	noteFailure(t)
-	c, err := collector.New(collector.Options{Logger: quiet()})
+	c, err := collector.New(collector.Options{Logger: testkit.Quiet()})
 	if err != nil {
 		record(func(r *Report) { r.Load = err.Error() })
 		t.Fatal(err)
@@ -156,7 +154,7 @@ func TestTraceFake(t *testing.T) {
 	bpftest.Require(t)
 	type build struct {
 		name, prog, pretend string
-		controller          bool // stripped builds have no DWARF for main.Controller's Name
+		controller          bool // stripped builds have no DWARF for the fake Controller's Name
 	}
 	builds := []build{{"plain", "fakectl", "", true}, {"stripped", "fakectl-stripped", "", false}}
 	if collector.ProbeFeatures().Get("uprobe_multi").Err == nil {
@@ -188,7 +186,7 @@ func traceFake(t *testing.T, bin string, checkController bool, n int) Trace {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := &fakectltest.Sink{}
+	sink := &testkit.Sink{}
 	var logs bytes.Buffer
 	tr, err := tracer.New(tracer.Options{Catalog: []*probes.Probe{p}, Writer: sink, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -331,7 +329,7 @@ func TestHitCost(t *testing.T) {
 func TestExecNotifications(t *testing.T) {
 	bpftest.Require(t)
 	noteFailure(t)
-	c, err := collector.New(collector.Options{Logger: quiet()})
+	c, err := collector.New(collector.Options{Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
