@@ -269,7 +269,7 @@ func TestRunWithoutAPI(t *testing.T) {
 	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
 	p := testenv.StartProcess(t, "reconscope-agent", cmd)
 	// The reconcile must come after the agent attached (on a loaded machine that takes seconds).
-	waitForStderr(t, p, regexp.MustCompile(fmt.Sprintf(`"msg":"(tracing)","pid":%d,`, ctl.PID())))
+	p.WaitStderr(t, regexp.MustCompile(fmt.Sprintf(`"msg":"(tracing)","pid":%d,`, ctl.PID())))
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "no-api",
 		Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
 	if err := env.Client.Create(context.Background(), cm); err != nil {
@@ -355,6 +355,52 @@ func TestRunFindsNewProcessOnExec(t *testing.T) {
 func waitLogged(t *testing.T, logs fmt.Stringer, what string, cond func() bool) {
 	t.Helper()
 	testkit.WaitFor(t, what, time.Minute, func() (bool, string) { return cond(), "logs:\n" + logs.String() })
+}
+
+// createSucceeding creates n ConfigMaps in namespace default, named by format and their index,
+// whose script is success.
+func createSucceeding(t *testing.T, env *testenv.Env, format string, n int) {
+	t.Helper()
+	for i := range n {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf(format, i),
+			Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
+		if err := env.Client.Create(context.Background(), cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitSpansOfTruth waits for n reconciles in the ground truth at truthFile, then for a span of
+// each among the agent's JSON spans of process pid in out, and checks each span's object and
+// result against its reconcile. It returns the reconciles and the spans by reconcile ID.
+func waitSpansOfTruth(t *testing.T, logs, out fmt.Stringer, truthFile string, pid, n int) ([]groundtruth.Record, map[string]exporter.JSONSpan) {
+	t.Helper()
+	var truths []groundtruth.Record
+	waitLogged(t, logs, fmt.Sprintf("%d reconciles in the ground truth", n), func() bool {
+		truths, _ = groundtruth.ReadFile(truthFile)
+		return len(truths) >= n
+	})
+	byID := map[string]exporter.JSONSpan{}
+	waitLogged(t, logs, fmt.Sprintf("a span of process %d for each reconcile in the ground truth", pid), func() bool {
+		for _, line := range strings.Split(out.String(), "\n") {
+			var s exporter.JSONSpan
+			if json.Unmarshal([]byte(line), &s) == nil && s.PID == uint32(pid) {
+				byID[s.ReconcileID] = s
+			}
+		}
+		for _, r := range truths {
+			if _, ok := byID[r.ReconcileID]; !ok {
+				return false
+			}
+		}
+		return true
+	})
+	for _, r := range truths {
+		if s := byID[r.ReconcileID]; s.Name != r.Name || s.Namespace != r.Namespace || string(s.Result) != r.MetricResult() {
+			t.Errorf("reconcile %s of %s/%s (%s): span of %s/%s, %s", r.ReconcileID, r.Namespace, r.Name, r.Outcome, s.Namespace, s.Name, s.Result)
+		}
+	}
+	return truths, byID
 }
 
 // apiProxy is a TCP proxy to the API server that the test can take down and bring back on the
@@ -484,15 +530,8 @@ func TestRunAPIServerDown(t *testing.T) {
 // its own controller_runtime_reconcile_total.
 func TestRunTracesNewProcessFromItsFirstReconcile(t *testing.T) {
 	agent, env, fixture := agentWithFixture(t, testenv.Options{})
-	ctx := context.Background()
 	const objects = 30
-	for i := range objects {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("cm-%02d", i),
-			Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
-		if err := env.Client.Create(ctx, cm); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createSucceeding(t, env, "cm-%02d", objects)
 	first := testenv.StartProcess(t, "scripted-1", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
 
 	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "--output", "json")
@@ -510,34 +549,9 @@ func TestRunTracesNewProcessFromItsFirstReconcile(t *testing.T) {
 	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
 	second := testenv.StartProcess(t, "scripted-2", exec.Command(fixture, "--kubeconfig", env.Kubeconfig,
 		"--ground-truth", truthFile, "--metrics-bind-address", "127.0.0.1:0"))
-	var truths []groundtruth.Record
-	waitLogged(t, &logs, "the second process's initial sync", func() bool {
-		truths, _ = groundtruth.ReadFile(truthFile)
-		return len(truths) >= objects
-	})
-	byID := map[string]exporter.JSONSpan{}
-	waitLogged(t, &logs, "a span for each of the second process's reconciles", func() bool {
-		for _, line := range strings.Split(out.String(), "\n") {
-			var s exporter.JSONSpan
-			if json.Unmarshal([]byte(line), &s) == nil && s.PID == uint32(second.PID()) {
-				byID[s.ReconcileID] = s
-			}
-		}
-		for _, r := range truths {
-			if _, ok := byID[r.ReconcileID]; !ok {
-				return false
-			}
-		}
-		return true
-	})
-	for _, r := range truths {
-		s := byID[r.ReconcileID]
-		if s.Name != r.Name || s.Namespace != r.Namespace || string(s.Result) != r.MetricResult() {
-			t.Errorf("reconcile %s of %s/%s (%s): span %s/%s %s", r.ReconcileID, r.Namespace, r.Name, r.Outcome, s.Namespace, s.Name, s.Result)
-		}
-	}
+	truths, byID := waitSpansOfTruth(t, &logs, &out, truthFile, second.PID(), objects)
 	// The process's own count, from its start, agrees.
-	addr := waitForStderr(t, second, regexp.MustCompile(`metrics listening on (\S+)`))
+	addr := second.WaitStderr(t, regexp.MustCompile(`metrics listening on (\S+)`))
 	body := httpGet(t, "http://"+addr+"/metrics")
 	want := fmt.Sprintf(`controller_runtime_reconcile_total{controller="scripted",result="success"} %d`, len(truths))
 	if !strings.Contains(body, want) {
@@ -548,21 +562,6 @@ func TestRunTracesNewProcessFromItsFirstReconcile(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("agent exit: %v", err)
 	}
-}
-
-// waitForStderr returns the first submatch of re in p's stderr, waiting for it.
-func waitForStderr(t *testing.T, p *testenv.Process, re *regexp.Regexp) string {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		b, _ := os.ReadFile(p.StderrPath())
-		if m := re.FindSubmatch(b); m != nil {
-			return string(m[1])
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s never printed %s", p.StderrPath(), re)
-	return ""
 }
 
 // TestRunProcRoot runs the agent as a DaemonSet pod without hostPID sees the node: its own /proc

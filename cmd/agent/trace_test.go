@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reconscope/reconscope/internal/testkit"
-	"github.com/reconscope/reconscope/pkg/exporter"
-	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -39,45 +36,14 @@ func startTraceExe(t *testing.T, agent, exe string) (*exec.Cmd, *testkit.LogBuff
 // reconcile ID by reconcile ID).
 func TestTraceExeBeforeTheController(t *testing.T) {
 	agent, env, fixture := agentWithFixture(t, testenv.Options{})
-	ctx := context.Background()
 	const objects = 20
-	for i := range objects {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("early-%02d", i),
-			Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
-		if err := env.Client.Create(ctx, cm); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createSucceeding(t, env, "early-%02d", objects)
 	cmd, out, logs := startTraceExe(t, agent, fixture)
 	waitLogged(t, logs, "trace to attach the executable", func() bool { return strings.Contains(logs.String(), "attached") })
 
 	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig, "--ground-truth", truthFile))
-	var truths []groundtruth.Record
-	waitLogged(t, logs, "the controller's initial sync", func() bool {
-		truths, _ = groundtruth.ReadFile(truthFile)
-		return len(truths) >= objects
-	})
-	byID := map[string]exporter.JSONSpan{}
-	waitLogged(t, logs, "a span for each reconcile of the initial sync", func() bool {
-		for _, line := range strings.Split(out.String(), "\n") {
-			var s exporter.JSONSpan
-			if json.Unmarshal([]byte(line), &s) == nil && s.PID == uint32(ctl.PID()) {
-				byID[s.ReconcileID] = s
-			}
-		}
-		for _, r := range truths {
-			if _, ok := byID[r.ReconcileID]; !ok {
-				return false
-			}
-		}
-		return true
-	})
-	for _, r := range truths {
-		if s := byID[r.ReconcileID]; s.Name != r.Name || s.Result != r.MetricResult() {
-			t.Errorf("reconcile %s of %s (%s): span of %s, %s", r.ReconcileID, r.Name, r.Outcome, s.Name, s.Result)
-		}
-	}
+	truths, byID := waitSpansOfTruth(t, logs, out, truthFile, ctl.PID(), objects)
 	t.Logf("%d reconciles in the initial sync, %d spans", len(truths), len(byID))
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()

@@ -1,14 +1,18 @@
 // Package testkit is what reconscope's tests share, so that each exists once: waiting for a
-// condition (Eventually, WaitFor), a buffer safe for a writer in another goroutine (LogBuffer),
-// a logger that says nothing (Quiet), a span sink (Sink), and go build of the module's programs
-// (Build). It depends on the standard library and pkg/span only, so that a unit test can use it
-// without pulling in the Kubernetes test bed (test/testenv) or eBPF (internal/bpftest).
+// condition (Eventually, WaitFor), running a stage in the background (Go), a buffer safe for a
+// writer in another goroutine (LogBuffer), a logger that says nothing (Quiet), a span sink
+// (Sink), spans compared with a program's ground truth (Compare, Mismatch), and go build of the
+// module's programs (Build). It depends on the standard library, pkg/span and test/groundtruth
+// only, so that a unit test can use it without pulling in the Kubernetes test bed
+// (test/testenv) or eBPF (internal/bpftest).
 package testkit
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,6 +78,32 @@ func (l *LogBuffer) String() string {
 // Logger returns a text logger at level Info that writes into l.
 func (l *LogBuffer) Logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, nil))
+}
+
+// Go runs run in a goroutine with a context that the returned stop cancels; stop then waits for
+// run to return and returns its error (later calls return it again). When the test has not
+// called stop by its end, its cleanup does, and fails t on an error.
+func Go(t testing.TB, run func(context.Context) error) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	var called atomic.Bool
+	wait := sync.OnceValue(func() error {
+		cancel()
+		return <-done
+	})
+	t.Cleanup(func() {
+		if called.Load() {
+			return
+		}
+		if err := wait(); err != nil {
+			t.Errorf("testkit: stop: %v", err)
+		}
+	})
+	return func() error {
+		called.Store(true)
+		return wait()
+	}
 }
 
 // Quiet returns a logger that drops everything, for code under test whose logs the test does

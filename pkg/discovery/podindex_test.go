@@ -53,22 +53,10 @@ func testPod(ns, name, uid, node string, d byte) *corev1.Pod {
 	}
 }
 
+// runIndex runs x until the test ends; Run must then return no error.
 func runIndex(t *testing.T, x *PodIndex) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- x.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run = %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return within 10s of cancel")
-		}
-	})
+	testkit.Go(t, x.Run)
 }
 
 func TestPodIndexLookup(t *testing.T) {
@@ -239,9 +227,7 @@ func TestPodIndexNoClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- x.Run(ctx) }()
+	stop := testkit.Go(t, x.Run)
 	testkit.Eventually(t, "warning", 15*time.Second, func() bool { return strings.Contains(logs.String(), "no API client") })
 	if x.Synced() {
 		t.Error("Synced without a client")
@@ -257,8 +243,7 @@ func TestPodIndexNoClient(t *testing.T) {
 	if x.WaitSynced(short) {
 		t.Error("WaitSynced without a client returned true")
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -188,76 +188,70 @@ func TestNewProcessTracedFromExec(t *testing.T) {
 // or one link per site), every process is traced, and Close leaves no link behind.
 func TestTracePIDConcurrent(t *testing.T) {
 	bpftest.Require(t)
-	for _, single := range []bool{false, true} {
-		name := "uprobe_multi"
-		if single {
-			name = "single_uprobes"
+	forEachAttachMode(t, func(t *testing.T, single bool) {
+		bin := testkit.Build(t, "./test/fakectl")
+		never := filepath.Join(t.TempDir(), "never")
+		var pids []int
+		for range 4 {
+			cmd := exec.Command(bin, "-start", never)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			pids = append(pids, cmd.Process.Pid)
 		}
-		t.Run(name, func(t *testing.T) {
-			bin := testkit.Build(t, "./test/fakectl")
-			never := filepath.Join(t.TempDir(), "never")
-			var pids []int
-			for range 4 {
-				cmd := exec.Command(bin, "-start", never)
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-				pids = append(pids, cmd.Process.Pid)
-			}
-			tr, err := tracer.New(tracer.Options{
-				Catalog:   fakectltest.Catalog(t),
-				Logger:    testkit.Quiet(),
-				Collector: collectorOpts(single),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var wg sync.WaitGroup
-			errs := make(chan error, 3*len(pids))
-			sites := make(chan int, 3*len(pids))
-			for range 3 {
-				for _, pid := range pids {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						plan, err := tr.TracePID(pid)
-						if err != nil {
-							errs <- err
-							return
-						}
-						sites <- len(plan.Sites)
-					}()
-				}
-			}
-			wg.Wait()
-			close(errs)
-			close(sites)
-			for err := range errs {
-				t.Errorf("TracePID: %v", err)
-			}
-			n := <-sites
-			if got := len(tr.PIDs()); got != len(pids) {
-				t.Errorf("traces %d processes, want %d", got, len(pids))
-			}
-			want := 1
-			if single {
-				want = n
-			}
-			if got := bpftest.LinksOn(t, bin); len(got) != want {
-				t.Errorf("%d links on the executable after 12 concurrent TracePID calls, want %d (one attachment)", len(got), want)
-			}
-			if st := tr.Stats(); st.Sites != n {
-				t.Errorf("tracer counts %d sites attached, want %d", st.Sites, n)
-			}
-			if err := tr.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if left := bpftest.LinksOn(t, bin); len(left) != 0 {
-				t.Errorf("links left after Close: %+v", left)
-			}
+		tr, err := tracer.New(tracer.Options{
+			Catalog:   fakectltest.Catalog(t),
+			Logger:    testkit.Quiet(),
+			Collector: collectorOpts(single),
 		})
-	}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 3*len(pids))
+		sites := make(chan int, 3*len(pids))
+		for range 3 {
+			for _, pid := range pids {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					plan, err := tr.TracePID(pid)
+					if err != nil {
+						errs <- err
+						return
+					}
+					sites <- len(plan.Sites)
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		close(sites)
+		for err := range errs {
+			t.Errorf("TracePID: %v", err)
+		}
+		n := <-sites
+		if got := len(tr.PIDs()); got != len(pids) {
+			t.Errorf("traces %d processes, want %d", got, len(pids))
+		}
+		want := 1
+		if single {
+			want = n
+		}
+		if got := bpftest.LinksOn(t, bin); len(got) != want {
+			t.Errorf("%d links on the executable after 12 concurrent TracePID calls, want %d (one attachment)", len(got), want)
+		}
+		if st := tr.Stats(); st.Sites != n {
+			t.Errorf("tracer counts %d sites attached, want %d", st.Sites, n)
+		}
+		if err := tr.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if left := bpftest.LinksOn(t, bin); len(left) != 0 {
+			t.Errorf("links left after Close: %+v", left)
+		}
+	})
 }
 
 // TestTracePIDSiblingExitsMidInspection traces two processes of one executable at once; the

@@ -58,9 +58,7 @@ func traceFakeWith(t *testing.T, catalog []*probes.Probe, bin string, args ...st
 	if len(plan.Sites) < 2 {
 		t.Fatalf("plan has %d sites, want an entry and at least one return", len(plan.Sites))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
+	stop := testkit.Go(t, tr.Run)
 
 	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -76,8 +74,7 @@ func traceFakeWith(t *testing.T, catalog []*probes.Probe, bin string, args ...st
 	if n := len(tr.PIDs()); n > 0 {
 		t.Errorf("tracer still traces %d processes after fakectl exited", n)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	truths, err := fakectltest.ReadTruths(stdout.Bytes())
@@ -87,43 +84,18 @@ func traceFakeWith(t *testing.T, catalog []*probes.Probe, bin string, args ...st
 	return truths, sink.Snapshot(), tr.Stats(), plan
 }
 
-// checkMatch asserts one span per ground-truth reconcile with the same fields.
-// wantController "" means the controller's name cannot be known (stripped build): the span
-// must then have none, rather than a wrong one.
+// checkMatch asserts one span per ground-truth reconcile with the same fields, and no event
+// lost. wantController "" means the controller's name cannot be known (stripped build): the
+// span must then have none, rather than a wrong one.
 func checkMatch(t *testing.T, truths []fakectltest.Truth, spans []span.Span, stats tracer.Stats, wantController string) {
 	t.Helper()
 	if stats.Kernel.LostRingBuffer != 0 {
 		t.Errorf("lost %d events", stats.Kernel.LostRingBuffer)
 	}
 	if len(spans) != len(truths) {
-		t.Errorf("got %d spans for %d reconciles (stats %+v)", len(spans), len(truths), stats)
+		t.Logf("tracer stats: %+v", stats)
 	}
-	byID := map[string]span.Span{}
-	for _, s := range spans {
-		if _, dup := byID[s.ReconcileID]; dup {
-			t.Errorf("two spans with reconcile ID %q", s.ReconcileID)
-		}
-		byID[s.ReconcileID] = s
-	}
-	bad := 0
-	for _, tr := range truths {
-		s, ok := byID[tr.ReconcileID]
-		problems := []string{"no span"}
-		if ok {
-			problems = fakectltest.Mismatch(tr, s, wantController != "")
-			if wantController == "" && s.Controller != "" {
-				problems = append(problems, fmt.Sprintf("controller %q, want none", s.Controller))
-			}
-		}
-		if len(problems) > 0 {
-			if bad++; bad <= 10 {
-				t.Errorf("%s (%s, want %s %s): %s", tr.Name, tr.ReconcileID, tr.Outcome, tr.ErrorType, strings.Join(problems, "; "))
-			}
-		}
-	}
-	if bad > 10 {
-		t.Errorf("... %d reconciles mismatched in all", bad)
-	}
+	testkit.Compare(t, truths, spans, testkit.Match{NoController: wantController == ""})
 }
 
 func TestTraceFakeController(t *testing.T) {
@@ -267,97 +239,103 @@ func TestTraceStress(t *testing.T) {
 // keeps its own counts right, no uretprobe is ever created, and no link is left behind.
 func TestAttachDetachBusy(t *testing.T) {
 	bpftest.Require(t)
+	forEachAttachMode(t, func(t *testing.T, single bool) {
+		bin := testkit.Build(t, "./test/fakectl")
+		before := bpftest.LinksOn(t, bin)
+		if len(before) != 0 {
+			t.Fatalf("links on a fresh binary before attaching: %+v", before)
+		}
+		startFile := filepath.Join(t.TempDir(), "start")
+		if err := os.WriteFile(startFile, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var stdout bytes.Buffer
+		stopFile := filepath.Join(t.TempDir(), "stop")
+		cmd := exec.Command(bin, "-start", startFile, "-stop", stopFile, "-n", "100000000", "-workers", "4", "-interval", "200us", "-deep", "30")
+		cmd.Stdout = &stdout
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+
+		sawSpans := 0
+		for i := 0; i < 50; i++ {
+			sink := &testkit.Sink{}
+			tr, err := tracer.New(tracer.Options{
+				Catalog:   fakectltest.Catalog(t),
+				Writer:    sink,
+				Logger:    testkit.Quiet(),
+				Collector: collectorOpts(single),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tr.TracePID(cmd.Process.Pid); err != nil {
+				tr.Close()
+				t.Fatalf("attach %d: %v", i, err)
+			}
+			for _, l := range bpftest.LinksOn(t, bin) {
+				if l.Return {
+					t.Fatalf("attach %d created a return probe: %+v", i, l)
+				}
+			}
+			if got := bpftest.LinksOn(t, bin); len(got) == 0 {
+				t.Fatalf("attach %d: no uprobe link in the kernel for the binary", i)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
+			if err := tr.Run(ctx); err != nil {
+				t.Fatalf("run %d: %v", i, err)
+			}
+			cancel()
+			if err := tr.Close(); err != nil {
+				t.Fatalf("detach %d: %v", i, err)
+			}
+			if left := bpftest.LinksOn(t, bin); len(left) != 0 {
+				t.Fatalf("after detach %d, links left: %+v", i, left)
+			}
+			sawSpans += sink.Count()
+		}
+		if sawSpans == 0 {
+			t.Error("50 attaches saw no reconcile at all")
+		}
+		if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-exited; err != nil {
+			t.Fatalf("busy process failed: %v", err)
+		}
+		// Its own record: every object reconciled exactly once, obj-0 .. obj-(n-1).
+		seen := map[string]bool{}
+		truths, err := fakectltest.ReadTruths(stdout.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tr := range truths {
+			if seen[tr.Name] {
+				t.Fatalf("%s reconciled twice", tr.Name)
+			}
+			seen[tr.Name] = true
+		}
+		for i := range len(seen) {
+			if !seen[fmt.Sprintf("obj-%d-", i)] {
+				t.Fatalf("obj-%d- missing from the busy process's %d reconciles", i, len(seen))
+			}
+		}
+		t.Logf("busy process: %d reconciles, %d seen by the 50 short traces", len(seen), sawSpans)
+	})
+}
+
+// forEachAttachMode runs test as a subtest for each way the collector attaches: one
+// uprobe_multi link, and single uprobes (one link per site).
+func forEachAttachMode(t *testing.T, test func(t *testing.T, single bool)) {
 	for _, single := range []bool{false, true} {
 		name := "uprobe_multi"
 		if single {
 			name = "single_uprobes"
 		}
-		t.Run(name, func(t *testing.T) {
-			bin := testkit.Build(t, "./test/fakectl")
-			before := bpftest.LinksOn(t, bin)
-			if len(before) != 0 {
-				t.Fatalf("links on a fresh binary before attaching: %+v", before)
-			}
-			startFile := filepath.Join(t.TempDir(), "start")
-			if err := os.WriteFile(startFile, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			var stdout bytes.Buffer
-			stopFile := filepath.Join(t.TempDir(), "stop")
-			cmd := exec.Command(bin, "-start", startFile, "-stop", stopFile, "-n", "100000000", "-workers", "4", "-interval", "200us", "-deep", "30")
-			cmd.Stdout = &stdout
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
-
-			sawSpans := 0
-			for i := 0; i < 50; i++ {
-				sink := &testkit.Sink{}
-				tr, err := tracer.New(tracer.Options{
-					Catalog:   fakectltest.Catalog(t),
-					Writer:    sink,
-					Logger:    testkit.Quiet(),
-					Collector: collectorOpts(single),
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := tr.TracePID(cmd.Process.Pid); err != nil {
-					tr.Close()
-					t.Fatalf("attach %d: %v", i, err)
-				}
-				for _, l := range bpftest.LinksOn(t, bin) {
-					if l.Return {
-						t.Fatalf("attach %d created a return probe: %+v", i, l)
-					}
-				}
-				if got := bpftest.LinksOn(t, bin); len(got) == 0 {
-					t.Fatalf("attach %d: no uprobe link in the kernel for the binary", i)
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
-				if err := tr.Run(ctx); err != nil {
-					t.Fatalf("run %d: %v", i, err)
-				}
-				cancel()
-				if err := tr.Close(); err != nil {
-					t.Fatalf("detach %d: %v", i, err)
-				}
-				if left := bpftest.LinksOn(t, bin); len(left) != 0 {
-					t.Fatalf("after detach %d, links left: %+v", i, left)
-				}
-				sawSpans += sink.Count()
-			}
-			if sawSpans == 0 {
-				t.Error("50 attaches saw no reconcile at all")
-			}
-			if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-exited; err != nil {
-				t.Fatalf("busy process failed: %v", err)
-			}
-			// Its own record: every object reconciled exactly once, obj-0 .. obj-(n-1).
-			seen := map[string]bool{}
-			truths, err := fakectltest.ReadTruths(stdout.Bytes())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, tr := range truths {
-				if seen[tr.Name] {
-					t.Fatalf("%s reconciled twice", tr.Name)
-				}
-				seen[tr.Name] = true
-			}
-			for i := range len(seen) {
-				if !seen[fmt.Sprintf("obj-%d-", i)] {
-					t.Fatalf("obj-%d- missing from the busy process's %d reconciles", i, len(seen))
-				}
-			}
-			t.Logf("busy process: %d reconciles, %d seen by the 50 short traces", len(seen), sawSpans)
-		})
+		t.Run(name, func(t *testing.T) { test(t, single) })
 	}
 }
 

@@ -334,9 +334,7 @@ func traced(t *testing.T, bin string, args []string, create func(*testenv.Env), 
 			t.Errorf("offset %s.%s unknown: %v", o.Type, o.Path, o.Err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
+	stop := testkit.Go(t, tr.Run)
 	clock := tr.Clock()
 	create(env)
 	var recs []groundtruth.Record
@@ -350,8 +348,7 @@ func traced(t *testing.T, bin string, args []string, create func(*testenv.Env), 
 	}
 	time.Sleep(time.Second) // late requeues, and the last events drain
 	recs, _ = groundtruth.ReadFile(truth)
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Errorf("tracer: %v", err)
 	}
 	st := tr.Stats()
@@ -363,75 +360,6 @@ func traced(t *testing.T, bin string, args []string, create func(*testenv.Env), 
 		t.Errorf("only %d reconciles recorded, want at least %d", len(recs), want)
 	}
 	return recs, s.Snapshot(), clock
-}
-
-// compare matches spans and ground truth one to one by reconcile ID: controller, object,
-// result, error type and message, requeue-after, a goroutine ID, and the span enclosing the
-// program's own measurement.
-func compare(t *testing.T, recs []groundtruth.Record, spans []span.Span, clock ktime.Clock) {
-	t.Helper()
-	byID := map[string]span.Span{}
-	for _, s := range spans {
-		if s.ReconcileID == "" {
-			t.Errorf("span without reconcile ID: %+v", s)
-			continue
-		}
-		if _, dup := byID[s.ReconcileID]; dup {
-			t.Errorf("two spans for reconcile %s", s.ReconcileID)
-		}
-		byID[s.ReconcileID] = s
-	}
-	if len(spans) != len(recs) {
-		t.Errorf("%d spans for %d reconciles", len(spans), len(recs))
-	}
-	for _, r := range recs {
-		s, ok := byID[r.ReconcileID]
-		if !ok {
-			t.Errorf("%s/%s (%s): no span", r.Namespace, r.Name, r.Outcome)
-			continue
-		}
-		var bad []string
-		if s.Controller != r.Controller || s.Namespace != r.Namespace || s.Name != r.Name {
-			bad = append(bad, fmt.Sprintf("object %q %s/%s, want %q %s/%s", s.Controller, s.Namespace, s.Name, r.Controller, r.Namespace, r.Name))
-		}
-		want := span.Result(r.Outcome)
-		if r.Outcome == groundtruth.OutcomePanic {
-			want = span.ResultError
-		}
-		if s.Result != want {
-			bad = append(bad, fmt.Sprintf("result %s, want %s", s.Result, want))
-		}
-		wantType, wantMsg := r.ErrorType, r.Error
-		if r.Outcome == groundtruth.OutcomePanic {
-			wantType, wantMsg = "*errors.errorString", fmt.Sprintf("panic: %s [recovered]", r.Panic)
-		}
-		if s.ErrorType != wantType {
-			bad = append(bad, fmt.Sprintf("error type %q, want %q", s.ErrorType, wantType))
-		}
-		if wantType != "" && wantType != "*errors.TerminalError" && s.Error != wantMsg && !(strings.HasSuffix(s.Error, "…") && strings.HasPrefix(wantMsg, strings.TrimSuffix(s.Error, "…"))) {
-			if wantType == "*errors.errorString" || wantType == "*errors.StatusError" || wantType == "*fmt.wrapError" {
-				bad = append(bad, fmt.Sprintf("error %q, want %q", s.Error, wantMsg))
-			}
-		}
-		if int64(s.RequeueAfter) != r.RequeueAfterNS {
-			bad = append(bad, fmt.Sprintf("requeue after %v, want %v", s.RequeueAfter, time.Duration(r.RequeueAfterNS)))
-		}
-		if s.Goid == 0 {
-			bad = append(bad, "no goroutine ID")
-		}
-		start := clock.Wall(s.Start)
-		end := start.Add(s.Duration)
-		if start.After(r.Start.Add(time.Millisecond)) || end.Before(r.End.Add(-time.Millisecond)) {
-			bad = append(bad, fmt.Sprintf("span [%s, %s] does not enclose the program's [%s, %s]",
-				start.Format(time.RFC3339Nano), end.Format(time.RFC3339Nano), r.Start.Format(time.RFC3339Nano), r.End.Format(time.RFC3339Nano)))
-		}
-		if s.Incomplete {
-			bad = append(bad, "marked incomplete")
-		}
-		if len(bad) > 0 {
-			t.Errorf("%s/%s attempt %d (%s): %s", r.Namespace, r.Name, r.Attempt, r.Outcome, strings.Join(bad, "; "))
-		}
-	}
 }
 
 func createConfigMaps(t *testing.T, env *testenv.Env, ns string, objs map[string]map[string]string) {
@@ -496,7 +424,7 @@ func TestGoToolchains(t *testing.T) {
 				recs, spans, clock := traced(t, bin, []string{"--max-concurrent-reconciles", "2"}, func(env *testenv.Env) {
 					createConfigMaps(t, env, "compat", objs)
 				}, len(fixtureScripts))
-				compare(t, recs, spans, clock)
+				testkit.Compare(t, recs, spans, testkit.Match{Wall: clock.Wall})
 				t.Logf("%s stripped=%v: %d reconciles, %d spans", gov, stripped, len(recs), len(spans))
 				report(t, Cell{Kind: "go", Go: gov, CR: "fixture", Stripped: stripped, Reconciles: len(recs), Spans: len(spans), BuildSecs: int(took.Seconds()), ClientGo: clientGoOf(bin)})
 			})
@@ -525,7 +453,7 @@ func TestControllerRuntime(t *testing.T) {
 			recs, spans, clock := traced(t, bin, nil, func(env *testenv.Env) {
 				createConfigMaps(t, env, "compat", crObjects)
 			}, len(crObjects)+1)
-			compare(t, recs, spans, clock)
+			testkit.Compare(t, recs, spans, testkit.Match{Wall: clock.Wall})
 			t.Logf("controller-runtime %s: %d reconciles, %d spans; %d probe sites, the same as the unstripped twin's", v, len(recs), len(spans), sites)
 			report(t, Cell{Kind: "controller-runtime", Go: goVersion(t, "local"), CR: v, Stripped: true, Reconciles: len(recs), Spans: len(spans), Sites: sites, BuildSecs: int(took.Seconds()), ClientGo: clientGoOf(bin)})
 		})

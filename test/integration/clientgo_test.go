@@ -51,9 +51,7 @@ func TestKubeControllerManager(t *testing.T) {
 					t.Errorf("offset unknown: %s.%s: %v", o.Type, o.Path, o.Err)
 				}
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- tr.Run(ctx) }()
+			stop := testkit.Go(t, tr.Run)
 
 			ns := "kcm-" + name
 			c := env.Client
@@ -64,25 +62,13 @@ func TestKubeControllerManager(t *testing.T) {
 			// Ground truth for UIDs and resourceVersions: every version of the namespace's
 			// deployments, replicasets and pods, as the API server's watches deliver them.
 			seen := watchVersions(t, env, ns)
-			labels := map[string]string{"app": "web"}
-			replicas := int32(2)
-			dep := &appsv1.Deployment{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-				Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
-					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-						Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}},
-			}
-			if err := c.Create(bg, dep); err != nil {
-				t.Fatal(err)
-			}
-			waitPods(t, c, ns, 2)
+			dep := createWeb(t, c, ns)
 			if err := c.Patch(bg, dep, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":4}}`))); err != nil {
 				t.Fatal(err)
 			}
 			waitPods(t, c, ns, 4)
 			time.Sleep(1500 * time.Millisecond) // status updates settle
-			cancel()
-			if err := <-done; err != nil {
+			if err := stop(); err != nil {
 				t.Fatal(err)
 			}
 
@@ -192,6 +178,24 @@ func TestKubeControllerManager(t *testing.T) {
 	}
 }
 
+// createWeb creates Deployment web (2 replicas of one container) in ns and waits for its 2 pods.
+func createWeb(t *testing.T, c client.Client, ns string) *appsv1.Deployment {
+	t.Helper()
+	labels := map[string]string{"app": "web"}
+	replicas := int32(2)
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}},
+	}
+	if err := c.Create(context.Background(), dep); err != nil {
+		t.Fatal(err)
+	}
+	waitPods(t, c, ns, 2)
+	return dep
+}
+
 func waitPods(t *testing.T, c client.Client, ns string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -279,9 +283,7 @@ func TestKubeControllerManagerWorkloads(t *testing.T) {
 	if _, err := tr.TracePID(env.ControllerManagerPID); err != nil {
 		t.Fatalf("trace kube-controller-manager: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
+	stop := testkit.Go(t, tr.Run)
 
 	const ns = "kcm-workloads"
 	c, bg := env.Client, context.Background()
@@ -330,8 +332,7 @@ func TestKubeControllerManagerWorkloads(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	time.Sleep(1500 * time.Millisecond)
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	versions := seen()

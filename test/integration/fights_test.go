@@ -52,17 +52,14 @@ func TestControllerFight(t *testing.T) {
 		}
 	}
 	clock := tr.Clock()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
+	stopRun := testkit.Go(t, tr.Run)
 	stopped := false
 	stop := func() {
 		if stopped {
 			return
 		}
 		stopped = true
-		cancel()
-		if err := <-done; err != nil {
+		if err := stopRun(); err != nil {
 			t.Errorf("tracer: %v", err)
 		}
 		tr.Close()

@@ -111,18 +111,7 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := watchVersions(t, env, ns)
-	labels := map[string]string{"app": "web"}
-	replicas := int32(2)
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}},
-	}
-	if err := c.Create(bg, dep); err != nil {
-		t.Fatal(err)
-	}
-	waitPods(t, c, ns, 2)
+	dep := createWeb(t, c, ns)
 	time.Sleep(1500 * time.Millisecond)
 	lt.stop(t)
 	versions := seen()
@@ -295,13 +284,10 @@ func startLifelineTracer(t *testing.T, pids ...int) lifelineTracer {
 			t.Fatalf("trace pid %d: %v", pid, err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
+	stop := testkit.Go(t, tr.Run)
 	return lifelineTracer{recv: recv, sink: s, stop: func(t *testing.T) {
 		t.Helper()
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
 		sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -5,11 +5,9 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +17,6 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/ktime"
-	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
@@ -43,15 +40,14 @@ var scripts = map[string]string{
 
 // tracedFixture runs the fixture under the tracer and returns what both saw.
 type tracedFixture struct {
-	env    *testenv.Env
-	ctl    *testenv.Process
-	truth  string
-	sink   *testkit.Sink
-	tracer *tracer.Tracer
-	cancel context.CancelFunc
-	done   chan error
-	clock  ktime.Clock
-	stats  tracer.Stats // final, once stopped
+	env     *testenv.Env
+	ctl     *testenv.Process
+	truth   string
+	sink    *testkit.Sink
+	tracer  *tracer.Tracer
+	stopRun func() error // stops the tracer's Run; nil once stopped
+	clock   ktime.Clock
+	stats   tracer.Stats // final, once stopped
 }
 
 func startTracedFixture(t *testing.T, flags ...string) *tracedFixture {
@@ -78,20 +74,18 @@ func startTracedFixtureArgs(t *testing.T, args []string, flags ...string) *trace
 		t.Fatalf("trace the fixture: %v", err)
 	}
 	t.Logf("attached %s", plan)
-	ctx, cancel := context.WithCancel(context.Background())
-	f := &tracedFixture{env: env, ctl: ctl, truth: truth, sink: s, tracer: tr, cancel: cancel, done: make(chan error, 1), clock: tr.Clock()}
-	go func() { f.done <- tr.Run(ctx) }()
+	f := &tracedFixture{env: env, ctl: ctl, truth: truth, sink: s, tracer: tr, stopRun: testkit.Go(t, tr.Run), clock: tr.Clock()}
 	t.Cleanup(func() { f.stop(t) })
 	return f
 }
 
 func (f *tracedFixture) stop(t *testing.T) {
-	if f.cancel == nil {
+	if f.stopRun == nil {
 		return
 	}
-	f.cancel()
-	f.cancel = nil
-	if err := <-f.done; err != nil {
+	err := f.stopRun()
+	f.stopRun = nil
+	if err != nil {
 		t.Errorf("tracer: %v", err)
 	}
 	f.stats = f.tracer.Stats() // before Close frees the kernel's counters
@@ -144,88 +138,6 @@ func settle(t *testing.T, path string, names []string) []groundtruth.Record {
 	return nil
 }
 
-// wantResult maps the fixture's outcome to the span result reconscope must report.
-func wantResult(r groundtruth.Record) span.Result {
-	switch r.Outcome {
-	case groundtruth.OutcomePanic:
-		return span.ResultError // controller-runtime recovers it and returns an error
-	}
-	return span.Result(r.Outcome)
-}
-
-// compare matches spans to ground-truth records one to one by reconcile ID. A span must
-// enclose the fixture's own measurement, and last at most slack longer (0: no upper bound;
-// under heavy load a goroutine can wait long between the fixture's last clock reading and
-// the RET instruction).
-func compare(t *testing.T, recs []groundtruth.Record, spans []span.Span, clock ktime.Clock, slack time.Duration) {
-	t.Helper()
-	byID := map[string]span.Span{}
-	for _, s := range spans {
-		if s.ReconcileID == "" {
-			t.Errorf("span without reconcile ID: %+v", s)
-			continue
-		}
-		if _, dup := byID[s.ReconcileID]; dup {
-			t.Errorf("two spans for reconcile %s", s.ReconcileID)
-		}
-		byID[s.ReconcileID] = s
-	}
-	if len(spans) != len(recs) {
-		t.Errorf("%d spans for %d ground-truth reconciles", len(spans), len(recs))
-	}
-	for _, r := range recs {
-		s, ok := byID[r.ReconcileID]
-		if !ok {
-			t.Errorf("%s/%s (%s, %s): no span", r.Namespace, r.Name, r.ReconcileID, r.Outcome)
-			continue
-		}
-		var bad []string
-		if s.Controller != r.Controller || s.Namespace != r.Namespace || s.Name != r.Name {
-			bad = append(bad, fmt.Sprintf("object %s %s/%s", s.Controller, s.Namespace, s.Name))
-		}
-		if want := wantResult(r); s.Result != want {
-			bad = append(bad, fmt.Sprintf("result %s, want %s", s.Result, want))
-		}
-		wantType := r.ErrorType
-		if r.Outcome == groundtruth.OutcomePanic {
-			wantType = "*errors.errorString"
-		}
-		if s.ErrorType != wantType {
-			bad = append(bad, fmt.Sprintf("error type %q, want %q", s.ErrorType, wantType))
-		}
-		switch wantType {
-		case "*errors.errorString", "*fmt.wrapError", "*errors.StatusError":
-			want := r.Error
-			if r.Outcome == groundtruth.OutcomePanic {
-				want = fmt.Sprintf("panic: %s [recovered]", r.Panic)
-			}
-			if s.Error != want && !(strings.HasSuffix(s.Error, "…") && strings.HasPrefix(want, strings.TrimSuffix(s.Error, "…"))) {
-				bad = append(bad, fmt.Sprintf("error %q, want %q", s.Error, want))
-			}
-		}
-		if int64(s.RequeueAfter) != r.RequeueAfterNS {
-			bad = append(bad, fmt.Sprintf("requeue after %v, want %v", s.RequeueAfter, time.Duration(r.RequeueAfterNS)))
-		}
-		// The probed frame encloses the fixture's Reconcile: it starts no later and ends no
-		// earlier than the fixture measured (1ms slack for the two clocks' readings).
-		start := clock.Wall(s.Start)
-		end := start.Add(s.Duration)
-		if start.After(r.Start.Add(time.Millisecond)) || end.Before(r.End.Add(-time.Millisecond)) {
-			bad = append(bad, fmt.Sprintf("span [%s, %s] does not enclose the fixture's [%s, %s]",
-				start.Format(time.RFC3339Nano), end.Format(time.RFC3339Nano), r.Start.Format(time.RFC3339Nano), r.End.Format(time.RFC3339Nano)))
-		}
-		if slack > 0 && s.Duration > r.End.Sub(r.Start)+slack {
-			bad = append(bad, fmt.Sprintf("duration %v, fixture measured %v", s.Duration, r.End.Sub(r.Start)))
-		}
-		if s.Incomplete {
-			bad = append(bad, "marked incomplete")
-		}
-		if len(bad) > 0 {
-			t.Errorf("%s/%s attempt %d (%s): %s", r.Namespace, r.Name, r.Attempt, r.Outcome, strings.Join(bad, "; "))
-		}
-	}
-}
-
 func TestReconcileSpansMatchGroundTruth(t *testing.T) {
 	bpftest.Require(t)
 	for _, build := range []struct {
@@ -248,7 +160,7 @@ func TestReconcileSpansMatchGroundTruth(t *testing.T) {
 				t.Errorf("lost %d events", st.Kernel.LostRingBuffer)
 			}
 			spans := f.sink.Snapshot()
-			compare(t, recs, spans, f.clock, 500*time.Millisecond)
+			testkit.Compare(t, recs, spans, testkit.Match{Wall: f.clock.Wall, Slack: 500 * time.Millisecond})
 			// Every reconcile here was queued by an informer event or a requeue: its wait in
 			// the queue was seen, and is short on an idle controller.
 			waited := 0

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/test/groundtruth"
 )
 
@@ -55,6 +56,6 @@ func TestStressFixture(t *testing.T) {
 	if st.Assembler.Abandoned != 0 || st.Assembler.OrphanReturns != 0 {
 		t.Errorf("entries and returns do not pair: %+v", st.Assembler)
 	}
-	compare(t, recs, f.sink.Snapshot(), f.clock, 0)
+	testkit.Compare(t, recs, f.sink.Snapshot(), testkit.Match{Wall: f.clock.Wall})
 	t.Logf("%d reconciles, %d spans, kernel %+v", len(recs), len(f.sink.Snapshot()), st.Kernel)
 }

@@ -1,18 +1,11 @@
 package reliability
 
 import (
-	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"testing"
-	"time"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
-	"github.com/reconscope/reconscope/pkg/tracer"
-	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
+	"github.com/reconscope/reconscope/pkg/collector"
 )
 
 // strMax is STR_MAX in bpf/include/events.h: the bytes the kernel copies of any string.
@@ -27,33 +20,12 @@ func TestLongStringsTruncated(t *testing.T) {
 	bpftest.Require(t)
 	dir := t.TempDir()
 	bin := copyRelctl(t, dir)
-	out := &testkit.Sink{}
-	tr, err := tracer.New(tracer.Options{Catalog: fakectltest.Catalog(t), Writer: out, Logger: testkit.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
+	tr, out, stop := newTracer(t, collector.Options{})
 
 	const n, long = 140, 10 << 10
-	startFile := filepath.Join(dir, "start")
-	ctl := start(t, "fakectl", exec.Command(bin, "-start", startFile, "-n", "140", "-workers", "2",
-		"-name-len", "10240", "-controller-len", "10240", "-error-len", "10240"))
-	if _, err := tr.TracePID(ctl.pid()); err != nil {
-		t.Fatalf("trace fakectl: %v", err)
-	}
-	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	<-ctl.done
-	if ctl.err != nil {
-		t.Fatalf("fakectl failed while traced: %v", ctl.err)
-	}
-	testkit.Eventually(t, "the tracer to notice the exit", time.Minute, func() bool { return !slices.Contains(tr.PIDs(), ctl.pid()) })
-	cancel()
-	if err := <-done; err != nil {
+	ctl := runTraced(t, tr, bin, dir, "-n", "140", "-workers", "2",
+		"-name-len", "10240", "-controller-len", "10240", "-error-len", "10240")
+	if err := stop(); err != nil {
 		t.Fatalf("tracer run: %v", err)
 	}
 
@@ -83,11 +55,11 @@ func TestLongStringsTruncated(t *testing.T) {
 			want.Error = tt.Error[:strMax] + "…"
 			longErrors++
 		}
-		if p := mismatch(want, s); len(p) > 0 {
+		if p := testkit.Mismatch(want, s, testkit.Match{Incomplete: true}); len(p) > 0 {
 			t.Errorf("%s: %v", tt.ReconcileID, p)
 		}
-		if !s.Incomplete {
-			t.Errorf("%s: span with truncated names not marked incomplete", tt.ReconcileID)
+		if s.Error != want.Error {
+			t.Errorf("%s: error %q, want it cut to %d bytes: %q", tt.ReconcileID, s.Error, strMax, want.Error)
 		}
 	}
 	st := tr.Stats()

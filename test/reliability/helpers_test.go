@@ -9,12 +9,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/reconscope/reconscope/internal/testkit"
-	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/collector"
+	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
@@ -164,6 +167,39 @@ func (p *proc) lines(t *testing.T) [][]byte {
 	return bytes.Split(b, []byte("\n"))
 }
 
+// newTracer returns a tracer of fakectl with collector options c, writing spans into the
+// returned sink, running until stop (or the test's end); it is closed at the test's end.
+func newTracer(t *testing.T, c collector.Options) (tr *tracer.Tracer, out *testkit.Sink, stop func() error) {
+	t.Helper()
+	out = &testkit.Sink{}
+	tr, err := tracer.New(tracer.Options{Catalog: fakectltest.Catalog(t), Writer: out, Logger: testkit.Quiet(), Collector: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr, out, testkit.Go(t, tr.Run)
+}
+
+// runTraced runs fakectl bin with args under tr, traced from before its first reconcile, and
+// waits for it to exit cleanly and for tr to notice; dir holds its start file.
+func runTraced(t *testing.T, tr *tracer.Tracer, bin, dir string, args ...string) *proc {
+	t.Helper()
+	startFile := filepath.Join(dir, "start")
+	ctl := start(t, "fakectl", exec.Command(bin, append([]string{"-start", startFile}, args...)...))
+	if _, err := tr.TracePID(ctl.pid()); err != nil {
+		t.Fatalf("trace fakectl: %v", err)
+	}
+	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	<-ctl.done
+	if ctl.err != nil {
+		t.Fatalf("fakectl failed while traced: %v", ctl.err)
+	}
+	testkit.Eventually(t, "the tracer to notice the exit", time.Minute, func() bool { return !slices.Contains(tr.PIDs(), ctl.pid()) })
+	return ctl
+}
+
 // truth is one line of fakectl's ground truth.
 type truth = fakectltest.Truth
 
@@ -231,6 +267,3 @@ func agentSpans(t *testing.T, p *proc) []agentLine {
 	}
 	return out
 }
-
-// mismatch lists how span s differs from the ground truth tr of the same reconcile.
-func mismatch(tr truth, s span.Span) []string { return fakectltest.Mismatch(tr, s, true) }

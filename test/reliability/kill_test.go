@@ -1,7 +1,6 @@
 package reliability
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,9 +11,9 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
-	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
 // TestTargetKilledMidReconcile: fakectl is SIGKILLed while one of its reconciles sleeps
@@ -25,18 +24,9 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 	dir := t.TempDir()
 	bin := copyRelctl(t, dir)
 
-	out := &testkit.Sink{}
-	tr, err := tracer.New(tracer.Options{Catalog: fakectltest.Catalog(t), Writer: out, Logger: testkit.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
+	tr, out, stop := newTracer(t, collector.Options{})
 	defer func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			t.Errorf("tracer run: %v", err)
 		}
 	}()
@@ -89,7 +79,7 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 			t.Errorf("%s (%s): no span", tt.Name, tt.ReconcileID)
 			continue
 		}
-		if p := mismatch(tt, s); len(p) > 0 {
+		if p := testkit.Mismatch(tt, s, testkit.Match{}); len(p) > 0 {
 			t.Errorf("%s: %s", tt.Name, strings.Join(p, "; "))
 		}
 	}
@@ -145,7 +135,7 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 		s, ok := got[tt.ReconcileID]
 		if !ok {
 			t.Errorf("restart: %s: no span", tt.Name)
-		} else if p := mismatch(tt, s); len(p) > 0 {
+		} else if p := testkit.Mismatch(tt, s, testkit.Match{}); len(p) > 0 {
 			t.Errorf("restart: %s: %s", tt.Name, strings.Join(p, "; "))
 		}
 	}

@@ -1,11 +1,9 @@
 package reliability
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +12,6 @@ import (
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/span"
-	"github.com/reconscope/reconscope/pkg/tracer"
-	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
 // TestRingBufferOverflow: a ring buffer of one page (4 entries of 920 bytes, or more with the
@@ -34,35 +30,10 @@ func TestRingBufferOverflow(t *testing.T) {
 	bpftest.Require(t)
 	dir := t.TempDir()
 	bin := copyRelctl(t, dir)
-	out := &testkit.Sink{}
-	tr, err := tracer.New(tracer.Options{
-		Catalog:   fakectltest.Catalog(t),
-		Writer:    out,
-		Logger:    testkit.Quiet(),
-		Collector: collector.Options{RingBufferSize: os.Getpagesize()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
+	tr, out, stopTracer := newTracer(t, collector.Options{RingBufferSize: os.Getpagesize()})
 
 	const n = 20000
-	startFile := filepath.Join(dir, "start")
-	ctl := start(t, "fakectl", exec.Command(bin, "-start", startFile, "-n", "20000", "-workers", "8"))
-	if _, err := tr.TracePID(ctl.pid()); err != nil {
-		t.Fatalf("trace fakectl: %v", err)
-	}
-	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	<-ctl.done
-	if ctl.err != nil {
-		t.Fatalf("fakectl failed while traced: %v", ctl.err)
-	}
-	testkit.Eventually(t, "the tracer to notice the exit", time.Minute, func() bool { return !slices.Contains(tr.PIDs(), ctl.pid()) })
+	ctl := runTraced(t, tr, bin, dir, "-n", "20000", "-workers", "8")
 	burst := tr.Stats().Kernel
 
 	// The agent keeps going: a second, slow process is traced completely.
@@ -81,8 +52,7 @@ func TestRingBufferOverflow(t *testing.T) {
 	}
 	<-slow.done
 	testkit.Eventually(t, "the tracer to notice the second exit", time.Minute, func() bool { return len(tr.PIDs()) == 0 })
-	cancel()
-	if err := <-done; err != nil {
+	if err := stopTracer(); err != nil {
 		t.Fatalf("tracer run: %v", err)
 	}
 
@@ -127,7 +97,7 @@ func TestRingBufferOverflow(t *testing.T) {
 				t.Errorf("%s: marked span names %q %s/%s", tt.ReconcileID, s.Controller, s.Namespace, s.Name)
 			}
 		default:
-			if p := mismatch(tt, s); len(p) > 0 {
+			if p := testkit.Mismatch(tt, s, testkit.Match{}); len(p) > 0 {
 				if wrong++; wrong <= 10 {
 					t.Errorf("%s (%s): unmarked span is wrong: %s", tt.Name, tt.ReconcileID, strings.Join(p, "; "))
 				}

@@ -4,7 +4,6 @@ package soak
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -153,9 +152,7 @@ func TestSoak(t *testing.T) {
 	if _, err := tr.TracePID(cmd.Process.Pid); err != nil {
 		t.Fatalf("trace fakectl: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
+	stop := testkit.Go(t, tr.Run)
 
 	began := time.Now()
 	var before unix.Rusage
@@ -175,8 +172,7 @@ func TestSoak(t *testing.T) {
 	for deadline := time.Now().Add(60 * time.Second); len(tr.PIDs()) > 0 && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("tracer run: %v", err)
 	}
 	var after unix.Rusage

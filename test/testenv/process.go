@@ -9,12 +9,15 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 // stopGrace is how long a process gets between SIGTERM and SIGKILL.
@@ -156,6 +159,27 @@ func (p *Process) StdoutPath() string { return p.stdout }
 
 // StderrPath: see StdoutPath.
 func (p *Process) StderrPath() string { return p.stderr }
+
+// WaitStderr waits up to 30s for re on the process's stderr and returns re's first group. It
+// fails t when the process exits first or the time runs out.
+func (p *Process) WaitStderr(t testing.TB, re *regexp.Regexp) string {
+	t.Helper()
+	var group string
+	testkit.WaitFor(t, fmt.Sprintf("%q on %s", re, p.stderr), 30*time.Second, func() (bool, string) {
+		b, _ := os.ReadFile(p.stderr)
+		if m := re.FindSubmatch(b); m != nil {
+			group = string(m[1])
+			return true, ""
+		}
+		select {
+		case <-p.Done():
+			t.Fatalf("testenv: %s exited before printing %q: %v", p.name, re, p.Wait())
+		default:
+		}
+		return false, ""
+	})
+	return group
+}
 
 // logTail logs the last lines of the file at path.
 func logTail(t testing.TB, what, path string) {

@@ -1,8 +1,7 @@
 // Package fakectltest is what tests and benchmarks need around the fake controller
 // (test/fakectl; the benchmarks' reconcileloop has the same Reconcile in its package main): the
-// probe that traces it, fakectl's ground truth, and the comparison of a span with the
-// reconcile it stands for. The tracer, reliability, soak and kernel tests and the benchmarks
-// share it.
+// probe that traces it and fakectl's ground truth (testkit.Compare checks spans against it).
+// The tracer, reliability, soak and kernel tests and the benchmarks share it.
 package fakectltest
 
 import (
@@ -12,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/reconscope/reconscope/pkg/probes"
-	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/test/groundtruth"
 )
 
@@ -72,36 +70,4 @@ func Catalog(t testing.TB) []*probes.Probe {
 		t.Fatal(err)
 	}
 	return []*probes.Probe{p}
-}
-
-// Mismatch lists how span s differs from the ground truth tr of the same reconcile.
-// checkController false skips the controller's name (stripped builds have no DWARF for
-// the fake Controller's Name, and the offsets table does not know fakectl).
-func Mismatch(tr Truth, s span.Span, checkController bool) []string {
-	var p []string
-	if checkController && s.Controller != tr.Controller {
-		p = append(p, fmt.Sprintf("controller %q", s.Controller))
-	}
-	if s.Namespace != tr.Namespace || s.Name != tr.Name {
-		p = append(p, fmt.Sprintf("object %s/%s", s.Namespace, s.Name))
-	}
-	if string(s.Result) != string(tr.Outcome) {
-		p = append(p, fmt.Sprintf("result %s", s.Result))
-	}
-	if s.ErrorType != tr.ErrorType {
-		p = append(p, fmt.Sprintf("error type %q", s.ErrorType))
-	}
-	if (tr.ErrorType == "*errors.errorString" || tr.ErrorType == "*fmt.wrapError") && s.Error != tr.Error {
-		p = append(p, fmt.Sprintf("error %q", s.Error))
-	}
-	if int64(s.RequeueAfter) != tr.RequeueAfterNS {
-		p = append(p, fmt.Sprintf("requeue after %v", s.RequeueAfter))
-	}
-	if s.ReconcileID != tr.ReconcileID {
-		p = append(p, fmt.Sprintf("reconcile ID %q", s.ReconcileID))
-	}
-	if s.Goid <= 0 || s.Duration <= 0 {
-		p = append(p, fmt.Sprintf("goid %d duration %v", s.Goid, s.Duration))
-	}
-	return p
 }

@@ -27,7 +27,6 @@ import (
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/probes"
-	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/symbols"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
@@ -200,9 +199,7 @@ func traceFake(t *testing.T, bin string, checkController bool, n int) Trace {
 	if strings.Contains(logs.String(), "attaching one uprobe per site") {
 		mode = "single uprobes"
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- tr.Run(ctx) }()
+	stop := testkit.Go(t, tr.Run)
 	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -212,8 +209,7 @@ func traceFake(t *testing.T, bin string, checkController bool, n int) Trace {
 	for deadline := time.Now().Add(20 * time.Second); len(tr.PIDs()) > 0 && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	truths, err := fakectltest.ReadTruths(stdout.Bytes())
@@ -222,27 +218,8 @@ func traceFake(t *testing.T, bin string, checkController bool, n int) Trace {
 	}
 	spans := sink.Snapshot()
 	st := tr.Stats()
-	byID := map[string]span.Span{}
-	for _, s := range spans {
-		byID[s.ReconcileID] = s
-	}
 	res := Trace{Mode: mode, Reconciles: len(truths), Spans: len(spans), Lost: st.Kernel.LostRingBuffer}
-	for _, tru := range truths {
-		s, ok := byID[tru.ReconcileID]
-		if !ok {
-			t.Errorf("%s: no span", tru.Name)
-			continue
-		}
-		problems := fakectltest.Mismatch(tru, s, checkController)
-		if !checkController && s.Controller != "" {
-			problems = append(problems, fmt.Sprintf("controller %q, want none", s.Controller))
-		}
-		if len(problems) > 0 {
-			t.Errorf("%s: %s", tru.Name, strings.Join(problems, "; "))
-			continue
-		}
-		res.Exact++
-	}
+	res.Exact = testkit.Compare(t, truths, spans, testkit.Match{NoController: !checkController})
 	if len(truths) != n || len(spans) != len(truths) || res.Lost != 0 {
 		t.Errorf("%d reconciles, %d spans, %d lost; want %d, %d, 0", len(truths), len(spans), res.Lost, n, n)
 	}
