@@ -1,0 +1,63 @@
+package testkit
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/test/groundtruth"
+)
+
+// TestMismatch: the span of a reconcile as its ground truth has it matches; each field the
+// tracer can get wrong, changed alone, is named.
+func TestMismatch(t *testing.T) {
+	wall := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	clock := func(mono uint64) time.Time { return wall.Add(time.Duration(mono)) }
+	rec := groundtruth.Record{Controller: "c", Namespace: "ns", Name: "o", Outcome: groundtruth.OutcomeError,
+		ErrorType: "*errors.errorString", Error: "a long message", RequeueAfterNS: 0, ReconcileID: "id-1",
+		Start: wall.Add(10 * time.Millisecond), End: wall.Add(20 * time.Millisecond)}
+	good := span.Span{Controller: "c", Namespace: "ns", Name: "o", Result: span.ResultError,
+		ErrorType: "*errors.errorString", Error: "a long message", ReconcileID: "id-1", Goid: 7,
+		Start: uint64(9 * time.Millisecond), Duration: 12 * time.Millisecond}
+	m := Match{Wall: clock}
+	if p := Mismatch(rec, good, m); len(p) != 0 {
+		t.Fatalf("the exact span mismatches: %v", p)
+	}
+	cut := good
+	cut.Error = "a long…"
+	if p := Mismatch(rec, cut, m); len(p) != 0 {
+		t.Errorf("a message cut to the bound mismatches: %v", p)
+	}
+	for _, c := range []struct {
+		want   string
+		change func(s *span.Span)
+	}{
+		{"controller", func(s *span.Span) { s.Controller = "d" }},
+		{"object", func(s *span.Span) { s.Name = "p" }},
+		{"result", func(s *span.Span) { s.Result = span.ResultSuccess }},
+		{"error type", func(s *span.Span) { s.ErrorType = "*fmt.wrapError" }},
+		{"error", func(s *span.Span) { s.Error = "another message" }},
+		{"requeue after", func(s *span.Span) { s.RequeueAfter = time.Second }},
+		{"reconcile ID", func(s *span.Span) { s.ReconcileID = "id-2" }},
+		{"goroutine", func(s *span.Span) { s.Goid = 0 }},
+		{"does not enclose", func(s *span.Span) { s.Start = uint64(12 * time.Millisecond) }},
+		{"incomplete", func(s *span.Span) { s.Incomplete = true }},
+	} {
+		s := good
+		c.change(&s)
+		if p := Mismatch(rec, s, m); len(p) != 1 || !strings.HasPrefix(p[0], c.want) && !strings.Contains(p[0], c.want) {
+			t.Errorf("%s changed: mismatches %q, want one naming %s", c.want, p, c.want)
+		}
+	}
+	if p := Mismatch(rec, good, Match{NoController: true}); len(p) != 1 {
+		t.Errorf("a controller name where none can be known: mismatches %q, want one", p)
+	}
+	panicked := rec
+	panicked.Outcome, panicked.ErrorType, panicked.Error, panicked.Panic = groundtruth.OutcomePanic, "", "", "boom"
+	ps := good
+	ps.Error = "panic: boom [recovered]"
+	if p := Mismatch(panicked, ps, m); len(p) != 0 {
+		t.Errorf("a recovered panic's span mismatches: %v", p)
+	}
+}
