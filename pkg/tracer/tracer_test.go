@@ -3,7 +3,6 @@ package tracer_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -307,23 +306,12 @@ func TestAttachDetachBusy(t *testing.T) {
 			t.Fatalf("busy process failed: %v", err)
 		}
 		// Its own record: every object reconciled exactly once, obj-0 .. obj-(n-1).
-		seen := map[string]bool{}
 		truths, err := fakectltest.ReadTruths(stdout.Bytes())
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, tr := range truths {
-			if seen[tr.Name] {
-				t.Fatalf("%s reconciled twice", tr.Name)
-			}
-			seen[tr.Name] = true
-		}
-		for i := range len(seen) {
-			if !seen[fmt.Sprintf("obj-%d-", i)] {
-				t.Fatalf("obj-%d- missing from the busy process's %d reconciles", i, len(seen))
-			}
-		}
-		t.Logf("busy process: %d reconciles, %d seen by the 50 short traces", len(seen), sawSpans)
+		n := fakectltest.CheckEachOnce(t, truths)
+		t.Logf("busy process: %d reconciles, %d seen by the 50 short traces", n, sawSpans)
 	})
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
 // busyFakectl starts fakectl reconciling until stopFile exists: workers goroutines, a pause of
@@ -38,20 +39,7 @@ func stopFakectl(t *testing.T, p *proc, stopFile string) int {
 	if p.err != nil {
 		t.Fatalf("fakectl failed while traced: %v", p.err)
 	}
-	truths := readTruths(t, p.output(t))
-	seen := map[string]bool{}
-	for _, tr := range truths {
-		if seen[tr.Name] {
-			t.Fatalf("%s reconciled twice", tr.Name)
-		}
-		seen[tr.Name] = true
-	}
-	for i := range len(truths) {
-		if !seen[fmt.Sprintf("obj-%d-", i)] {
-			t.Fatalf("obj-%d- missing from fakectl's %d reconciles", i, len(truths))
-		}
-	}
-	return len(truths)
+	return fakectltest.CheckEachOnce(t, readTruths(t, p.output(t)))
 }
 
 // startAgent runs the agent's trace command on pid, printing JSON lines.

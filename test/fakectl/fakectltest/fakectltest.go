@@ -71,3 +71,22 @@ func Catalog(t testing.TB) []*probes.Probe {
 	}
 	return []*probes.Probe{p}
 }
+
+// CheckEachOnce fails t unless truths holds each of fakectl's objects obj-0- … obj-(n-1)-
+// exactly once, n being how many it holds, and returns n.
+func CheckEachOnce(t testing.TB, truths []Truth) int {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, tr := range truths {
+		if seen[tr.Name] {
+			t.Fatalf("%s reconciled twice", tr.Name)
+		}
+		seen[tr.Name] = true
+	}
+	for i := range len(truths) {
+		if !seen[fmt.Sprintf("obj-%d-", i)] {
+			t.Fatalf("obj-%d- missing from fakectl's %d reconciles", i, len(truths))
+		}
+	}
+	return len(truths)
+}
