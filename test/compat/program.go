@@ -12,7 +12,7 @@ import (
 // name says what its first reconcile returns (err-*: an error, conflict-*: a Conflict
 // *errors.StatusError, after-*: RequeueAfter 50ms, anything else success); later reconciles
 // of it succeed. Every reconcile appends one ground-truth JSON line (the fields of
-// test/fixtures/scripted-controller/groundtruth.Record) to --ground-truth before it returns.
+// test/groundtruth.Record) to --ground-truth before it returns.
 // The template's .Minor is controller-runtime's minor version: v0.15 configures metrics in
 // the manager's options, later releases through metricsserver.Options.
 var controllerProgram = template.Must(template.New("main.go").Parse(`package main
