@@ -138,45 +138,54 @@ func settle(t *testing.T, path string, names []string) []groundtruth.Record {
 	return nil
 }
 
+// fixtureBuild is one way the fixture is built: its name and go build flags.
+type fixtureBuild struct {
+	name  string
+	flags []string
+}
+
+// forEachBuild runs test as a subtest for the fixture built plain and stripped (-s -w, like
+// release builds).
+func forEachBuild(t *testing.T, test func(t *testing.T, build fixtureBuild)) {
+	for _, b := range []fixtureBuild{{"plain", nil}, {"stripped", []string{"-ldflags=-s -w"}}} {
+		t.Run(b.name, func(t *testing.T) { test(t, b) })
+	}
+}
+
 func TestReconcileSpansMatchGroundTruth(t *testing.T) {
 	bpftest.Require(t)
-	for _, build := range []struct {
-		name  string
-		flags []string
-	}{{"plain", nil}, {"stripped", []string{"-ldflags=-s -w"}}} {
-		t.Run(build.name, func(t *testing.T) {
-			f := startTracedFixture(t, build.flags...)
-			names := make([]string, 0, len(scripts))
-			for n := range scripts {
-				names = append(names, n)
+	forEachBuild(t, func(t *testing.T, build fixtureBuild) {
+		f := startTracedFixture(t, build.flags...)
+		names := make([]string, 0, len(scripts))
+		for n := range scripts {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		createScripted(t, f.env, "gt-"+build.name, scripts)
+		recs := settle(t, f.truth, names)
+		time.Sleep(300 * time.Millisecond) // let the last events drain
+		f.stop(t)
+		st := f.stats
+		if st.Kernel.LostRingBuffer != 0 {
+			t.Errorf("lost %d events", st.Kernel.LostRingBuffer)
+		}
+		spans := f.sink.Snapshot()
+		testkit.Compare(t, recs, spans, testkit.Match{Wall: f.clock.Wall, Slack: 500 * time.Millisecond})
+		// Every reconcile here was queued by an informer event or a requeue: its wait in
+		// the queue was seen, and is short on an idle controller.
+		waited := 0
+		for _, s := range spans {
+			if s.QueueWait > 0 && s.QueueWait < 5*time.Second {
+				waited++
 			}
-			sort.Strings(names)
-			createScripted(t, f.env, "gt-"+build.name, scripts)
-			recs := settle(t, f.truth, names)
-			time.Sleep(300 * time.Millisecond) // let the last events drain
-			f.stop(t)
-			st := f.stats
-			if st.Kernel.LostRingBuffer != 0 {
-				t.Errorf("lost %d events", st.Kernel.LostRingBuffer)
-			}
-			spans := f.sink.Snapshot()
-			testkit.Compare(t, recs, spans, testkit.Match{Wall: f.clock.Wall, Slack: 500 * time.Millisecond})
-			// Every reconcile here was queued by an informer event or a requeue: its wait in
-			// the queue was seen, and is short on an idle controller.
-			waited := 0
-			for _, s := range spans {
-				if s.QueueWait > 0 && s.QueueWait < 5*time.Second {
-					waited++
-				}
-			}
-			if waited < len(spans)*9/10 {
-				t.Errorf("only %d of %d spans have a queue wait", waited, len(spans))
-			}
-			outcomes := map[groundtruth.Outcome]int{}
-			for _, r := range recs {
-				outcomes[r.Outcome]++
-			}
-			t.Logf("%d reconciles: %v; assembler %+v", len(recs), outcomes, st.Assembler)
-		})
-	}
+		}
+		if waited < len(spans)*9/10 {
+			t.Errorf("only %d of %d spans have a queue wait", waited, len(spans))
+		}
+		outcomes := map[groundtruth.Outcome]int{}
+		for _, r := range recs {
+			outcomes[r.Outcome]++
+		}
+		t.Logf("%d reconciles: %v; assembler %+v", len(recs), outcomes, st.Assembler)
+	})
 }
