@@ -57,14 +57,10 @@ func ControlPlaneDir() (string, error) {
 	defer unlock()
 
 	script := filepath.Join(root, "test", "tools", "build-controlplane.sh")
-	cmd := exec.Command("bash", script)
-	cmd.Dir = root
-	cmd.Stderr = os.Stderr // build progress: a cold build takes minutes
-	out, err := cmd.Output()
+	dir, err := runToolScript(root, script)
 	if err != nil {
-		return "", fmt.Errorf("run %s: %w (run it by hand to see why)", script, err)
+		return "", err
 	}
-	dir := lastLine(out)
 	if dir == "" {
 		return "", fmt.Errorf("run %s: it printed no folder", script)
 	}
@@ -73,6 +69,19 @@ func ControlPlaneDir() (string, error) {
 	}
 	controlPlane.dir = dir
 	return dir, nil
+}
+
+// runToolScript runs the build script at path from the module root and returns the last line
+// it printed: the folder of its (cached) build.
+func runToolScript(root, path string) (string, error) {
+	cmd := exec.Command("bash", path)
+	cmd.Dir = root
+	cmd.Stderr = os.Stderr // build progress: a cold build takes minutes
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("run %s: %w (run it by hand to see why)", path, err)
+	}
+	return lastLine(out), nil
 }
 
 // checkControlPlaneDir reports a missing binary in dir.

@@ -117,14 +117,10 @@ func toolDir(script string, files ...string) (string, error) {
 	}
 	defer unlock()
 	path := filepath.Join(root, "test", "tools", script)
-	cmd := exec.Command("bash", path)
-	cmd.Dir = root
-	cmd.Stderr = os.Stderr // build progress: a cold build takes minutes
-	out, err := cmd.Output()
+	dir, err := runToolScript(root, path)
 	if err != nil {
-		return "", fmt.Errorf("run %s: %w (run it by hand to see why)", path, err)
+		return "", err
 	}
-	dir := lastLine(out)
 	for _, f := range files {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			return "", fmt.Errorf("run %s: %w", path, err)
