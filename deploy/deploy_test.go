@@ -791,13 +791,7 @@ func TestManifestsOnAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- x.Run(runCtx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	testkit.Go(t, x.Run)
 	waitCtx, cancelWait := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelWait()
 	if !x.WaitSynced(waitCtx) {

@@ -93,15 +93,7 @@ func TestPodIndexAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- x.Run(runCtx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run = %v", err)
-		}
-	}()
+	testkit.Go(t, x.Run) // Run must return no error when the test ends
 
 	testkit.Eventually(t, "the forbidden list to be reported", 20*time.Second, func() bool {
 		return strings.Contains(logs.String(), "kubernetes metadata unavailable")
