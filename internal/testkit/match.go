@@ -17,7 +17,7 @@ type Match struct {
 	NoController bool
 	// Incomplete: the span must be marked incomplete (strings cut to the tracer's bound).
 	Incomplete bool
-	// Wall, when set, turns a span's monotonic start into wall time (exporter.Clock.Wall): the
+	// Wall, when set, turns a span's monotonic start into wall time (ktime.Clock.Wall): the
 	// span must then enclose the record's own [Start, End], 1ms slack for the two clocks.
 	Wall func(mono uint64) time.Time
 	// Slack, when above 0, bounds how much longer than the record's own measurement the span may

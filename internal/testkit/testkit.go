@@ -110,7 +110,7 @@ func Go(t testing.TB, run func(context.Context) error) (stop func() error) {
 // not read.
 func Quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// Sink collects spans (it is an exporter.Writer); safe for a tracer writing while the test
+// Sink collects spans (it is a tracer.Writer); safe for a tracer writing while the test
 // reads.
 type Sink struct {
 	mu    sync.Mutex
