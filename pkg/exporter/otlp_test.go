@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +27,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/span"
 )
@@ -170,8 +170,6 @@ func attrMap(kvs []*commonpb.KeyValue) map[string]*commonpb.AnyValue {
 	return m
 }
 
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
 // testOptions are fast-batching options for a collector at addr.
 func testOptions(p Protocol, addr string) OTLPOptions {
 	return OTLPOptions{
@@ -181,7 +179,7 @@ func testOptions(p Protocol, addr string) OTLPOptions {
 		NodeName:     "node-1",
 		Clock:        testClock,
 		BatchTimeout: 5 * time.Millisecond,
-		Logger:       quietLogger(),
+		Logger:       testkit.Quiet(),
 	}
 }
 
@@ -569,7 +567,7 @@ func TestOTLPEnvironment(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme")
 			t.Setenv("OTEL_SERVICE_NAME", "controllers")
 			t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=test")
-			e, err := NewOTLP(context.Background(), OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: quietLogger()})
+			e, err := NewOTLP(context.Background(), OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: testkit.Quiet()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -803,7 +801,7 @@ func TestOTLPCollectorDown(t *testing.T) {
 			}
 
 			// Failed exports give the queued spans up, counted.
-			waitFor(t, "failed exports to settle", func() bool { return e.Stats().Queued == 0 })
+			testkit.Eventually(t, "failed exports to settle", 30*time.Second, func() bool { return e.Stats().Queued == 0 })
 			if st := e.Stats(); st.Dropped != uint64(written) || st.Exported != 0 {
 				t.Errorf("after failures: %+v, want all %d dropped", st, written)
 			}
@@ -815,7 +813,7 @@ func TestOTLPCollectorDown(t *testing.T) {
 			}
 			c, _ := startCollector(t, p, l)
 			i := n
-			waitFor(t, "spans to reach the recovered collector", func() bool {
+			testkit.Eventually(t, "spans to reach the recovered collector", 30*time.Second, func() bool {
 				_ = e.Write(mk(i))
 				i++
 				written += 2
@@ -833,17 +831,6 @@ func TestOTLPCollectorDown(t *testing.T) {
 			}
 		})
 	}
-}
-
-// waitFor polls cond every 20ms for up to 30s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
 }
 
 // TestPartialSuccessRejected: only an error that is nothing but partial successes counts some
@@ -928,7 +915,7 @@ func TestOTLPDefaultProtocolPort4317(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "")
 			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "")
 			c, addr := startGRPCCollector(t, listen4317(t))
-			opts := OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: quietLogger()}
+			opts := OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: testkit.Quiet()}
 			if env != "" {
 				t.Setenv(env, "http://"+addr)
 			} else {
@@ -955,7 +942,7 @@ func TestOTLPDefaultProtocolPort4317(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "")
 		c, addr := startHTTPCollector(t, nil)
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+addr)
-		e, err := NewOTLP(context.Background(), OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: quietLogger()})
+		e, err := NewOTLP(context.Background(), OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: testkit.Quiet()})
 		if err != nil {
 			t.Fatal(err)
 		}
