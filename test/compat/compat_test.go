@@ -254,7 +254,7 @@ func checkResultSize(t *testing.T, path, version string) {
 
 // checkTwinSites checks the stripped build's probe sites against its unstripped twin's: the
 // same sites (probe, function, kind, address, instruction), every one inside the function it
-// names, no ABI0 wrapper probed, one layout per function. It returns the number of sites.
+// names (or, for a return site at a return address, inside the caller it names), no ABI0 wrapper probed, one layout per function. It returns the number of sites.
 func checkTwinSites(t *testing.T, strippedPath, plainPath string) int {
 	t.Helper()
 	plans := make([]*probes.Plan, 2)
@@ -273,15 +273,20 @@ func checkTwinSites(t *testing.T, strippedPath, plainPath string) int {
 		}
 	}
 	key := func(s probes.Site) string {
-		return fmt.Sprintf("%s %s %v %#x %s", s.Probe.ID, s.Function.Name, s.Kind, s.Addr, s.Insn)
+		return fmt.Sprintf("%s %s %v %#x %s in %s", s.Probe.ID, s.Function.Name, s.Kind, s.Addr, s.Insn, s.In.Name)
 	}
 	sets := make([]map[string]bool, 2)
 	for i, plan := range plans {
 		sets[i] = map[string]bool{}
 		layouts := map[string]*probes.Probe{}
 		for _, s := range plan.Sites {
-			if s.Addr < s.Function.Entry || s.Addr >= s.Function.End {
-				t.Errorf("%s site %#x of %s is outside [%#x, %#x)", s.Kind, s.Addr, s.Function.Name, s.Function.Entry, s.Function.End)
+			// A return site at the return address of a call is in the caller (Site.In).
+			in := s.Function
+			if s.In.Name != "" {
+				in = s.In
+			}
+			if s.Addr < in.Entry || s.Addr >= in.End {
+				t.Errorf("%s site %#x of %s is outside %s [%#x, %#x)", s.Kind, s.Addr, s.Function.Name, in.Name, in.Entry, in.End)
 			}
 			if strings.HasSuffix(s.Function.Name, ".abi0") || (s.Kind == probes.SiteEntry && strings.HasPrefix(s.Insn, "XORPS X15")) {
 				t.Errorf("%s: probe %s on an ABI0 wrapper (%q)", s.Function.Name, s.Probe.ID, s.Insn)
