@@ -172,7 +172,7 @@ func TestGoroutinesJoinSpan(t *testing.T) {
 }
 
 // TestReturnAddressSites: fakectl's reconciles traced with the return probed at the return
-// address of handle's call of Reconcile (a JMP, emulated) give the spans its ground truth
+// address of Handle's call of Reconcile (a JMP, emulated) give the spans its ground truth
 // says, as they do with the return probed at Reconcile's RETs (single-stepped).
 func TestReturnAddressSites(t *testing.T) {
 	bpftest.Require(t)
@@ -204,7 +204,7 @@ func TestReturnAddressSites(t *testing.T) {
 						continue
 					}
 					atAddress := s.In.Name != ""
-					if atAddress != (tc.probe == atAddr) || (atAddress && (!strings.HasPrefix(s.Insn, "JMP ") || !strings.HasSuffix(s.In.Name, ").handle"))) {
+					if atAddress != (tc.probe == atAddr) || (atAddress && (!strings.HasPrefix(s.Insn, "JMP ") || !strings.HasSuffix(s.In.Name, ").Handle"))) {
 						t.Errorf("return site %s %q (choices %+v)", s.Where(), s.Insn, plan.Choices)
 					}
 				}

@@ -31,19 +31,14 @@ import (
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/symbols"
 	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/bench/loopreport"
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
-// harnessReport is the JSON line test/bench/testdata/reconcileloop prints at the end.
+// harnessReport is the JSON line test/bench/testdata/reconcileloop prints at the end, and the
+// process's CPU time.
 type harnessReport struct {
-	Mode       string  `json:"mode"`
-	N          int     `json:"n"`
-	Workers    int     `json:"workers"`
-	WallNs     int64   `json:"wall_ns"`
-	CPUNs      int64   `json:"cpu_ns"`
-	WallPerRec float64 `json:"wall_ns_per_reconcile"`
-	CPUPerRec  float64 `json:"cpu_ns_per_reconcile"`
-	Rate       float64 `json:"reconciles_per_s"`
+	loopreport.Report
 	// ProcessCPU is the harness process's whole CPU time (user + system, from its rusage), set
 	// by runHarness: in paced mode the harness does not time itself.
 	ProcessCPU time.Duration `json:"-"`
@@ -100,8 +95,9 @@ func runHarness(bin string, args []string, attach func(pid int) (detach func() e
 	return rep, nil
 }
 
-// reconcileProbe is the catalog's controller-runtime v0.23+ reconcile probe pointed at the same
-// function shape in package main (reconcileloop and fakectl), as the tracer's tests do.
+// reconcileProbe is the catalog's controller-runtime v0.23+ reconcile probe pointed at the fake
+// controller's Reconcile (test/fakectl/controller), which reconcileloop calls, as the tracer's
+// tests do.
 func reconcileProbe() (*probes.Probe, error) {
 	p, err := fakectltest.Probe()
 	if err != nil {

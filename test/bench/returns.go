@@ -10,6 +10,7 @@ import (
 
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/symbols"
+	"github.com/reconscope/reconscope/test/fakectl/controller"
 )
 
 // returns measures a reconcile's return probed at its RETs against at the return address of
@@ -32,7 +33,8 @@ func returns(args []string) error {
 	}
 	atRet.ReturnCallers = nil
 	atAddr := *atRet
-	atAddr.ReturnCallers = regexp.MustCompile(`^main\.`)
+	// Every call of the reconcile: Handle's (-handler), and the loop's own in package main.
+	atAddr.ReturnCallers = regexp.MustCompile(`^(main|` + regexp.QuoteMeta(controller.Path) + `)\.`)
 	bin, err := symbols.Open(*harness)
 	if err != nil {
 		return err

@@ -1,7 +1,8 @@
-// Command fakectl reconciles made-up objects through a function with the exact shape of
-// controller-runtime's (*Controller[request]).Reconcile (generic receiver with a Name field,
-// ctx carrying a reconcile ID, a NamespacedName request, (Result, error) results, recovered
-// panics), without any Kubernetes dependency. It prints one JSON object per finished
+// Command fakectl reconciles made-up objects through test/fakectl/controller, whose Reconcile
+// has the exact shape of controller-runtime's (*Controller[request]).Reconcile (generic receiver
+// with a Name field, ctx carrying a reconcile ID, a NamespacedName request, (Result, error)
+// results, recovered panics), without any Kubernetes dependency; every reconcile goes through
+// its Handle, shaped like controller-runtime's reconcileHandler. It prints one JSON object per finished
 // reconcile, its ground truth (a test/groundtruth Record), which the tracer, reliability, soak
 // tests compare with what they saw. Flags add load (-workers, -deep for stack growth,
 // -gc-every), a call from a goroutine the reconcile starts (-spawn), and ways to break things on
@@ -25,61 +26,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reconscope/reconscope/test/fakectl/controller"
 	"github.com/reconscope/reconscope/test/groundtruth"
 )
-
-// NamespacedName mirrors k8s.io/apimachinery/pkg/types.NamespacedName.
-type NamespacedName struct{ Namespace, Name string }
-
-// Request mirrors reconcile.Request.
-type Request struct{ NamespacedName }
-
-// Result mirrors controller-runtime v0.23+'s reconcile.Result.
-type Result struct {
-	Requeue      bool
-	RequeueAfter time.Duration
-	Priority     *int
-}
-
-// UID mirrors types.UID.
-type UID string
-
-type reconcileIDKey struct{}
-
-// Controller mirrors the fields controller-runtime's Controller starts with.
-type Controller[request comparable] struct {
-	Name    string
-	Do      func(ctx context.Context, req request) (Result, error)
-	handled int
-}
-
-// Reconcile has controller-runtime's signature, and recovers panics as it does.
-//
-//go:noinline
-func (c *Controller[request]) Reconcile(ctx context.Context, req request) (_ Result, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v [recovered]", r)
-		}
-	}()
-	return c.Do(ctx, req)
-}
-
-// handle calls Reconcile as controller-runtime's reconcileHandler does, from the same generic
-// type: every reconcile goes through it, so its call is every call of Reconcile's shape body.
-// The compiler follows that call with a JMP, which the kernel emulates: a return site at the
-// return address (fakectltest.ReturnAddressProbe) is exact and not single-stepped.
-//
-//go:noinline
-func (c *Controller[request]) handle(ctx context.Context, req request) (res Result, err error) {
-	if c.Do != nil {
-		res, err = c.Reconcile(ctx, req)
-	} else {
-		err = errors.New("no reconciler")
-	}
-	c.handled++
-	return
-}
 
 // grow recurses with a big frame so that the goroutine's stack must grow.
 //
@@ -160,8 +109,8 @@ func main() {
 
 	var mu sync.Mutex
 	enc := json.NewEncoder(os.Stdout)
-	c := &Controller[Request]{Name: pad(*ctlName, *ctlLen)}
-	c.Do = func(ctx context.Context, req Request) (Result, error) {
+	c := &controller.Controller[controller.Request]{Name: pad(*ctlName, *ctlLen)}
+	c.Do = func(ctx context.Context, req controller.Request) (controller.Result, error) {
 		var i int
 		fmt.Sscanf(req.Name, "obj-%d", &i)
 		if *deep > 0 && i%7 == 0 {
@@ -174,7 +123,7 @@ func main() {
 			done := make(chan error)
 			go func() { done <- (&informerCache{}).List(ctx, &ConfigMapList{}) }()
 			if err := <-done; err != nil {
-				return Result{}, err
+				return controller.Result{}, err
 			}
 		}
 		if i == *hang {
@@ -185,19 +134,19 @@ func main() {
 		}
 		switch outcomes[i%len(outcomes)] {
 		case "error":
-			return Result{}, errors.New(pad("plain failure", *errLen))
+			return controller.Result{}, errors.New(pad("plain failure", *errLen))
 		case "wrapped":
-			return Result{}, fmt.Errorf("wrapping: %w", errors.New("inner"))
+			return controller.Result{}, fmt.Errorf("wrapping: %w", errors.New("inner"))
 		case "custom":
-			return Result{}, &customError{code: i}
+			return controller.Result{}, &customError{code: i}
 		case "requeue":
-			return Result{Requeue: true}, nil
+			return controller.Result{Requeue: true}, nil
 		case "requeue_after":
-			return Result{RequeueAfter: time.Duration(i+1) * time.Millisecond}, nil
+			return controller.Result{RequeueAfter: time.Duration(i+1) * time.Millisecond}, nil
 		case "panic":
 			panic("scripted panic")
 		}
-		return Result{}, nil
+		return controller.Result{}, nil
 	}
 
 	var wg sync.WaitGroup
@@ -208,9 +157,9 @@ func main() {
 			defer wg.Done()
 			for i := range next {
 				id := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
-				ctx := context.WithValue(context.Background(), reconcileIDKey{}, UID(id))
-				req := Request{NamespacedName{Namespace: pad("ns", *nameLen), Name: pad(fmt.Sprintf("obj-%d-", i), *nameLen)}}
-				res, err := c.handle(ctx, req)
+				ctx := controller.WithReconcileID(context.Background(), id)
+				req := controller.Request{NamespacedName: controller.NamespacedName{Namespace: pad("ns", *nameLen), Name: pad(fmt.Sprintf("obj-%d-", i), *nameLen)}}
+				res, err := c.Handle(ctx, req)
 				t := truth{Controller: c.Name, Namespace: req.Namespace, Name: req.Name, ReconcileID: id, RequeueAfterNS: int64(res.RequeueAfter)}
 				switch {
 				case err != nil:

@@ -1,7 +1,8 @@
 // Package fakectltest is what tests and benchmarks need around the fake controller
-// (test/fakectl; the benchmarks' reconcileloop has the same Reconcile in its package main): the
-// probe that traces it and fakectl's ground truth (testkit.Compare checks spans against it).
-// The tracer, reliability, soak and kernel tests and the benchmarks share it.
+// (test/fakectl; the benchmarks' reconcileloop calls the same Reconcile, the one in
+// test/fakectl/controller): the probe that traces it and fakectl's ground truth
+// (testkit.Compare checks spans against it). The tracer, reliability, soak and kernel tests and
+// the benchmarks share it.
 package fakectltest
 
 import (
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/test/fakectl/controller"
 	"github.com/reconscope/reconscope/test/groundtruth"
 )
 
@@ -20,15 +22,15 @@ type Truth = groundtruth.Record
 // ReadTruths parses fakectl's output.
 func ReadTruths(b []byte) ([]Truth, error) { return groundtruth.Read(bytes.NewReader(b)) }
 
-// Probe is the catalog's controller-runtime (v0.23+) reconcile probe pointed at fakectl (and
-// reconcileloop), whose package main has the same function shape.
+// Probe is the catalog's controller-runtime (v0.23+) reconcile probe pointed at the fake
+// controller's Reconcile (test/fakectl/controller), which fakectl and reconcileloop call.
 func Probe() (*probes.Probe, error) {
 	for _, p := range probes.Catalog {
 		if p.ID == "controller-runtime/reconcile" && p.MinVersion == "v0.23.0" {
 			q := *p
 			q.ID, q.Module, q.MinVersion = "test/fake-reconcile", "", ""
-			q.Symbol = regexp.MustCompile(`^main\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`)
-			q.Entry.Strings[0].Field = probes.FieldRef{Type: "main.Controller", Path: "Name"}
+			q.Symbol = regexp.MustCompile(`^` + regexp.QuoteMeta(controller.Path) + `\.\(\*Controller\[go\.shape\..*\]\)\.Reconcile$`)
+			q.Entry.Strings[0].Field = probes.FieldRef{Type: controller.Path + ".Controller", Path: "Name"}
 			return &q, nil
 		}
 	}
@@ -36,14 +38,15 @@ func Probe() (*probes.Probe, error) {
 }
 
 // ReturnAddressProbe is Probe with its return sites at the return address of each call of the
-// reconcile in fakectl's package main (its handle method), as the catalog's probe has them in
-// controller-runtime's internal controller package, instead of at the RETs.
+// reconcile in the fake controller's package (its Handle method, the only caller in fakectl),
+// as the catalog's probe has them in controller-runtime's internal controller package, instead
+// of at the RETs.
 func ReturnAddressProbe() (*probes.Probe, error) {
 	p, err := Probe()
 	if err != nil {
 		return nil, err
 	}
-	p.ReturnCallers = regexp.MustCompile(`^main\.`)
+	p.ReturnCallers = regexp.MustCompile(`^` + regexp.QuoteMeta(controller.Path) + `\.`)
 	return p, nil
 }
 

@@ -1,12 +1,12 @@
-// Command reconcileloop is the benchmarks' traced process. It calls a function with the exact
-// shape of controller-runtime's (*Controller[request]).Reconcile (the same shape as the
-// collector's fakectl fixture) in a tight loop, and each reconcile makes one call through a
-// function shaped like client-go's (*rest.Request).request and one through a function shaped
-// like controller-runtime's (*informerCache).Get, which fills the object it is given (a typed
-// Kubernetes object: TypeMeta, then ObjectMeta with a UID and a resourceVersion). So the same
-// binary serves the reconcile probe alone, with the request probe, and with the cache Get
-// probe (whose return reads the object's UID and resourceVersion). It measures itself and
-// prints one JSON object at the end.
+// Command reconcileloop is the benchmarks' traced process. It calls the fake controller's
+// Reconcile (test/fakectl/controller, which test/fakectl calls too: the exact shape of
+// controller-runtime's (*Controller[request]).Reconcile) in a tight loop, and each reconcile
+// makes one call through a function shaped like client-go's (*rest.Request).request and one
+// through a function shaped like controller-runtime's (*informerCache).Get, which fills the
+// object it is given (a typed Kubernetes object: TypeMeta, then ObjectMeta with a UID and a
+// resourceVersion). So the same binary serves the reconcile probe alone, with the request
+// probe, and with the cache Get probe (whose return reads the object's UID and
+// resourceVersion). It measures itself and prints one JSON object at the end.
 //
 // Two modes:
 //
@@ -27,7 +27,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -37,60 +36,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/reconscope/reconscope/test/bench/loopreport"
+	"github.com/reconscope/reconscope/test/fakectl/controller"
 )
-
-// NamespacedName mirrors k8s.io/apimachinery/pkg/types.NamespacedName.
-type NamespacedName struct{ Namespace, Name string }
-
-// Request mirrors reconcile.Request.
-type Request struct{ NamespacedName }
-
-// Result mirrors controller-runtime v0.23+'s reconcile.Result.
-type Result struct {
-	Requeue      bool
-	RequeueAfter time.Duration
-	Priority     *int
-}
-
-// UID mirrors types.UID.
-type UID string
-
-type reconcileIDKey struct{}
-
-// Controller mirrors the fields controller-runtime's Controller starts with.
-type Controller[request comparable] struct {
-	Name string
-	Do   func(ctx context.Context, req request) (Result, error)
-	// handled counts the reconciles that went through handle.
-	handled int
-}
-
-// Reconcile has controller-runtime's signature and, like it, recovers panics.
-//
-//go:noinline
-func (c *Controller[request]) Reconcile(ctx context.Context, req request) (_ Result, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v [recovered]", r)
-		}
-	}()
-	return c.Do(ctx, req)
-}
-
-// handle calls Reconcile as controller-runtime's reconcileHandler does (-handler): the compiler
-// follows the call with a JMP, an instruction the kernel emulates, as it follows
-// reconcileHandler's with a NOP (bench returns measures a return site there against the RETs).
-//
-//go:noinline
-func (c *Controller[request]) handle(ctx context.Context, req request) (res Result, err error) {
-	if c.Do != nil {
-		res, err = c.Reconcile(ctx, req)
-	} else {
-		err = errors.New("no reconciler")
-	}
-	c.handled++
-	return
-}
 
 // RestRequest mirrors the fields of client-go's rest.Request that the request probe reads.
 type RestRequest struct {
@@ -121,7 +70,7 @@ type ObjectMeta struct {
 	GenerateName    string
 	Namespace       string
 	SelfLink        string
-	UID             UID
+	UID             controller.UID
 	ResourceVersion string
 	Generation      int64
 }
@@ -150,7 +99,7 @@ type informerCache struct {
 // error: it copies the cached object of key into obj, as the real cache's deep copy does.
 //
 //go:noinline
-func (c *informerCache) Get(ctx context.Context, key NamespacedName, obj Object, opts ...GetOption) error {
+func (c *informerCache) Get(ctx context.Context, key controller.NamespacedName, obj Object, opts ...GetOption) error {
 	cm, ok := obj.(*ConfigMap)
 	if !ok {
 		return fmt.Errorf("unsupported object %T", obj)
@@ -161,22 +110,10 @@ func (c *informerCache) Get(ctx context.Context, key NamespacedName, obj Object,
 }
 
 // instrument, when set (otel.go), wraps every reconcile in hand-made instrumentation.
-var instrument func(ctx context.Context, c *Controller[Request], req Request) (context.Context, func(Result, error))
+var instrument func(ctx context.Context, c *controller.Controller[controller.Request], req controller.Request) (context.Context, func(controller.Result, error))
 
 // pool is how many distinct objects (and reconcile IDs) the loop cycles through.
 const pool = 1024
-
-type report struct {
-	Mode       string  `json:"mode"`
-	N          int     `json:"n"`
-	Workers    int     `json:"workers"`
-	WallNs     int64   `json:"wall_ns"`
-	CPUNs      int64   `json:"cpu_ns"`
-	WallPerRec float64 `json:"wall_ns_per_reconcile"`
-	CPUPerRec  float64 `json:"cpu_ns_per_reconcile"`
-	Rate       float64 `json:"reconciles_per_s"`
-	Instrument bool    `json:"instrumented"`
-}
 
 func cpuNow() int64 {
 	var ts unix.Timespec
@@ -195,28 +132,28 @@ func main() {
 	start := flag.String("start", "", "wait until this file exists before reconciling")
 	spawn := flag.Bool("spawn", false, "start N goroutines instead of running N reconciles (tight-loop mode)")
 	inSpan := flag.Bool("in-span", false, "with -spawn: start them inside one reconcile")
-	handler := flag.Bool("handler", false, "call every reconcile through handle, shaped like controller-runtime's reconcileHandler")
+	handler := flag.Bool("handler", false, "call every reconcile through Handle, shaped like controller-runtime's reconcileHandler")
 	flag.Parse()
 
-	c := &Controller[Request]{Name: "bench"}
+	c := &controller.Controller[controller.Request]{Name: "bench"}
 	api := &RestRequest{verb: "PATCH", resource: "configmaps", namespace: "team-a", resourceName: "web-config", subresource: "status"}
 	cache := &informerCache{objects: make([]ConfigMap, pool)}
 	var obj ConfigMap
-	c.Do = func(ctx context.Context, req Request) (Result, error) {
+	c.Do = func(ctx context.Context, req controller.Request) (controller.Result, error) {
 		if err := cache.Get(ctx, req.NamespacedName, &obj); err != nil {
-			return Result{}, err
+			return controller.Result{}, err
 		}
 		api.request(ctx, nil)
-		return Result{}, nil
+		return controller.Result{}, nil
 	}
 	ctxs := make([]context.Context, pool)
-	reqs := make([]Request, pool)
+	reqs := make([]controller.Request, pool)
 	for i := range pool {
 		id := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
-		ctxs[i] = context.WithValue(context.Background(), reconcileIDKey{}, UID(id))
-		reqs[i] = Request{NamespacedName{Namespace: "team-a", Name: fmt.Sprintf("web-%d", i)}}
+		ctxs[i] = controller.WithReconcileID(context.Background(), id)
+		reqs[i] = controller.Request{NamespacedName: controller.NamespacedName{Namespace: "team-a", Name: fmt.Sprintf("web-%d", i)}}
 		cache.objects[i].ObjectMeta = ObjectMeta{Name: fmt.Sprintf("web-%d", i), Namespace: "team-a",
-			UID:             UID(fmt.Sprintf("%08x-1111-4000-8000-%012x", i, i)),
+			UID:             controller.UID(fmt.Sprintf("%08x-1111-4000-8000-%012x", i, i)),
 			ResourceVersion: fmt.Sprint(100000 + i)}
 	}
 	reconcile := func(i int) {
@@ -228,7 +165,7 @@ func main() {
 			return
 		}
 		if *handler {
-			c.handle(ctx, req)
+			c.Handle(ctx, req)
 			return
 		}
 		c.Reconcile(ctx, req)
@@ -243,7 +180,7 @@ func main() {
 		}
 	}
 
-	r := report{Instrument: instrument != nil}
+	r := loopreport.Report{Instrument: instrument != nil}
 	if *spawn {
 		r.Mode, r.Workers, r.N = "spawn", 1, *n
 		runtime.LockOSThread()
@@ -251,15 +188,15 @@ func main() {
 		runtime.GC()
 		cpu0, wall0 := cpuNow(), time.Now()
 		if *inSpan {
-			c.Do = func(context.Context, Request) (Result, error) { spawnLoop(*n); return Result{}, nil }
+			c.Do = func(context.Context, controller.Request) (controller.Result, error) {
+				spawnLoop(*n)
+				return controller.Result{}, nil
+			}
 			c.Reconcile(ctxs[0], reqs[0])
 		} else {
 			spawnLoop(*n)
 		}
-		r.WallNs, r.CPUNs = int64(time.Since(wall0)), cpuNow()-cpu0
-		r.WallPerRec = float64(r.WallNs) / float64(*n)
-		r.CPUPerRec = float64(r.CPUNs) / float64(*n)
-		r.Rate = float64(*n) / (float64(r.WallNs) / 1e9)
+		r.Timed(int64(time.Since(wall0)), cpuNow()-cpu0)
 	} else if *rate > 0 {
 		r.Mode, r.Workers = "paced", *workers
 		r.N, r.WallNs = paced(reconcile, *rate, *duration, *workers)
@@ -275,10 +212,7 @@ func main() {
 		for i := range *n {
 			reconcile(i)
 		}
-		r.WallNs, r.CPUNs = int64(time.Since(wall0)), cpuNow()-cpu0
-		r.WallPerRec = float64(r.WallNs) / float64(*n)
-		r.CPUPerRec = float64(r.CPUNs) / float64(*n)
-		r.Rate = float64(*n) / (float64(r.WallNs) / 1e9)
+		r.Timed(int64(time.Since(wall0)), cpuNow()-cpu0)
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
 		os.Exit(1)

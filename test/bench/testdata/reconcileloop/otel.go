@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/reconscope/reconscope/test/fakectl/controller"
 )
 
 // discard is a span exporter that drops what it is given: the batch span processor does all
@@ -32,13 +34,13 @@ func init() {
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 	}, []string{"controller"})
 	prometheus.NewRegistry().MustRegister(hist)
-	instrument = func(ctx context.Context, c *Controller[Request], req Request) (context.Context, func(Result, error)) {
+	instrument = func(ctx context.Context, c *controller.Controller[controller.Request], req controller.Request) (context.Context, func(controller.Result, error)) {
 		start := time.Now()
 		ctx, span := tracer.Start(ctx, "reconcile "+c.Name, trace.WithAttributes(
 			attribute.String("k8s.namespace.name", req.Namespace),
 			attribute.String("k8s.object.name", req.Name),
 		))
-		return ctx, func(_ Result, err error) {
+		return ctx, func(_ controller.Result, err error) {
 			if err != nil {
 				span.RecordError(err)
 				span.SetStatus(codes.Error, err.Error())
