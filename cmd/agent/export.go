@@ -51,7 +51,10 @@ func addExportFlags(fs *flag.FlagSet, metricsDefault string) *exportFlags {
 
 // exporters is what the agent writes spans to, and how to stop it.
 type exporters struct {
-	writer  exporter.Writer
+	writer exporter.Writer
+	// output is the agent's own output (--output on standard output) behind its queue; nil
+	// when there is none.
+	output  *exporter.Queue
 	metrics *exporter.Metrics
 	otlp    *exporter.OTLPExporter
 	sampler *exporter.Sampler
@@ -79,12 +82,19 @@ func (f *exportFlags) spanExporters() ([]string, error) {
 	return nil, nil
 }
 
-// build makes the exporters; local writers (tree, JSON) go first. The tracer, made with the
-// exporters' writer, is given to them afterwards (setTracer); until then the self-metrics say
-// nothing of it.
-func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock ktime.Clock, local ...exporter.Writer) (*exporters, error) {
+// build makes the exporters. output, when not nil, writes the agent's own output (tree or
+// JSON lines on standard output): it goes first, behind a queue, so that an output nobody
+// reads drops spans (counted) instead of stalling the tracer; local writers (the exit summary)
+// follow. The tracer, made with the exporters' writer, is given to them afterwards
+// (setTracer); until then the self-metrics say nothing of it.
+func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock ktime.Clock, output exporter.Writer, local ...exporter.Writer) (*exporters, error) {
 	e := &exporters{}
-	chain := exporter.Multi(local)
+	var chain exporter.Multi
+	if output != nil {
+		e.output = exporter.NewQueue(output, exporter.DefaultQueueSize, log)
+		chain = append(chain, e.output)
+	}
+	chain = append(chain, local...)
 	if *f.metricsAddr != "" {
 		build := agentBuild()
 		e.metrics = exporter.NewMetrics(exporter.MetricsOptions{HotObjectsK: *f.hotK, BuildInfo: &build, AgentStats: func() exporter.AgentStats {
@@ -144,6 +154,9 @@ func (e *exporters) agentStats(t *tracer.Tracer) exporter.AgentStats {
 		o := e.otlp.Stats()
 		a.SpansExported, a.SpansDropped = o.Exported, o.Dropped
 		a.SpansSampledOut = e.sampler.SampledOut()
+	}
+	if e.output != nil {
+		a.OutputSpansDropped = e.output.Dropped()
 	}
 	return a
 }
@@ -210,8 +223,30 @@ func (e *exporters) serve(addr string, sec *metricsSecurity, log *slog.Logger) e
 	return nil
 }
 
+// closeOutput writes what the output's queue holds, for at most outputGrace (an output that
+// nobody reads is given up on), and returns how many spans it dropped.
+func (e *exporters) closeOutput(log *slog.Logger) uint64 {
+	if e.output == nil {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), outputGrace)
+	defer cancel()
+	if err := e.output.Close(ctx); err != nil {
+		log.Warn("output", "err", err)
+	}
+	return e.output.Dropped()
+}
+
+// outputGrace is how long closeOutput waits for the output to take the spans still queued.
+const outputGrace = 5 * time.Second
+
 // close flushes spans and stops the metrics server.
 func (e *exporters) close() {
+	if e.output != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), outputGrace)
+		_ = e.output.Close(ctx)
+		cancel()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if e.otlp != nil {

@@ -89,11 +89,11 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	clock := ktime.NewClock()
-	var local []exporter.Writer
+	var out exporter.Writer
 	switch *output {
 	case "none":
 	case "json":
-		local = append(local, exporter.NewJSONWriter(stdout, clock))
+		out = exporter.NewJSONWriter(stdout, clock)
 	default:
 		log.Error("--output: want none or json", "output", *output)
 		return 2
@@ -111,7 +111,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		log.Error("pod metadata", "err", err)
 		return 2
 	}
-	exp, err := ef.build(ctx, log, clock, local...)
+	exp, err := ef.build(ctx, log, clock, out)
 	if err != nil {
 		log.Error("set up exporters", "err", err)
 		return 2
@@ -163,8 +163,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		log.Error("read events", "err", err)
 		return 1
 	}
+	dropped := exp.closeOutput(log)
 	st := t.Stats()
-	log.Info("stopped", "reconciles", st.Assembler.Spans, "events", st.Reader.Events, "lost", st.Kernel.LostRingBuffer)
+	log.Info("stopped", "reconciles", st.Assembler.Spans, "events", st.Reader.Events, "lost", st.Kernel.LostRingBuffer, "output_dropped", dropped)
 	return 0
 }
 

@@ -143,11 +143,15 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	}
 
 	err = t.Run(ctx)
+	dropped := exp.closeOutput(log)
 	st := t.Stats()
 	fmt.Fprintf(stderr, "\nreconscope: %d reconciles\n", st.Assembler.Spans)
 	summary.Print(stderr)
 	fmt.Fprintf(stderr, "events: %d read, %d lost (ring buffer full), %d malformed; spans abandoned: %d, orphan returns: %d\n",
 		st.Reader.Events, st.Kernel.LostRingBuffer, st.Reader.Malformed, st.Assembler.Abandoned, st.Assembler.OrphanReturns)
+	if dropped > 0 {
+		fmt.Fprintf(stderr, "output: %d spans not written (standard output did not keep up)\n", dropped)
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
 		return 1

@@ -57,6 +57,9 @@ type AgentStats struct {
 	// SpansSampledOut counts reconciles the sampler chose not to export (Sampler.SampledOut);
 	// they are not lost: metrics saw them.
 	SpansSampledOut uint64
+	// OutputSpansDropped counts spans not written to the agent's own output (--output json or
+	// tree on standard output) because it did not keep up (Queue.Dropped).
+	OutputSpansDropped uint64
 }
 
 // MetricsOptions configures NewMetrics.
@@ -294,8 +297,8 @@ func workloadValues(s *span.Span) [6]string {
 // agentCollector exposes AgentStats, calling the callback once per scrape so the values are
 // one consistent snapshot. A scrape only reads: it sets nothing another collector reports.
 type agentCollector struct {
-	stats                                                             func() AgentStats
-	inFlight, eventsLost, probes, processes, exported, dropped, unsam *prometheus.Desc
+	stats                                                                         func() AgentStats
+	inFlight, eventsLost, probes, processes, exported, dropped, unsam, outputLost *prometheus.Desc
 }
 
 func newAgentCollector(stats func() AgentStats) *agentCollector {
@@ -311,11 +314,13 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 		exported:  d("reconscope_spans_exported_total", "Spans (reconcile and call spans) the OTLP collector accepted."),
 		dropped:   d("reconscope_spans_dropped_total", "Spans lost on the way to the OTLP collector (queue full, export failed, rejected)."),
 		unsam:     d("reconscope_spans_sampled_out_total", "Reconciles not exported by choice of the sampler (not a loss)."),
+		outputLost: d("reconscope_output_spans_dropped_total",
+			"Spans not written to the agent's standard output (--output) because it did not keep up: its queue was full."),
 	}
 }
 
 func (a *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam} {
+	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost} {
 		ch <- d
 	}
 }
@@ -330,6 +335,7 @@ func (a *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(a.exported, prometheus.CounterValue, float64(s.SpansExported))
 	ch <- prometheus.MustNewConstMetric(a.dropped, prometheus.CounterValue, float64(s.SpansDropped))
 	ch <- prometheus.MustNewConstMetric(a.unsam, prometheus.CounterValue, float64(s.SpansSampledOut))
+	ch <- prometheus.MustNewConstMetric(a.outputLost, prometheus.CounterValue, float64(s.OutputSpansDropped))
 }
 
 // hotObjects counts reconciles per object over a sliding window and exposes, at each scrape,

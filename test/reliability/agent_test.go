@@ -45,8 +45,14 @@ func stopFakectl(t *testing.T, p *proc, stopFile string) int {
 // startAgent runs the agent's trace command on pid, printing JSON lines.
 func startAgent(t *testing.T, agent, bin string, pid int, extra ...string) *proc {
 	t.Helper()
+	return start(t, "agent", agentCommand(t, agent, bin, pid, extra...))
+}
+
+// agentCommand is the agent's trace command on pid, printing JSON lines.
+func agentCommand(t *testing.T, agent, bin string, pid int, extra ...string) *exec.Cmd {
+	t.Helper()
 	args := append([]string{"trace", "--pid", strconv.Itoa(pid), "--output", "json", "--probe", agentProbe(t, bin)}, extra...)
-	return start(t, "agent", exec.Command(agent, args...))
+	return exec.Command(agent, args...)
 }
 
 // waitSpans waits until the agent has printed at least n spans of process pid.

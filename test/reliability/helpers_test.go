@@ -97,7 +97,10 @@ func start(t *testing.T, name string, cmd *exec.Cmd) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout, cmd.Stderr = out, errf
+	if cmd.Stdout == nil { // a test may give its own (a pipe nobody reads)
+		cmd.Stdout = out
+	}
+	cmd.Stderr = errf
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}

@@ -1,0 +1,78 @@
+package reliability
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
+)
+
+// TestAgentOutputNotRead: the agent's standard output is a pipe nobody reads (a reader that
+// stopped, a terminal stopped with Ctrl-S). Once the pipe is full the agent keeps tracing,
+// drops the spans it cannot print (says so at once, counts them), and stops on SIGTERM like
+// any other time, saying how many it dropped; the traced process is unharmed. Before the
+// output had its queue, the event loop blocked in the write and SIGTERM was ignored.
+func TestAgentOutputNotRead(t *testing.T) {
+	bpftest.Require(t)
+	_, agent := programs(t)
+	dir := t.TempDir()
+	bin := copyRelctl(t, dir)
+	stop := filepath.Join(dir, "stop")
+	ctl := busyFakectl(t, bin, stop, 2, "200us")
+
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() }) // open, never read: writes block once the pipe is full
+	cmd := agentCommand(t, agent, bin, ctl.pid())
+	cmd.Stdout = w
+	a := start(t, "agent", cmd)
+	w.Close() // the agent holds the only write end
+
+	stderr := func() string { b, _ := os.ReadFile(a.stderr); return string(b) }
+	// A pipe holds 64 KiB, about a hundred spans, and the output queue 4096 more: 10000
+	// reconciles after the attach fill both.
+	testkit.Eventually(t, "the agent to attach", 2*time.Minute, func() bool { return strings.Contains(stderr(), "attached") })
+	before := len(ctl.lines(t))
+	testkit.Eventually(t, "10000 more reconciles", 2*time.Minute, func() bool {
+		if a.exited() {
+			t.Fatalf("agent exited (%v):\n%s", a.err, stderr())
+		}
+		return len(ctl.lines(t)) >= before+10000
+	})
+	if !strings.Contains(stderr(), "output does not keep up") {
+		t.Errorf("the agent did not say at once that its output drops spans:\n%s", stderr())
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.done:
+	case <-time.After(time.Minute):
+		t.Fatalf("the agent did not stop within a minute of SIGTERM while its output was blocked:\n%s", stderr())
+	}
+	if a.err != nil {
+		t.Fatalf("agent exit: %v\n%s", a.err, stderr())
+	}
+	m := regexp.MustCompile(`output: (\d+) spans not written`).FindStringSubmatch(stderr())
+	if m == nil {
+		t.Fatalf("the agent's exit report does not count the spans it dropped:\n%s", stderr())
+	}
+	n, _ := strconv.Atoi(m[1])
+	if n == 0 {
+		t.Fatalf("0 spans dropped reported, yet the output was blocked:\n%s", stderr())
+	}
+	if ctl.exited() {
+		t.Fatalf("fakectl died while traced: %v", ctl.err)
+	}
+	total := stopFakectl(t, ctl, stop)
+	t.Logf("agent stopped on SIGTERM with its output blocked, %d spans dropped; fakectl: %d reconciles, each once", n, total)
+}
