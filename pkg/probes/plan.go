@@ -67,6 +67,37 @@ var ErrorMessageFields = []FieldRef{
 	{Type: statusError, Path: "ErrStatus.Message"},
 }
 
+// goidField is the goroutine ID in runtime.g, which every plan resolves (Plan.GoidOffset).
+var goidField = FieldRef{Type: "runtime.g", Path: "goid"}
+
+// FieldsRead returns every struct field whose offset a plan of catalog may resolve, which the
+// offsets table must hold for binaries without DWARF: the goroutine ID, the fields of every
+// layout of the catalog, and the error messages (ErrorMessageFields); each once, without Add,
+// in that order. internal/cmd/offsetgen generates the table for exactly these.
+func FieldsRead(catalog []*Probe) []FieldRef {
+	var out []FieldRef
+	seen := map[FieldRef]bool{}
+	add := func(f FieldRef) {
+		f.Add = 0
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	add(goidField)
+	for _, p := range catalog {
+		for _, l := range []*Layout{&p.Entry, &p.Return} {
+			for _, f := range l.Fields() {
+				add(f)
+			}
+		}
+	}
+	for _, f := range ErrorMessageFields {
+		add(f)
+	}
+	return out
+}
+
 // Missing says why a probe of the catalog does not apply to the binary.
 type Missing struct {
 	ProbeID string
@@ -115,7 +146,7 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		p.Offsets = append(p.Offsets, *u)
 		return u.Value, err == nil
 	}
-	if v, ok := offset(FieldRef{Type: "runtime.g", Path: "goid"}); ok {
+	if v, ok := offset(goidField); ok {
 		p.GoidOffset = v
 	}
 

@@ -219,6 +219,26 @@ func TestStrippedSitesMatchUnstripped(t *testing.T) {
 	}
 }
 
+// TestPlanResolvesFieldsRead: every struct-field offset the plan of the fixture controller
+// resolves (every catalog probe but the sync handlers applies to it) is one FieldsRead lists,
+// which the offsets generator generates: an offset looked up outside it would be missing from
+// the table.
+func TestPlanResolvesFieldsRead(t *testing.T) {
+	plan := planOf(t, buildWith(t, "local", fixturePkg, "-s -w"))
+	read := FieldsRead(Catalog)
+	for _, u := range plan.Offsets {
+		if !slices.Contains(read, FieldRef{Type: u.Type, Path: u.Path}) {
+			t.Errorf("the plan resolved %s %s, which FieldsRead does not list", u.Type, u.Path)
+		}
+		if u.Err != nil {
+			t.Errorf("the stripped fixture's %s %s: %v", u.Type, u.Path, u.Err)
+		}
+	}
+	if len(plan.Offsets) < len(read)-1 {
+		t.Errorf("the plan resolved %d offsets, FieldsRead lists %d", len(plan.Offsets), len(read))
+	}
+}
+
 // TestStrippedSitesKubeControllerManager does the same for the test bed's
 // kube-controller-manager and its stripped copy (the sync handlers), when they are built.
 func TestStrippedSitesKubeControllerManager(t *testing.T) {

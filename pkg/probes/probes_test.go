@@ -136,3 +136,21 @@ func TestIsUID(t *testing.T) {
 		}
 	}
 }
+
+// TestFieldUsesMatchFieldsRead: every field the catalog reads says what spans lack without it
+// (fieldUses), and fieldUses names no field the catalog does not read.
+func TestFieldUsesMatchFieldsRead(t *testing.T) {
+	read := map[string]bool{}
+	for _, f := range FieldsRead(Catalog) {
+		k := f.Type + " " + f.Path
+		read[k] = true
+		if fieldUses[k] == "" {
+			t.Errorf("%s: no line in fieldUses", k)
+		}
+	}
+	for k := range fieldUses {
+		if !read[k] {
+			t.Errorf("fieldUses names %s, which no probe reads", k)
+		}
+	}
+}

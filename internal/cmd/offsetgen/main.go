@@ -2,7 +2,9 @@
 // reconscope needs when a traced binary has no DWARF (release builds are usually stripped with
 // -s -w).
 //
-// For each supported version it writes a small program into a temporary module, builds it with
+// It records the struct fields the probe catalog reads (probes.FieldsRead), nothing else. For
+// each supported version it writes a small program that links in their types (named, or
+// reached through an anchor when unexported) into a temporary module, builds it with
 // DWARF (amd64, and arm64 where asked), reads the offsets with debug/dwarf and records them
 // keyed by the version of the module that defines the type, as the built binary's build info
 // reports it. Runtime and standard-library types are keyed by the Go version of the toolchain
@@ -24,7 +26,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"go/token"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +36,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
@@ -43,77 +48,151 @@ type target struct {
 	Fields []string
 }
 
-var targets = []target{
-	{"std", "runtime.g", []string{"goid", "stackguard0", "m"}},
-	{"std", "errors.errorString", []string{"s"}},
-	{"std", "fmt.wrapError", []string{"msg", "err"}},
-	{"std", "fmt.wrapErrors", []string{"msg", "errs"}},
-	{"std", "net/http.Response", []string{"Status", "StatusCode"}},
-	{"k8s.io/apimachinery", "k8s.io/apimachinery/pkg/apis/meta/v1.ObjectMeta", []string{"Name", "Namespace", "UID", "ResourceVersion", "Generation"}},
-	{"k8s.io/apimachinery", "k8s.io/apimachinery/pkg/api/errors.StatusError", []string{"ErrStatus", "ErrStatus.Message", "ErrStatus.Reason", "ErrStatus.Code"}},
-	{"k8s.io/apimachinery", "k8s.io/apimachinery/pkg/types.NamespacedName", []string{"Namespace", "Name"}},
-	{"k8s.io/client-go", "k8s.io/client-go/rest.Request", []string{"verb", "pathPrefix", "subpath", "namespace", "namespaceSet", "resource", "resourceName", "subresource", "err"}},
-	{"k8s.io/client-go", "k8s.io/client-go/rest.Result", []string{"statusCode", "err", "contentType"}},
-	{"sigs.k8s.io/controller-runtime", "sigs.k8s.io/controller-runtime/pkg/internal/controller.Controller", []string{"Name"}},
-	{"sigs.k8s.io/controller-runtime", "sigs.k8s.io/controller-runtime/pkg/reconcile.Request", []string{"NamespacedName", "NamespacedName.Namespace", "NamespacedName.Name"}},
-	{"sigs.k8s.io/controller-runtime", "sigs.k8s.io/controller-runtime/pkg/reconcile.Result", []string{"Requeue", "RequeueAfter", "Priority"}},
+// targets are the struct fields the catalog reads (probes.FieldsRead), by type: the table
+// holds what a plan resolves, no more and no less.
+var targets = catalogTargets(probes.FieldsRead(probes.Catalog))
+
+// catalogTargets groups fields by type, in the order they come, each type with the module
+// its import path names.
+func catalogTargets(fields []probes.FieldRef) []target {
+	var out []target
+	index := map[string]int{}
+	for _, f := range fields {
+		i, ok := index[f.Type]
+		if !ok {
+			i = len(out)
+			index[f.Type] = i
+			out = append(out, target{Module: typeModule(f.Type), Type: f.Type})
+		}
+		if !slices.Contains(out[i].Fields, f.Path) {
+			out[i].Fields = append(out[i].Fields, f.Path)
+		}
+	}
+	return out
 }
 
-const stdProgram = `package main
+// typePackage is the import path of a type's package: "k8s.io/client-go/rest" of
+// "k8s.io/client-go/rest.Request".
+func typePackage(typeName string) string {
+	slash := strings.LastIndexByte(typeName, '/')
+	dot := strings.IndexByte(typeName[slash+1:], '.')
+	if dot < 0 {
+		return typeName
+	}
+	return typeName[:slash+1+dot]
+}
 
-import (
-	"errors"
-	"fmt"
-	"net/http"
-	"os"
+// typeModule is the module of a type, from its import path: "std" for the Go distribution
+// (no dot in the path's first element), the first three elements on hosts whose paths name
+// an owner and a repository (github.com/owner/repo), the first two otherwise (k8s.io/client-go,
+// sigs.k8s.io/controller-runtime).
+func typeModule(typeName string) string {
+	parts := strings.Split(typePackage(typeName), "/")
+	switch {
+	case !strings.Contains(parts[0], "."):
+		return "std"
+	case slices.Contains([]string{"github.com", "gitlab.com", "bitbucket.org", "golang.org"}, parts[0]) && len(parts) >= 3:
+		return strings.Join(parts[:3], "/")
+	case len(parts) >= 2:
+		return strings.Join(parts[:2], "/")
+	}
+	return parts[0]
+}
+
+// versionSet is one kind of program the generator builds, once per version: "std" for the
+// Go toolchains, or a module at each of its versions. Its program links in the types of the
+// modules it covers.
+type versionSet struct {
+	module string   // "std", or the module whose versions are built
+	covers []string // the modules whose types the program links in
+}
+
+var (
+	stdSet      = versionSet{module: "std", covers: []string{"std"}}
+	clientGoSet = versionSet{module: "k8s.io/client-go", covers: []string{"k8s.io/client-go", "k8s.io/apimachinery"}}
+	crSet       = versionSet{module: "sigs.k8s.io/controller-runtime", covers: []string{"sigs.k8s.io/controller-runtime"}}
 )
 
-var sink []any
-
-func main() {
-	e1 := errors.New("a")
-	e2 := fmt.Errorf("b: %w", e1)
-	e3 := fmt.Errorf("c: %w %w", e1, e2)
-	sink = append(sink, &http.Response{})
-	fmt.Fprintln(os.Stderr, e2, e3, len(sink))
+// anchor links a type that a program cannot name (unexported, internal, or generic) into
+// it: an expression whose value holds it, and the packages the expression needs.
+type anchor struct {
+	imports []string
+	expr    string // "" when every Go program has the type (runtime.g)
 }
-`
 
-const clientGoProgram = `package main
-
-import (
-	"fmt"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
-)
-
-var sink []any
-
-func main() {
-	sink = append(sink, &metav1.ObjectMeta{}, &apierrors.StatusError{}, &types.NamespacedName{}, &rest.Request{}, &rest.Result{})
-	fmt.Println(len(sink))
+var anchors = map[string]anchor{
+	"runtime.g":          {},
+	"errors.errorString": {[]string{"errors"}, `errors.New("a")`},
+	"fmt.wrapError":      {[]string{"errors", "fmt"}, `fmt.Errorf("b: %w", errors.New("a"))`},
+	"fmt.wrapErrors":     {[]string{"errors", "fmt"}, `fmt.Errorf("c: %w %w", errors.New("a"), errors.New("b"))`},
+	// controller.New makes the generic internal Controller[reconcile.Request].
+	"sigs.k8s.io/controller-runtime/pkg/internal/controller.Controller": {[]string{"sigs.k8s.io/controller-runtime/pkg/controller"}, "controller.New"},
 }
-`
 
-const controllerRuntimeProgram = `package main
-
-import (
-	"fmt"
-
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-)
-
-var sink []any
-
-func main() {
-	sink = append(sink, controller.New, &reconcile.Result{}, &reconcile.Request{})
-	fmt.Println(len(sink))
+// program returns the source of the program that links in every target of the modules set
+// covers: a composite literal of each exported type, the anchor of each other one.
+func program(set versionSet, targets []target) (string, error) {
+	bare := map[string]bool{"fmt": true, "os": true} // imported under their own names
+	aliases := map[string]string{}                   // imported under a name of ours
+	var values []string
+	for _, t := range targets {
+		if !slices.Contains(set.covers, t.Module) {
+			continue
+		}
+		if a, ok := anchors[t.Type]; ok {
+			for _, p := range a.imports {
+				bare[p] = true
+			}
+			if a.expr != "" {
+				values = append(values, a.expr)
+			}
+			continue
+		}
+		pkg := typePackage(t.Type)
+		name := t.Type[len(pkg)+1:]
+		if !token.IsExported(name) || strings.Contains(pkg+"/", "/internal/") {
+			return "", fmt.Errorf("a program cannot name %s: give it an anchor (offsetgen's anchors)", t.Type)
+		}
+		if aliases[pkg] == "" {
+			aliases[pkg] = fmt.Sprintf("p%d", len(aliases))
+		}
+		values = append(values, "&"+aliases[pkg]+"."+name+"{}")
+	}
+	var b strings.Builder
+	b.WriteString("package main\n\nimport (\n")
+	for _, p := range slices.Sorted(maps.Keys(bare)) {
+		fmt.Fprintf(&b, "\t%q\n", p)
+	}
+	for _, p := range slices.Sorted(maps.Keys(aliases)) {
+		fmt.Fprintf(&b, "\t%s %q\n", aliases[p], p)
+	}
+	b.WriteString(")\n\nvar sink []any\n\nfunc main() {\n")
+	for _, v := range values {
+		fmt.Fprintf(&b, "\tsink = append(sink, %s)\n", v)
+	}
+	b.WriteString("\tfmt.Fprintln(os.Stderr, len(sink))\n}\n")
+	return b.String(), nil
 }
-`
+
+// programs returns the program of each version set, by its module, and fails when a target's
+// module is in no set: its versions would not be built.
+func programs(targets []target) (map[string]string, error) {
+	sets := []versionSet{stdSet, clientGoSet, crSet}
+	for _, t := range targets {
+		if !slices.ContainsFunc(sets, func(s versionSet) bool { return slices.Contains(s.covers, t.Module) }) {
+			return nil, fmt.Errorf("no version set builds module %s (type %s): add one to offsetgen's sets", t.Module, t.Type)
+		}
+	}
+	out := map[string]string{}
+	for _, s := range sets {
+		p, err := program(s, targets)
+		if err != nil {
+			return nil, err
+		}
+		out[s.module] = p
+	}
+	return out, nil
+}
 
 func main() {
 	out := flag.String("o", "pkg/symbols/offsets_table.json", "table to write (merged with its current entries)")
@@ -128,6 +207,10 @@ func main() {
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	programs, err := programs(targets)
+	if err != nil {
+		fatal(log, "write the programs", err)
+	}
 	work, err := os.MkdirTemp("", "offsetgen-")
 	if err != nil {
 		fatal(log, "create work folder", err)
@@ -152,7 +235,7 @@ func main() {
 		}
 		for _, tc := range toolchains {
 			for _, arch := range archList {
-				es, err := generate(log, work, "std-"+tc+"-"+arch, arch, tc, stdProgram, nil)
+				es, err := generate(log, work, "std-"+tc+"-"+arch, arch, tc, programs[stdSet.module], nil)
 				if err != nil {
 					// One toolchain that cannot be had must not lose the others.
 					log.Error("skip toolchain", "go", tc, "arch", arch, "err", err)
@@ -163,10 +246,10 @@ func main() {
 		}
 	}
 	for _, set := range []struct {
-		flagValue, minors, module, program string
+		flagValue, minors, module string
 	}{
-		{*clientGo, *clientGoMinors, "k8s.io/client-go", clientGoProgram},
-		{*cr, *crMinors, "sigs.k8s.io/controller-runtime", controllerRuntimeProgram},
+		{*clientGo, *clientGoMinors, clientGoSet.module},
+		{*cr, *crMinors, crSet.module},
 	} {
 		versions, err := pickVersions(work, set.module, set.flagValue, set.minors)
 		if err != nil {
@@ -174,7 +257,7 @@ func main() {
 		}
 		for _, v := range versions {
 			name := strings.ReplaceAll(set.module, "/", "_") + "-" + v
-			es, err := generate(log, work, name, archList[0], "local", set.program, map[string]string{set.module: v})
+			es, err := generate(log, work, name, archList[0], "local", programs[set.module], map[string]string{set.module: v})
 			if err != nil {
 				// One unbuildable version must not lose the others: say so and go on.
 				log.Error("skip version", "module", set.module, "version", v, "err", err)
