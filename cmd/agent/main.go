@@ -125,3 +125,20 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	}
 	return nil, fmt.Errorf("log format %q: want text, json or auto", format)
 }
+
+// run and trace end with an error in one style: a usage error (a flag or its value: exit 2)
+// is one plain line naming the command, like the flag parser's own; a failure to set up or to
+// trace (exit 1) is a record of the command's logger, text on a terminal and JSON in a pod,
+// like every other line the agent writes.
+
+// usageError prints a usage error of the command cmd and returns exit status 2.
+func usageError(stderr io.Writer, cmd, format string, a ...any) int {
+	fmt.Fprintf(stderr, "reconscope-agent %s: %s\n", cmd, fmt.Sprintf(format, a...))
+	return 2
+}
+
+// failed logs why the command stops and returns exit status 1.
+func failed(log *slog.Logger, what string, err error) int {
+	log.Error(what, "err", err)
+	return 1
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 )
 
@@ -286,5 +287,30 @@ func TestVersionOfRealBuild(t *testing.T) {
 	}
 	if !strings.Contains(string(out), " revision "+strings.TrimSpace(string(rev))) {
 		t.Errorf("--version = %q, want revision %s", out, rev)
+	}
+}
+
+// TestErrorStyle: run and trace end with an error the same way: a usage error (exit 2) is one
+// plain line naming the command; a failure (exit 1) is a record of the command's logger
+// (text for trace, JSON for run when stderr is not a terminal).
+func TestErrorStyle(t *testing.T) {
+	for _, args := range [][]string{{"run", "--output", "nonsense"}, {"trace", "--pid", "1", "--output", "nonsense"}} {
+		code, _, errOut := runCLI(t, args...)
+		want := "reconscope-agent " + args[0] + `: --output "nonsense": want `
+		if code != 2 || !strings.HasPrefix(errOut, want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%s with a bad --output: exit %d, stderr %q; want 2 and one line %q…", args[0], code, errOut, want)
+		}
+	}
+	code, _, errOut := runCLI(t, "trace", "--exe", filepath.Join(t.TempDir(), "missing"))
+	if code != 1 || !strings.Contains(errOut, "level=ERROR msg=--exe err=") {
+		t.Errorf("trace --exe of a missing file: exit %d, stderr %q; want 1 and a logged error", code, errOut)
+	}
+
+	bpftest.Require(t) // run fails after loading its programs: at the metrics listener
+	code, _, errOut = runCLI(t, "run", "--metrics-addr", "256.256.256.256:1", "--proc-root", t.TempDir())
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	var rec struct{ Level, Msg, Err string }
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rec); code != 1 || err != nil || rec.Level != "ERROR" || rec.Msg != "serve metrics" || rec.Err == "" {
+		t.Errorf("run with a metrics address it cannot listen on: exit %d, last line %q; want 1 and a JSON error record", code, lines[len(lines)-1])
 	}
 }

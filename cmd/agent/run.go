@@ -63,16 +63,14 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	tf := addTracerFlags(fs.FlagSet)
 	ef := addExportFlags(fs.FlagSet, ":9464")
 	if err := flagsFromEnv(fs.FlagSet, os.LookupEnv); err != nil {
-		fmt.Fprintf(stderr, "reconscope-agent run: %v\n", err)
-		return 2
+		return usageError(stderr, "run", "%v", err)
 	}
 	if code, exit := fs.parse(args); exit {
 		return code
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)
 	if err != nil {
-		fmt.Fprintf(stderr, "reconscope-agent run: %v\n", err)
-		return 2
+		return usageError(stderr, "run", "%v", err)
 	}
 	var filter *discovery.Filter
 	if *configPath != "" {
@@ -81,8 +79,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 			filter, err = discovery.NewFilter(cfg)
 		}
 		if err != nil {
-			log.Error("read --config", "err", err)
-			return 2
+			return usageError(stderr, "run", "--config: %v", err)
 		}
 	}
 
@@ -95,26 +92,22 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	case "json":
 		out = exporter.NewJSONWriter(stdout, clock)
 	default:
-		log.Error("--output: want none or json", "output", *output)
-		return 2
+		return usageError(stderr, "run", "--output %q: want none or json", *output)
 	}
 	kube := kubeClient(*kubeconfig, log)
 	var sec *metricsSecurity
 	if *metricsSecure && *ef.metricsAddr != "" {
 		if sec, err = newMetricsSecurity(kube, *metricsCert, *metricsKey, log); err != nil {
-			log.Error("--metrics-secure", "err", err)
-			return 2
+			return usageError(stderr, "run", "--metrics-secure: %v", err)
 		}
 	}
 	index, err := discovery.NewPodIndex(discovery.PodIndexOptions{Client: kube, NodeName: *ef.nodeName, Logger: log})
 	if err != nil {
-		log.Error("pod metadata", "err", err)
-		return 2
+		return usageError(stderr, "run", "pod metadata: %v", err)
 	}
 	exp, err := ef.build(ctx, log, clock, out)
 	if err != nil {
-		log.Error("set up exporters", "err", err)
-		return 2
+		return usageError(stderr, "run", "%v", err)
 	}
 	defer exp.close()
 	t, err := tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) {
@@ -135,14 +128,12 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return waitBelowFloor(ctx, err, *ef.metricsAddr, sec, log)
 	}
 	if err != nil {
-		log.Error("load eBPF programs", "err", err)
-		return 1
+		return failed(log, "load eBPF programs", err)
 	}
 	exp.setTracer(t)
 	defer t.Close()
 	if err := exp.serve(*ef.metricsAddr, sec, log); err != nil {
-		log.Error("serve metrics", "err", err)
-		return 1
+		return failed(log, "serve metrics", err)
 	}
 
 	go func() { _ = index.Run(ctx) }()
@@ -160,8 +151,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 
 	log.Info("reconscope agent running", "version", agentBuild().Version, "revision", agentBuild().Revision, "node", *ef.nodeName, "metrics", *ef.metricsAddr, "span_exporters", exp.spanExporters)
 	if err := t.Run(ctx); err != nil {
-		log.Error("read events", "err", err)
-		return 1
+		return failed(log, "read events", err)
 	}
 	dropped := exp.closeOutput(log)
 	st := t.Stats()

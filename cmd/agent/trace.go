@@ -53,13 +53,11 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if (*pids == "") == (*exe == "") {
-		fmt.Fprintln(stderr, "reconscope-agent trace: give exactly one of --pid or --exe (see --help)")
-		return 2
+		return usageError(stderr, "trace", "give exactly one of --pid or --exe (see --help)")
 	}
 	log, err := newLogger(stderr, *logLevel, "text")
 	if err != nil {
-		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
-		return 2
+		return usageError(stderr, "trace", "%v", err)
 	}
 	clock := ktime.NewClock()
 	var w exporter.Writer
@@ -69,8 +67,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	case "json":
 		w = exporter.NewJSONWriter(stdout, clock)
 	default:
-		fmt.Fprintf(stderr, "reconscope-agent trace: --output %q: want tree or json\n", *output)
-		return 2
+		return usageError(stderr, "trace", "--output %q: want tree or json", *output)
 	}
 	summary := exporter.NewSummary()
 
@@ -78,21 +75,18 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	exp, err := ef.build(ctx, log, clock, w, summary)
 	if err != nil {
-		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
-		return 2
+		return usageError(stderr, "trace", "%v", err)
 	}
 	defer exp.close()
 	// With --exe, a process that starts later is traced from its exec, in the kernel.
 	t, err := tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) { o.AdmitExecs = *exe != "" })
 	if err != nil {
-		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
-		return 1
+		return failed(log, "load eBPF programs", err)
 	}
 	exp.setTracer(t)
 	defer t.Close()
 	if err := exp.serve(*ef.metricsAddr, nil, log); err != nil {
-		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
-		return 1
+		return failed(log, "serve metrics", err)
 	}
 	if *duration > 0 {
 		var cancel context.CancelFunc
@@ -105,8 +99,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		for _, s := range strings.Split(*pids, ",") {
 			pid, err := strconv.Atoi(strings.TrimSpace(s))
 			if err != nil || pid <= 0 {
-				fmt.Fprintf(stderr, "reconscope-agent trace: --pid %q: not a process ID\n", s)
-				return 2
+				return usageError(stderr, "trace", "--pid %q: not a process ID", s)
 			}
 			if _, err := t.TracePID(pid); err != nil {
 				log.Error("cannot trace", "pid", pid, "err", err)
@@ -115,25 +108,21 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 			traced++
 		}
 		if traced == 0 {
-			fmt.Fprintln(stderr, "reconscope-agent trace: no process could be traced")
-			return 1
+			return failed(log, "no process could be traced", errors.New("every --pid failed (above)"))
 		}
 	} else {
 		path, err := filepath.Abs(*exe)
 		if err != nil {
-			fmt.Fprintf(stderr, "reconscope-agent trace: --exe: %v\n", err)
-			return 2
+			return usageError(stderr, "trace", "--exe: %v", err)
 		}
 		want, err := proc.StatFileID(path)
 		if err != nil {
-			fmt.Fprintf(stderr, "reconscope-agent trace: --exe: %v\n", err)
-			return 1
+			return failed(log, "--exe", err)
 		}
 		// Attached now, before any process runs it: each process that execs it is traced
 		// from its first instruction; those running it already are found by traceExe.
 		if _, err := t.AttachExe(path); err != nil {
-			fmt.Fprintf(stderr, "reconscope-agent trace: --exe: %v\n", err)
-			return 1
+			return failed(log, "--exe", err)
 		}
 		execs, err := t.WatchExecs(ctx)
 		if err != nil {
@@ -153,8 +142,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "output: %d spans not written (standard output did not keep up)\n", dropped)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stderr, "reconscope-agent trace: %v\n", err)
-		return 1
+		return failed(log, "read events", err)
 	}
 	return 0
 }
