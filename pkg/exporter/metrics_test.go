@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -24,8 +25,11 @@ import (
 
 const protobufAccept = "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited"
 
-// scrape fetches url with the Accept header and decodes the families, whatever the format.
-func scrape(t *testing.T, url, accept string) (map[string]*dto.MetricFamily, http.Header) {
+const openMetricsAccept = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+// get fetches url with the Accept header (none when empty) and returns the answer's headers
+// and body; it fails t unless the answer is 200 OK.
+func get(t *testing.T, url, accept string) (http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -39,19 +43,31 @@ func scrape(t *testing.T, url, accept string) (map[string]*dto.MetricFamily, htt
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET %s: %s", url, resp.Status)
 	}
+	return resp.Header, body
+}
+
+// scrape fetches url with the Accept header and decodes the families, whatever the format.
+func scrape(t *testing.T, url, accept string) (map[string]*dto.MetricFamily, http.Header) {
+	t.Helper()
+	hdr, body := get(t, url, accept)
 	fams := map[string]*dto.MetricFamily{}
-	format := expfmt.ResponseFormat(resp.Header)
+	format := expfmt.ResponseFormat(hdr)
 	if format.FormatType() == expfmt.TypeTextPlain {
 		p := expfmt.NewTextParser(model.UTF8Validation)
-		if fams, err = p.TextToMetricFamilies(resp.Body); err != nil {
+		var err error
+		if fams, err = p.TextToMetricFamilies(bytes.NewReader(body)); err != nil {
 			t.Fatalf("parse text exposition: %v", err)
 		}
-		return fams, resp.Header
+		return fams, hdr
 	}
-	dec := expfmt.NewDecoder(resp.Body, format)
+	dec := expfmt.NewDecoder(bytes.NewReader(body), format)
 	for {
 		var mf dto.MetricFamily
 		if err := dec.Decode(&mf); err != nil {
@@ -62,7 +78,7 @@ func scrape(t *testing.T, url, accept string) (map[string]*dto.MetricFamily, htt
 		}
 		fams[mf.GetName()] = &mf
 	}
-	return fams, resp.Header
+	return fams, hdr
 }
 
 func labelsOf(m *dto.Metric) string {
@@ -316,15 +332,8 @@ func TestMetricsNativeHistogram(t *testing.T) {
 	}
 
 	// OpenMetrics is negotiated too.
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
-	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0; charset=utf-8")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") || !strings.HasSuffix(string(body), "# EOF\n") {
+	hdr, body := get(t, srv.URL+"/metrics", openMetricsAccept)
+	if ct := hdr.Get("Content-Type"); !strings.HasPrefix(ct, "application/openmetrics-text") || !strings.HasSuffix(string(body), "# EOF\n") {
 		t.Errorf("OpenMetrics scrape: Content-Type %q, body ends %q", ct, body[max(0, len(body)-20):])
 	}
 }
@@ -475,14 +484,7 @@ func TestMetricsExemplars(t *testing.T) {
 	}
 	traceID := hex.EncodeToString(got[0].span.GetTraceId())
 
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/metrics", nil)
-	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0; charset=utf-8")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, body := get(t, srv.URL+"/metrics", openMetricsAccept)
 	var withExemplar []string
 	for _, line := range strings.Split(string(body), "\n") {
 		if i := strings.Index(line, " # {"); i >= 0 {

@@ -241,40 +241,32 @@ func testSpans() []*span.Span {
 	}
 }
 
-func wantStr(t *testing.T, attrs map[string]*commonpb.AnyValue, key, want string) {
+// wantAttr fails t unless attrs holds key with the value want, as get reads it.
+func wantAttr[T comparable](t *testing.T, attrs map[string]*commonpb.AnyValue, key string, want T, get func(*commonpb.AnyValue) T) {
 	t.Helper()
 	v, ok := attrs[key]
 	if !ok {
-		t.Errorf("attribute %s missing, want %q", key, want)
+		t.Errorf("attribute %s missing, want %#v", key, want)
 		return
 	}
-	if got := v.GetStringValue(); got != want {
-		t.Errorf("attribute %s = %q, want %q", key, got, want)
+	if got := get(v); got != want {
+		t.Errorf("attribute %s = %#v, want %#v", key, got, want)
 	}
+}
+
+func wantStr(t *testing.T, attrs map[string]*commonpb.AnyValue, key, want string) {
+	t.Helper()
+	wantAttr(t, attrs, key, want, (*commonpb.AnyValue).GetStringValue)
 }
 
 func wantInt(t *testing.T, attrs map[string]*commonpb.AnyValue, key string, want int64) {
 	t.Helper()
-	v, ok := attrs[key]
-	if !ok {
-		t.Errorf("attribute %s missing, want %d", key, want)
-		return
-	}
-	if got := v.GetIntValue(); got != want {
-		t.Errorf("attribute %s = %d, want %d", key, got, want)
-	}
+	wantAttr(t, attrs, key, want, (*commonpb.AnyValue).GetIntValue)
 }
 
 func wantBool(t *testing.T, attrs map[string]*commonpb.AnyValue, key string, want bool) {
 	t.Helper()
-	v, ok := attrs[key]
-	if !ok {
-		t.Errorf("attribute %s missing, want %v", key, want)
-		return
-	}
-	if got := v.GetBoolValue(); got != want {
-		t.Errorf("attribute %s = %v, want %v", key, got, want)
-	}
+	wantAttr(t, attrs, key, want, (*commonpb.AnyValue).GetBoolValue)
 }
 
 func wantAbsent(t *testing.T, attrs map[string]*commonpb.AnyValue, keys ...string) {
@@ -302,6 +294,14 @@ func export(t *testing.T, p Protocol, spans []*span.Span, tune func(*OTLPOptions
 	if tune != nil {
 		tune(&opts)
 	}
+	st := exportWith(t, opts, spans...)
+	return c.all(), c, st
+}
+
+// exportWith writes spans to a new exporter made with opts and shuts it down; it returns the
+// exporter's statistics and fails t on any error.
+func exportWith(t *testing.T, opts OTLPOptions, spans ...*span.Span) OTLPStats {
+	t.Helper()
 	e, err := NewOTLP(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +316,7 @@ func export(t *testing.T, p Protocol, spans []*span.Span, tune func(*OTLPOptions
 	if err := e.Shutdown(ctx); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	return c.all(), c, e.Stats()
+	return e.Stats()
 }
 
 // roots indexes root spans by reconcile ID (or object name when it has none) and children by
@@ -567,16 +567,7 @@ func TestOTLPEnvironment(t *testing.T) {
 			t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme")
 			t.Setenv("OTEL_SERVICE_NAME", "controllers")
 			t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=test")
-			e, err := NewOTLP(context.Background(), OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: testkit.Quiet()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Write(testSpans()[2]); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Shutdown(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			exportWith(t, OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: testkit.Quiet()}, testSpans()[2])
 			got := c.all()
 			if len(got) != 1 {
 				t.Fatalf("collector got %d spans, want 1", len(got))
@@ -604,16 +595,7 @@ func TestOTLPOptionsOverrideEnvironment(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=env")
 	opts := testOptions(ProtocolGRPC, "http://"+addr)
 	opts.Headers = map[string]string{"x-tenant": "flag"}
-	e, err := NewOTLP(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Write(testSpans()[2]); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	exportWith(t, opts, testSpans()[2])
 	if c.count() != 1 {
 		t.Fatalf("collector got %d spans, want 1", c.count())
 	}
@@ -637,16 +619,7 @@ func TestOTLPHTTPEncoding(t *testing.T) {
 			c, addr := startHTTPCollector(t, nil)
 			c.wantJSON = tt.wantJSON
 			opts := testOptions(tt.opt, "http://"+addr)
-			e, err := NewOTLP(context.Background(), opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Write(testSpans()[0]); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Shutdown(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			st := exportWith(t, opts, testSpans()[0])
 			names := map[string]int{}
 			for _, r := range c.all() {
 				names[r.span.GetName()]++
@@ -654,7 +627,7 @@ func TestOTLPHTTPEncoding(t *testing.T) {
 			if names["reconcile configmap"] != 1 || names["GET configmaps"] != 1 || names["PUT configmaps"] != 1 {
 				t.Errorf("collector got %v", names)
 			}
-			if st := e.Stats(); st.Exported != 3 {
+			if st.Exported != 3 {
 				t.Errorf("stats %+v, want 3 exported", st)
 			}
 		})
@@ -679,18 +652,9 @@ func TestOTLPPartialSuccess(t *testing.T) {
 				RejectedSpans: 1, ErrorMessage: "span too old",
 			}}
 			opts := testOptions(p, addr)
-			opts.BatchTimeout = time.Hour // one batch, sent by Shutdown: one response rejecting one span
-			e, err := NewOTLP(context.Background(), opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Write(testSpans()[0]); err != nil { // 3 spans
-				t.Fatal(err)
-			}
-			if err := e.Shutdown(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if st := e.Stats(); st.Exported != 2 || st.Dropped != 1 {
+			opts.BatchTimeout = time.Hour // one batch of the 3 spans, sent by Shutdown: one response rejecting one span
+			st := exportWith(t, opts, testSpans()[0])
+			if st.Exported != 2 || st.Dropped != 1 {
 				t.Errorf("stats = %+v, want 2 exported, 1 dropped", st)
 			}
 		})
@@ -921,18 +885,9 @@ func TestOTLPDefaultProtocolPort4317(t *testing.T) {
 			} else {
 				opts.Endpoint, opts.Insecure = addr, true
 			}
-			e, err := NewOTLP(context.Background(), opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Write(testSpans()[0]); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Shutdown(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			st := exportWith(t, opts, testSpans()[0])
 			if c.count() != 3 {
-				t.Fatalf("gRPC receiver on %s got %d spans, want 3 (stats %+v)", addr, c.count(), e.Stats())
+				t.Fatalf("gRPC receiver on %s got %d spans, want 3 (stats %+v)", addr, c.count(), st)
 			}
 		})
 	}
@@ -942,16 +897,7 @@ func TestOTLPDefaultProtocolPort4317(t *testing.T) {
 		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "")
 		c, addr := startHTTPCollector(t, nil)
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+addr)
-		e, err := NewOTLP(context.Background(), OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: testkit.Quiet()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Write(testSpans()[0]); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Shutdown(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		exportWith(t, OTLPOptions{Clock: testClock, BatchTimeout: 5 * time.Millisecond, Logger: testkit.Quiet()}, testSpans()[0])
 		if c.count() != 3 {
 			t.Fatalf("HTTP receiver got %d spans, want 3", c.count())
 		}
@@ -992,23 +938,14 @@ func TestConsoleExporter(t *testing.T) {
 	opts := testOptions(ProtocolGRPC, "http://"+addr)
 	opts.Exporters = []string{ExporterOTLP, ExporterConsole}
 	opts.Console = &out
-	e, err := NewOTLP(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Write(testSpans()[0]); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	st := exportWith(t, opts, testSpans()[0])
 	if c.count() != 3 {
 		t.Errorf("collector got %d spans, want 3", c.count())
 	}
 	if n := strings.Count(out.String(), `"Name":"reconcile configmap"`); n != 1 {
 		t.Errorf("console printed the reconcile %d times, want once:\n%s", n, out.String())
 	}
-	if st := e.Stats(); st.Exported != 3 || st.Dropped != 0 {
+	if st.Exported != 3 || st.Dropped != 0 {
 		t.Errorf("stats %+v, want 3 exported", st)
 	}
 }
