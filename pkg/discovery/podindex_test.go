@@ -53,24 +53,33 @@ func testPod(ns, name, uid, node string, d byte) *corev1.Pod {
 	}
 }
 
-// runIndex runs x until the test ends; Run must then return no error.
-func runIndex(t *testing.T, x *PodIndex) {
+// startIndex makes a PodIndex with opts and runs it until the test ends; Run must then return
+// no error.
+func startIndex(t *testing.T, opts PodIndexOptions) *PodIndex {
 	t.Helper()
-	testkit.Go(t, x.Run)
-}
-
-func TestPodIndexLookup(t *testing.T) {
-	client := fake.NewClientset(testPod("ns1", "ctl", "uid-1", "node-a", '1'))
-	x, err := NewPodIndex(PodIndexOptions{Client: client, NodeName: "node-a"})
+	x, err := NewPodIndex(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	runIndex(t, x)
+	testkit.Go(t, x.Run)
+	return x
+}
+
+// syncedIndex is startIndex of node-a's pods in client, once it has synced.
+func syncedIndex(t *testing.T, client kubernetes.Interface) *PodIndex {
+	t.Helper()
+	x := startIndex(t, PodIndexOptions{Client: client, NodeName: "node-a"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if !x.WaitSynced(ctx) || !x.Synced() {
 		t.Fatal("index did not sync")
 	}
+	return x
+}
+
+func TestPodIndexLookup(t *testing.T) {
+	client := fake.NewClientset(testPod("ns1", "ctl", "uid-1", "node-a", '1'))
+	x := syncedIndex(t, client)
 	base := PodInfo{Namespace: "ns1", Name: "ctl", UID: "uid-1", Labels: map[string]string{"app": "ctl"}, Node: "node-a",
 		Annotations: map[string]string{"resource.opentelemetry.io/deployment.environment.name": "test"},
 		OwnerKind:   "StatefulSet", OwnerName: "ctl-set"}
@@ -141,16 +150,7 @@ func TestPodIndexLookupPodOneContainer(t *testing.T) {
 			p.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger"}}}
 		}),
 	)
-	x, err := NewPodIndex(PodIndexOptions{Client: client, NodeName: "node-a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runIndex(t, x)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if !x.WaitSynced(ctx) {
-		t.Fatal("index did not sync")
-	}
+	x := syncedIndex(t, client)
 	for name, want := range map[string]string{"one": "manager", "two": "", "init": "", "debugged": ""} {
 		got, ok := x.LookupPod("uid-" + name)
 		if !ok || got.Container != want || got.Name != name {
@@ -197,11 +197,7 @@ func TestPodIndexDegraded(t *testing.T) {
 		return false, nil, nil
 	})
 	var logs testkit.LogBuffer
-	x, err := NewPodIndex(PodIndexOptions{Client: client, NodeName: "node-a", Logger: logs.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runIndex(t, x)
+	x := startIndex(t, PodIndexOptions{Client: client, NodeName: "node-a", Logger: logs.Logger()})
 	testkit.Eventually(t, "sync after two refusals", 15*time.Second, x.Synced)
 	if _, ok := x.Lookup(strings.Repeat("1a", 32)); !ok {
 		t.Error("Lookup after recovery found nothing")
@@ -276,11 +272,7 @@ func TestPodIndexServerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs testkit.LogBuffer
-	x, err := NewPodIndex(PodIndexOptions{Client: client, NodeName: "node-a", Logger: logs.Logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runIndex(t, x)
+	x := startIndex(t, PodIndexOptions{Client: client, NodeName: "node-a", Logger: logs.Logger()})
 	testkit.Eventually(t, "a retry", 15*time.Second, func() bool { return requests.Load() >= 2 })
 	if x.Synced() {
 		t.Error("Synced without a server")
