@@ -387,7 +387,19 @@ func TestQueueWaitAbsorbedDelay(t *testing.T) {
 	add(3000*ms, time.Second)
 	a.Add(start(1, 1, 3003*ms, "a"))
 	a.Add(end(1, 1, 3010*ms, ResultSuccess))
-	want := []struct{ wait, backoff time.Duration }{{2 * time.Millisecond, 500 * time.Millisecond}, {3 * time.Millisecond, 0}}
+	want := []waits{{2 * time.Millisecond, 500 * time.Millisecond}, {3 * time.Millisecond, 0}}
+	checkWaits(t, got, want)
+}
+
+// waits is the queue wait and backoff a span should have.
+type waits struct{ wait, backoff time.Duration }
+
+// checkWaits fails t unless got holds a span for each of want, in order, with its waits.
+func checkWaits(t *testing.T, got []Span, want []waits) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d spans, want %d", len(got), len(want))
+	}
 	for i, w := range want {
 		if got[i].QueueWait != w.wait || got[i].Backoff != w.backoff {
 			t.Errorf("span %d: queue wait %v backoff %v, want %v and %v", i, got[i].QueueWait, got[i].Backoff, w.wait, w.backoff)
@@ -415,16 +427,12 @@ func TestQueueWaitRateLimited(t *testing.T) {
 	a.Add(Event{Kind: QueueAdd, PID: 1, Goid: 1, Time: 300 * ms, Namespace: "ns", Name: "a", RateLimited: true})
 	a.Add(start(1, 2, 320*ms, "a"))
 	a.Add(end(1, 2, 330*ms, ResultSuccess))
-	want := []struct{ wait, backoff time.Duration }{
+	want := []waits{
 		{time.Millisecond, 41 * time.Millisecond},
 		{time.Millisecond, 30 * time.Millisecond},
 		{0, 20 * time.Millisecond},
 	}
-	for i, w := range want {
-		if got[i].QueueWait != w.wait || got[i].Backoff != w.backoff {
-			t.Errorf("span %d: queue wait %v backoff %v, want %v and %v", i, got[i].QueueWait, got[i].Backoff, w.wait, w.backoff)
-		}
-	}
+	checkWaits(t, got, want)
 }
 
 // TestQueueWaitNestedLimiters: a MaxOf limiter asks the exponential one: the outermost answer
