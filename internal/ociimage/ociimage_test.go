@@ -68,6 +68,26 @@ func writeTar(t *testing.T, spec ociimage.Spec) string {
 	return out
 }
 
+// eachInTar calls each with every entry of the tar stream r and its content, in order.
+func eachInTar(t *testing.T, r io.Reader, each func(h *tar.Header, data []byte)) {
+	t.Helper()
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		each(h, b)
+	}
+}
+
 // untar extracts a layout tarball and opens it with go-containerregistry's layout package.
 func untar(t *testing.T, file string) layout.Path {
 	t.Helper()
@@ -77,15 +97,7 @@ func untar(t *testing.T, file string) layout.Path {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachInTar(t, f, func(h *tar.Header, b []byte) {
 		if !h.ModTime.Equal(time.Unix(0, 0)) {
 			t.Errorf("%s: mtime %v, want the epoch", h.Name, h.ModTime)
 		}
@@ -94,21 +106,38 @@ func untar(t *testing.T, file string) layout.Path {
 			if err := os.MkdirAll(p, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			continue
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
+			return
 		}
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-	}
+	})
 	lp, err := layout.FromPath(dir)
 	if err != nil {
 		t.Fatalf("not an OCI layout: %v", err)
 	}
 	return lp
+}
+
+// openIndex extracts a layout tarball and returns its top index (index.json) and that index's
+// manifest.
+func openIndex(t *testing.T, file string) (v1.ImageIndex, *v1.IndexManifest) {
+	t.Helper()
+	top, err := untar(t, file).ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return top, manifestOf(t, top)
+}
+
+// manifestOf returns idx's manifest.
+func manifestOf(t *testing.T, idx v1.ImageIndex) *v1.IndexManifest {
+	t.Helper()
+	m, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 type fileInLayer struct {
@@ -138,22 +167,13 @@ func layerFiles(t *testing.T, img v1.Image) (map[string]fileInLayer, []string) {
 	defer rc.Close()
 	files := map[string]fileInLayer{}
 	var order []string
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
+	eachInTar(t, rc, func(h *tar.Header, b []byte) {
 		if h.Uid != 0 || h.Gid != 0 || !h.ModTime.Equal(time.Unix(0, 0)) {
 			t.Errorf("%s: owner %d:%d, mtime %v; want 0:0 and the epoch", h.Name, h.Uid, h.Gid, h.ModTime)
 		}
 		files[h.Name] = fileInLayer{typ: h.Typeflag, mode: h.Mode, data: string(b)}
 		order = append(order, h.Name)
-	}
+	})
 	return files, order
 }
 
@@ -208,15 +228,7 @@ func checkImage(t *testing.T, img v1.Image, arch string) {
 func TestMultiPlatformIndex(t *testing.T) {
 	spec := tinySpec(t, "example.com/team/app:v1", "linux/amd64", "linux/arm64")
 	out := writeTar(t, spec)
-	lp := untar(t, out)
-	top, err := lp.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	top, im := openIndex(t, out)
 	if len(im.Manifests) != 1 {
 		t.Fatalf("index.json holds %d entries, want 1 (the image index)", len(im.Manifests))
 	}
@@ -231,10 +243,7 @@ func TestMultiPlatformIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := manifestOf(t, idx)
 	var archs []string
 	for _, md := range m.Manifests {
 		if md.Platform == nil || md.Platform.OS != "linux" {
@@ -261,15 +270,7 @@ func TestMultiPlatformIndex(t *testing.T) {
 }
 
 func TestSinglePlatform(t *testing.T) {
-	lp := untar(t, writeTar(t, tinySpec(t, "app", "linux/arm64")))
-	top, err := lp.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	im, err := top.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	top, im := openIndex(t, writeTar(t, tinySpec(t, "app", "linux/arm64")))
 	if len(im.Manifests) != 1 || im.Manifests[0].MediaType != types.OCIManifestSchema1 {
 		t.Fatalf("index.json: %+v, want one image manifest", im.Manifests)
 	}
