@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -615,21 +616,37 @@ func (n *Node) checkLeftovers(errorf func(string, ...any)) {
 	}
 }
 
-// mountsUnder lists the mount points at or below dir, in mount order.
-func mountsUnder(dir string) []string {
+// mount is one line of /proc/self/mountinfo: where, and the filesystem type.
+type mount struct{ point, fsType string }
+
+// mountTable lists this process's mounts, in mount order (none when mountinfo cannot be read).
+func mountTable() []mount {
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
-	var out []string
+	var out []mount
 	for _, line := range strings.Split(string(data), "\n") {
+		// ID parent major:minor root mount-point options [optional fields…] - type source …
 		f := strings.Fields(line)
 		if len(f) < 5 {
 			continue
 		}
-		mp := unescapeMount(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
+		m := mount{point: unescapeMount(f[4])}
+		if sep := slices.Index(f[5:], "-"); sep >= 0 && 5+sep+1 < len(f) {
+			m.fsType = f[5+sep+1]
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// mountsUnder lists the mount points at or below dir, in mount order.
+func mountsUnder(dir string) []string {
+	var out []string
+	for _, m := range mountTable() {
+		if m.point == dir || strings.HasPrefix(m.point, dir+"/") {
+			out = append(out, m.point)
 		}
 	}
 	return out
@@ -660,28 +677,10 @@ const cgroupV1Root = "/sys/fs/cgroup"
 // cgroupHierarchies lists the mounted cgroup hierarchies (v1 controllers and the cgroup2
 // mount) under cgroupV1Root.
 func cgroupHierarchies() []string {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
 	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 10 {
-			continue
-		}
-		sep := -1
-		for i, x := range f {
-			if x == "-" {
-				sep = i
-				break
-			}
-		}
-		if sep < 0 || sep+1 >= len(f) {
-			continue
-		}
-		if fs := f[sep+1]; (fs == "cgroup" || fs == "cgroup2") && strings.HasPrefix(f[4], cgroupV1Root+"/") {
-			out = append(out, f[4])
+	for _, m := range mountTable() {
+		if (m.fsType == "cgroup" || m.fsType == "cgroup2") && strings.HasPrefix(m.point, cgroupV1Root+"/") {
+			out = append(out, m.point)
 		}
 	}
 	sort.Strings(out)
