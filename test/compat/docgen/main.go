@@ -17,27 +17,14 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/reconscope/reconscope/test/compat"
 )
 
 const (
 	begin = "<!-- toolchains:begin -->"
 	end   = "<!-- toolchains:end -->"
 )
-
-// cell mirrors test/compat's Cell.
-type cell struct {
-	Kind       string `json:"kind"`
-	Go         string `json:"go"`
-	CR         string `json:"controller_runtime"`
-	ClientGo   string `json:"client_go"`
-	Stripped   bool   `json:"stripped"`
-	Reconciles int    `json:"reconciles"`
-	Spans      int    `json:"spans"`
-	Sites      int    `json:"sites"`
-	Pass       bool   `json:"pass"`
-	Detail     string `json:"detail"`
-	BuildSecs  int    `json:"build_seconds"`
-}
 
 var notRunCR *string
 
@@ -56,11 +43,11 @@ func main() {
 }
 
 func run(reportPath, docPath, tablePath string, crAll, goTraced []string) error {
-	var cells []cell
+	var cells []compat.Cell
 	if data, err := os.ReadFile(reportPath); err == nil {
 		sc := bufio.NewScanner(bytes.NewReader(data))
 		for sc.Scan() {
-			var c cell
+			var c compat.Cell
 			if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
 				return fmt.Errorf("read report %s: %w", reportPath, err)
 			}
@@ -138,7 +125,7 @@ func strip(s bool) string {
 	return "plain"
 }
 
-func verdict(c cell) string {
+func verdict(c compat.Cell) string {
 	if c.Pass {
 		return "traced: exact"
 	}
