@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -105,6 +106,45 @@ func reconcileProbe() (*probes.Probe, error) {
 	}
 	p.ID = "bench/reconcile"
 	return p, nil
+}
+
+// spanAndCallProbes are reconcileProbe and callProbe: a span and a call inside it.
+func spanAndCallProbes() (recon, call *probes.Probe, err error) {
+	if recon, err = reconcileProbe(); err != nil {
+		return nil, nil, err
+	}
+	if call, err = callProbe(); err != nil {
+		return nil, nil, err
+	}
+	return recon, call, nil
+}
+
+// roundFlags are the flags of a benchmark that runs the harness in rounds, each round every
+// configuration once: traced and empty-program runs of nTraced items, untraced runs of
+// nUntraced.
+type roundFlags struct {
+	harness                    *string
+	rounds, nTraced, nUntraced *int
+}
+
+// registerRounds registers the round flags on fs; items says what a run counts (reconciles,
+// goroutines).
+func registerRounds(fs *flag.FlagSet, items string, nTraced, nUntraced int) roundFlags {
+	return roundFlags{
+		harness:   fs.String("harness", "", "reconcileloop binary"),
+		rounds:    fs.Int("rounds", 7, "rounds; each runs every configuration once"),
+		nTraced:   fs.Int("n-traced", nTraced, items+" per traced or empty-program run"),
+		nUntraced: fs.Int("n-untraced", nUntraced, items+" per untraced run"),
+	}
+}
+
+// parse parses args into fs, whose round flags these are, and checks that -harness is set.
+func (r roundFlags) parse(fs *flag.FlagSet, args []string) error {
+	fs.Parse(args)
+	if *r.harness == "" {
+		return fmt.Errorf("-harness is required")
+	}
+	return nil
 }
 
 // callProbe is the catalog's client-go request probe (a call: five strings read through the

@@ -100,11 +100,7 @@ func loss(args []string) error {
 		}
 		rates = append(rates, r)
 	}
-	recon, err := reconcileProbe()
-	if err != nil {
-		return err
-	}
-	call, err := callProbe()
+	recon, call, err := spanAndCallProbes()
 	if err != nil {
 		return err
 	}

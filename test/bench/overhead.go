@@ -171,11 +171,7 @@ func overhead(args []string) error {
 		return fmt.Errorf("-harness and -otel-harness are required")
 	}
 
-	recon, err := reconcileProbe()
-	if err != nil {
-		return err
-	}
-	call, err := callProbe()
+	recon, call, err := spanAndCallProbes()
 	if err != nil {
 		return err
 	}
@@ -502,10 +498,7 @@ the events lost in the runs kept.
 		{"reconcile + cache Get probe (object UID and resourceVersion reads)", nil, nil, perHit("f"), 4, "", "f"},
 	} {
 		if c.add == nil { // kernel stats only
-			kv := Verdict{
-				Figure: "BPF program time per hit (kernel stats), " + c.name, Goal: "≤ 300 ns",
-				Measured: ns(c.kernel.median()), Value: c.kernel.median(), Unit: "ns", Met: c.kernel.median() <= 300,
-			}
+			kv := nsAtMost("BPF program time per hit (kernel stats), "+c.name, c.kernel.median(), 300)
 			if !kv.Met {
 				kv.Why = fmt.Sprintf("as for the probes above; per hit of the call probe's own sites (section 1), the cache Get, whose return reads the object's UID and resourceVersion, costs %s, the request, whose return reads no string, %s", ns(callHits("f").median()), ns(callHits("c").median()))
 			}
@@ -530,14 +523,7 @@ the events lost in the runs kept.
 		if err := o.verdict(v); err != nil {
 			return err
 		}
-		kv := Verdict{
-			Figure:   "BPF program time per hit (kernel stats), " + c.name,
-			Goal:     "≤ 300 ns",
-			Measured: ns(c.kernel.median()),
-			Value:    c.kernel.median(),
-			Unit:     "ns",
-			Met:      c.kernel.median() <= 300,
-		}
+		kv := nsAtMost("BPF program time per hit (kernel stats), "+c.name, c.kernel.median(), 300)
 		if !kv.Met {
 			kv.Why = programWhy(perHit, c.key == "b")
 		}
@@ -549,14 +535,7 @@ the events lost in the runs kept.
 		{"xp", "the process is not traced"},
 		{"xc", "a call site with no span open"},
 	} {
-		v := Verdict{
-			Figure:   "BPF program time per hit (kernel stats), early exit: " + x.what,
-			Goal:     "≤ 60 ns",
-			Measured: ns(perHit(x.key).median()),
-			Value:    perHit(x.key).median(),
-			Unit:     "ns",
-			Met:      perHit(x.key).median() <= 60,
-		}
+		v := nsAtMost("BPF program time per hit (kernel stats), early exit: "+x.what, perHit(x.key).median(), 60)
 		if !v.Met {
 			v.Why = exitWhy(perHit, x.key)
 		}

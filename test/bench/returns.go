@@ -19,14 +19,11 @@ func returns(args []string) error {
 	fs := flag.NewFlagSet("returns", flag.ExitOnError)
 	o := &overheadBench{}
 	o.register(fs)
-	harness := fs.String("harness", "", "reconcileloop binary")
-	rounds := fs.Int("rounds", 7, "rounds; each runs every configuration once")
-	nTraced := fs.Int("n-traced", 30000, "reconciles per traced or empty-program run")
-	nUntraced := fs.Int("n-untraced", 1000000, "reconciles per untraced run")
-	fs.Parse(args)
-	if *harness == "" {
-		return fmt.Errorf("-harness is required")
+	f := registerRounds(fs, "reconciles", 30000, 1000000)
+	if err := f.parse(fs, args); err != nil {
+		return err
 	}
+	harness, rounds, nTraced, nUntraced := f.harness, f.rounds, f.nTraced, f.nUntraced
 	atRet, err := reconcileProbe()
 	if err != nil {
 		return err

@@ -26,11 +26,7 @@ type spawnConfig struct {
 // goroutinePlan is the plan of the harness with the reconcile and call probes and the given
 // goroutine probes, and the file offsets of its goroutine sites.
 func goroutinePlan(harness string, goroutine []*probes.Probe) ([]*probes.Probe, *probes.Plan, []uint64, error) {
-	recon, err := reconcileProbe()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	call, err := callProbe()
+	recon, call, err := spanAndCallProbes()
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -61,14 +57,11 @@ func spawn(args []string) error {
 	fs := flag.NewFlagSet("spawn", flag.ExitOnError)
 	o := &overheadBench{}
 	o.register(fs)
-	harness := fs.String("harness", "", "reconcileloop binary")
-	rounds := fs.Int("rounds", 7, "rounds; each runs every configuration once")
-	nTraced := fs.Int("n-traced", 20000, "goroutines per traced or empty-program run")
-	nUntraced := fs.Int("n-untraced", 200000, "goroutines per untraced run")
-	fs.Parse(args)
-	if *harness == "" {
-		return fmt.Errorf("-harness is required")
+	f := registerRounds(fs, "goroutines", 20000, 200000)
+	if err := f.parse(fs, args); err != nil {
+		return err
 	}
+	harness, rounds, nTraced, nUntraced := f.harness, f.rounds, f.nTraced, f.nUntraced
 	// The catalog's goroutine probes: newproc's calls first, newproc1's entry and RETs as the
 	// fallback; "before" is the fallback alone, as every goroutine was probed until then.
 	newCat, newPlan, newOffs, err := goroutinePlan(*harness, probes.GoroutineProbes)

@@ -67,6 +67,11 @@ func ns(v float64) string {
 	}
 }
 
+// nsAtMost is the verdict on a time in nanoseconds whose budget is at most limit ns.
+func nsAtMost(figure string, v, limit float64) Verdict {
+	return Verdict{Figure: figure, Goal: fmt.Sprintf("≤ %g ns", limit), Measured: ns(v), Value: v, Unit: "ns", Met: v <= limit}
+}
+
 // ratio formats a ratio "1.04×".
 func ratio(v float64) string { return fmt.Sprintf("%.3f×", v) }
 

@@ -53,3 +53,24 @@ PASS
 		t.Fatalf("parseCheck = %+v, %v", c, err)
 	}
 }
+
+// TestNsAtMost: the verdict says the budget as BENCHMARKS.md shows it, and meets it up to the
+// limit itself.
+func TestNsAtMost(t *testing.T) {
+	for _, tt := range []struct {
+		v, limit float64
+		goal     string
+		met      bool
+	}{
+		{250, 300, "≤ 300 ns", true},
+		{300, 300, "≤ 300 ns", true},
+		{301, 300, "≤ 300 ns", false},
+		{75, 60, "≤ 60 ns", false},
+	} {
+		got := nsAtMost("f", tt.v, tt.limit)
+		want := Verdict{Figure: "f", Goal: tt.goal, Measured: ns(tt.v), Value: tt.v, Unit: "ns", Met: tt.met}
+		if got != want {
+			t.Errorf("nsAtMost(%v, %v) = %+v, want %+v", tt.v, tt.limit, got, want)
+		}
+	}
+}
