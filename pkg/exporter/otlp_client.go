@@ -306,21 +306,7 @@ func newOTLPClient(proto Protocol, opts OTLPOptions) (otlptrace.Client, error) {
 		case opts.Endpoint != "":
 			o = append(o, otlptracegrpc.WithEndpoint(opts.Endpoint))
 		}
-		if opts.Insecure {
-			o = append(o, otlptracegrpc.WithInsecure())
-		}
-		if opts.Headers != nil {
-			o = append(o, otlptracegrpc.WithHeaders(opts.Headers))
-		}
-		if opts.ExportTimeout > 0 {
-			o = append(o, otlptracegrpc.WithTimeout(opts.ExportTimeout))
-		}
-		if r := opts.Retry; r != nil {
-			o = append(o, otlptracegrpc.WithRetry(otlptracegrpc.RetryConfig{
-				Enabled: !r.Disabled, InitialInterval: r.InitialInterval,
-				MaxInterval: r.MaxInterval, MaxElapsedTime: r.MaxElapsedTime,
-			}))
-		}
+		o = append(o, commonOptions(opts, otlptracegrpc.WithInsecure, otlptracegrpc.WithHeaders, otlptracegrpc.WithTimeout, otlptracegrpc.WithRetry)...)
 		return otlptracegrpc.NewClient(o...), nil
 	}
 
@@ -340,22 +326,42 @@ func newOTLPClient(proto Protocol, opts OTLPOptions) (otlptrace.Client, error) {
 	} else {
 		o = append(o, otlptracehttp.WithEncoding(otlptracehttp.EncodingProtobuf))
 	}
+	o = append(o, commonOptions(opts, otlptracehttp.WithInsecure, otlptracehttp.WithHeaders, otlptracehttp.WithTimeout, otlptracehttp.WithRetry)...)
+	return otlptracehttp.NewClient(o...), nil
+}
+
+// retryConfig is the SDK's retry configuration, which its gRPC and HTTP packages declare each
+// in a type of their own.
+type retryConfig interface {
+	~struct {
+		Enabled         bool
+		InitialInterval time.Duration
+		MaxInterval     time.Duration
+		MaxElapsedTime  time.Duration
+	}
+}
+
+// commonOptions are the client options the gRPC and HTTP clients take from opts alike, made by
+// one client's own constructors (the SDK's two packages have the same options, each in types
+// of its own).
+func commonOptions[O any, R retryConfig](opts OTLPOptions, insecure func() O, headers func(map[string]string) O, timeout func(time.Duration) O, retry func(R) O) []O {
+	var o []O
 	if opts.Insecure {
-		o = append(o, otlptracehttp.WithInsecure())
+		o = append(o, insecure())
 	}
 	if opts.Headers != nil {
-		o = append(o, otlptracehttp.WithHeaders(opts.Headers))
+		o = append(o, headers(opts.Headers))
 	}
 	if opts.ExportTimeout > 0 {
-		o = append(o, otlptracehttp.WithTimeout(opts.ExportTimeout))
+		o = append(o, timeout(opts.ExportTimeout))
 	}
 	if r := opts.Retry; r != nil {
-		o = append(o, otlptracehttp.WithRetry(otlptracehttp.RetryConfig{
+		o = append(o, retry(R{
 			Enabled: !r.Disabled, InitialInterval: r.InitialInterval,
 			MaxInterval: r.MaxInterval, MaxElapsedTime: r.MaxElapsedTime,
 		}))
 	}
-	return otlptracehttp.NewClient(o...), nil
+	return o
 }
 
 // ParseHeaders reads headers written as in OTEL_EXPORTER_OTLP_HEADERS ("k1=v1,k2=v2", values

@@ -588,19 +588,34 @@ func TestOTLPEnvironment(t *testing.T) {
 	}
 }
 
+// TestOTLPOptionsOverrideEnvironment: the options' protocol, endpoint and headers win over the
+// SDK's environment, with either client.
 func TestOTLPOptionsOverrideEnvironment(t *testing.T) {
-	c, addr := startGRPCCollector(t, nil)
-	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1") // nothing there
-	t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=env")
-	opts := testOptions(ProtocolGRPC, "http://"+addr)
-	opts.Headers = map[string]string{"x-tenant": "flag"}
-	exportWith(t, opts, testSpans()[2])
-	if c.count() != 1 {
-		t.Fatalf("collector got %d spans, want 1", c.count())
-	}
-	if h := c.headers[0]["x-tenant"]; h != "flag" {
-		t.Errorf("x-tenant = %q, want flag", h)
+	for _, tt := range []struct {
+		p   Protocol
+		env string
+	}{{ProtocolGRPC, "http/protobuf"}, {ProtocolHTTPProtobuf, "grpc"}} {
+		t.Run(string(tt.p), func(t *testing.T) {
+			c, addr := startCollector(t, tt.p, nil)
+			t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", tt.env)
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1") // nothing there
+			t.Setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=env")
+			opts := testOptions(tt.p, "http://"+addr)
+			opts.Headers = map[string]string{"x-tenant": "flag"}
+			exportWith(t, opts, testSpans()[2])
+			if c.count() != 1 {
+				t.Fatalf("collector got %d spans, want 1", c.count())
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			h := c.headers[0]["x-tenant"]
+			if h == "" {
+				h = c.headers[0]["X-Tenant"]
+			}
+			if h != "flag" {
+				t.Errorf("x-tenant = %q, want flag (headers %v)", h, c.headers[0])
+			}
+		})
 	}
 }
 
