@@ -8,30 +8,18 @@ set -euo pipefail
 
 CONTAINERD_VERSION=v2.4.2
 here=$(cd "$(dirname "$0")" && pwd)
-cache=${RECONSCOPE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reconscope}
-out="$cache/containerd-$CONTAINERD_VERSION"
-stamp="$out/stamp"
-want="containerd=$CONTAINERD_VERSION"
-
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  echo "containerd binaries are cached ($want)" >&2
-  echo "$out"
-  exit 0
-fi
-mkdir -p "$out"
+source "$here/cache.sh"
+cached containerd "containerd-$CONTAINERD_VERSION" "containerd=$CONTAINERD_VERSION"
 export CGO_ENABLED=0
 pkg=github.com/containerd/containerd/v2
 ldflags="-X $pkg/version.Version=$CONTAINERD_VERSION -X $pkg/version.Package=$pkg"
 # The tags containerd's Makefile uses for static builds; no_btrfs/no_devmapper/no_zfs: overlayfs
 # and native snapshotters only (btrfs needs cgo).
 tags="urfave_cli_no_docs osusergo netgo static_build no_btrfs no_devmapper no_zfs"
-start=$(date +%s)
 for cmd in containerd ctr; do
   echo "building $cmd $CONTAINERD_VERSION (cold: a few minutes)" >&2
   (cd "$here/containerd" && go build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$out/$cmd" "$pkg/cmd/$cmd")
 done
 echo "building containerd-shim-runc-v2 $CONTAINERD_VERSION" >&2
 (cd "$here/containerd" && go build -trimpath -tags "$tags no_grpc" -ldflags "$ldflags" -o "$out/containerd-shim-runc-v2" "$pkg/cmd/containerd-shim-runc-v2")
-echo "$want" > "$stamp"
-echo "containerd built in $(( $(date +%s) - start ))s" >&2
-echo "$out"
+built containerd

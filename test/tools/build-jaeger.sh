@@ -7,18 +7,8 @@ set -euo pipefail
 
 JAEGER_VERSION=v1.76.0
 here=$(cd "$(dirname "$0")" && pwd)
-cache=${RECONSCOPE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reconscope}
-out="$cache/jaeger-$JAEGER_VERSION"
-want="jaeger=$JAEGER_VERSION"
-if [[ -f "$out/stamp" && "$(cat "$out/stamp")" == "$want" ]]; then
-  echo "jaeger is cached ($want)" >&2
-  echo "$out"
-  exit 0
-fi
-mkdir -p "$out"
-start=$(date +%s)
+source "$here/cache.sh"
+cached jaeger "jaeger-$JAEGER_VERSION" "jaeger=$JAEGER_VERSION"
 echo "building jaeger $JAEGER_VERSION (cold: several minutes)" >&2
 (cd "$here/jaeger" && CGO_ENABLED=0 go build -trimpath -o "$out/jaeger" github.com/jaegertracing/jaeger/cmd/jaeger)
-echo "$want" > "$out/stamp"
-echo "jaeger built in $(( $(date +%s) - start ))s" >&2
-echo "$out"
+built jaeger

@@ -8,20 +8,10 @@ set -euo pipefail
 
 OTELCOL_VERSION=v0.165.0
 here=$(cd "$(dirname "$0")" && pwd)
-cache=${RECONSCOPE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reconscope}
+source "$here/cache.sh"
 # The components are part of the key: main.go lists them.
 sum=$(cat "$here/otelcol/main.go" "$here/otelcol/go.mod" | sha256sum | cut -c1-12)
-out="$cache/otelcol-$OTELCOL_VERSION-$sum"
-want="otelcol=$OTELCOL_VERSION src=$sum"
-if [[ -f "$out/stamp" && "$(cat "$out/stamp")" == "$want" ]]; then
-  echo "otelcol is cached ($want)" >&2
-  echo "$out"
-  exit 0
-fi
-mkdir -p "$out"
-start=$(date +%s)
+cached otelcol "otelcol-$OTELCOL_VERSION-$sum" "otelcol=$OTELCOL_VERSION src=$sum"
 echo "building otelcol $OTELCOL_VERSION (cold: a few minutes)" >&2
 (cd "$here/otelcol" && CGO_ENABLED=0 go build -trimpath -o "$out/otelcol" .)
-echo "$want" > "$out/stamp"
-echo "otelcol built in $(( $(date +%s) - start ))s" >&2
-echo "$out"
+built otelcol
