@@ -127,24 +127,24 @@ type roundFlags struct {
 	rounds, nTraced, nUntraced *int
 }
 
-// registerRounds registers the round flags on fs; items says what a run counts (reconciles,
-// goroutines).
-func registerRounds(fs *flag.FlagSet, items string, nTraced, nUntraced int) roundFlags {
-	return roundFlags{
+// parseRounds parses the arguments of the benchmark command name, which runs the harness in
+// rounds with an empty program beside reconscope's: the common flags and the round flags, of
+// which -harness is required; items says what a run counts (reconciles, goroutines).
+func parseRounds(name string, args []string, items string, nTraced, nUntraced int) (*overheadBench, roundFlags, error) {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	o := &overheadBench{}
+	o.register(fs)
+	r := roundFlags{
 		harness:   fs.String("harness", "", "reconcileloop binary"),
 		rounds:    fs.Int("rounds", 7, "rounds; each runs every configuration once"),
 		nTraced:   fs.Int("n-traced", nTraced, items+" per traced or empty-program run"),
 		nUntraced: fs.Int("n-untraced", nUntraced, items+" per untraced run"),
 	}
-}
-
-// parse parses args into fs, whose round flags these are, and checks that -harness is set.
-func (r roundFlags) parse(fs *flag.FlagSet, args []string) error {
 	fs.Parse(args)
 	if *r.harness == "" {
-		return fmt.Errorf("-harness is required")
+		return nil, r, fmt.Errorf("-harness is required")
 	}
-	return nil
+	return o, r, nil
 }
 
 // callProbe is the catalog's client-go request probe (a call: five strings read through the

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -16,11 +15,8 @@ import (
 // returns measures a reconcile's return probed at its RETs against at the return address of
 // its call in a reconcileHandler-shaped caller, side by side (docs/return-sites.md).
 func returns(args []string) error {
-	fs := flag.NewFlagSet("returns", flag.ExitOnError)
-	o := &overheadBench{}
-	o.register(fs)
-	f := registerRounds(fs, "reconciles", 30000, 1000000)
-	if err := f.parse(fs, args); err != nil {
+	o, f, err := parseRounds("returns", args, "reconciles", 30000, 1000000)
+	if err != nil {
 		return err
 	}
 	harness, rounds, nTraced, nUntraced := f.harness, f.rounds, f.nTraced, f.nUntraced

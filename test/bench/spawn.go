@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -54,11 +53,8 @@ func goroutinePlan(harness string, goroutine []*probes.Probe) ([]*probes.Probe, 
 
 // spawn measures what the goroutine probes cost a process per goroutine it starts.
 func spawn(args []string) error {
-	fs := flag.NewFlagSet("spawn", flag.ExitOnError)
-	o := &overheadBench{}
-	o.register(fs)
-	f := registerRounds(fs, "goroutines", 20000, 200000)
-	if err := f.parse(fs, args); err != nil {
+	o, f, err := parseRounds("spawn", args, "goroutines", 20000, 200000)
+	if err != nil {
 		return err
 	}
 	harness, rounds, nTraced, nUntraced := f.harness, f.rounds, f.nTraced, f.nUntraced
