@@ -93,6 +93,29 @@ func Mismatch(r groundtruth.Record, s span.Span, m Match) []string {
 	return bad
 }
 
+// ByReconcileID indexes spans of any form by their reconcile ID (id) and fails t for a span
+// without one, two spans of one ID, and a number of spans other than reconciles (the ground
+// truth's).
+func ByReconcileID[S any](t testing.TB, spans []S, reconciles int, id func(S) string) map[string]S {
+	t.Helper()
+	byID := map[string]S{}
+	for _, s := range spans {
+		rid := id(s)
+		if rid == "" {
+			t.Errorf("span without reconcile ID: %+v", s)
+			continue
+		}
+		if _, dup := byID[rid]; dup {
+			t.Errorf("two spans for reconcile %s", rid)
+		}
+		byID[rid] = s
+	}
+	if len(spans) != reconciles {
+		t.Errorf("%d spans for %d reconciles", len(spans), reconciles)
+	}
+	return byID
+}
+
 // maxReported bounds the mismatches Compare reports one by one.
 const maxReported = 10
 
@@ -101,20 +124,7 @@ const maxReported = 10
 // every Mismatch (the first ten in detail). It returns how many reconciles have an exact span.
 func Compare(t testing.TB, recs []groundtruth.Record, spans []span.Span, m Match) (exact int) {
 	t.Helper()
-	byID := map[string]span.Span{}
-	for _, s := range spans {
-		if s.ReconcileID == "" {
-			t.Errorf("span without reconcile ID: %+v", s)
-			continue
-		}
-		if _, dup := byID[s.ReconcileID]; dup {
-			t.Errorf("two spans for reconcile %s", s.ReconcileID)
-		}
-		byID[s.ReconcileID] = s
-	}
-	if len(spans) != len(recs) {
-		t.Errorf("%d spans for %d reconciles", len(spans), len(recs))
-	}
+	byID := ByReconcileID(t, spans, len(recs), func(s span.Span) string { return s.ReconcileID })
 	bad := 0
 	for _, r := range recs {
 		problems := []string{"no span"}

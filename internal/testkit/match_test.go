@@ -1,6 +1,8 @@
 package testkit
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,5 +61,35 @@ func TestMismatch(t *testing.T) {
 	ps.Error = "panic: boom [recovered]"
 	if p := Mismatch(panicked, ps, m); len(p) != 0 {
 		t.Errorf("a recovered panic's span mismatches: %v", p)
+	}
+}
+
+// errorsOf records what a check reports instead of failing the test.
+type errorsOf struct {
+	testing.TB
+	msgs []string
+}
+
+func (e *errorsOf) Helper() {}
+func (e *errorsOf) Errorf(format string, args ...any) {
+	e.msgs = append(e.msgs, fmt.Sprintf(format, args...))
+}
+
+// TestByReconcileID: a span without an ID, a second span of one ID and a count other than the
+// reconciles' are each reported; the index holds each ID once.
+func TestByReconcileID(t *testing.T) {
+	type s struct{ id, name string }
+	e := &errorsOf{TB: t}
+	got := ByReconcileID(e, []s{{"a", "first"}, {"", "none"}, {"a", "second"}, {"b", "b"}}, 2, func(x s) string { return x.id })
+	want := []string{"span without reconcile ID: {id: name:none}", "two spans for reconcile a", "4 spans for 2 reconciles"}
+	if !slices.Equal(e.msgs, want) {
+		t.Errorf("reported %q, want %q", e.msgs, want)
+	}
+	if len(got) != 2 || got["b"].name != "b" {
+		t.Errorf("index %v", got)
+	}
+	e = &errorsOf{TB: t}
+	if ByReconcileID(e, []s{{"a", ""}}, 1, func(x s) string { return x.id }); len(e.msgs) != 0 {
+		t.Errorf("one span of one reconcile reported %q", e.msgs)
 	}
 }

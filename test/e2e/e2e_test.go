@@ -543,20 +543,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // ID, with its object, UID, result, error, requeue delay, times and calls.
 func checkGroundTruth(t *testing.T, recs []groundtruth.Record, spans []exporter.JSONSpan, uids map[string]string) {
 	t.Helper()
-	byID := map[string]exporter.JSONSpan{}
-	for _, s := range spans {
-		if s.ReconcileID == "" {
-			t.Errorf("fixture span without reconcile ID: %s/%s %s", s.Namespace, s.Name, s.Result)
-			continue
-		}
-		if _, dup := byID[s.ReconcileID]; dup {
-			t.Errorf("two spans for reconcile %s", s.ReconcileID)
-		}
-		byID[s.ReconcileID] = s
-	}
-	if len(spans) != len(recs) {
-		t.Errorf("%d fixture spans for %d ground-truth reconciles", len(spans), len(recs))
-	}
+	byID := testkit.ByReconcileID(t, spans, len(recs), func(s exporter.JSONSpan) string { return s.ReconcileID })
 	outcomes := counts{}
 	for _, r := range recs {
 		outcomes[string(r.Outcome)]++
