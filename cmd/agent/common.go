@@ -23,6 +23,7 @@ type tracerFlags struct {
 	fightAlts   *int
 	fightWindow *time.Duration
 	extra       probeFlags
+	goroutines  probes.Inheritance
 }
 
 func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
@@ -34,6 +35,7 @@ func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
 			"report a controller fight when the writers of one object (one subresource) change this many times within --fight-window (0: off)"),
 		fightWindow: fs.Duration("fight-window", span.DefaultFightWindow, "the window of --fight-alternations"),
 	}
+	addInheritanceFlag(fs, &tf.goroutines)
 	fs.Var(&tf.extra, "probe", "trace a sync handler of your own: 'SYMBOL=controller:NAME[,key:SLOT][,err:SLOT]' (repeatable)")
 	return tf
 }
@@ -47,12 +49,20 @@ func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock ktim
 		Writer:    w,
 		Logger:    log,
 		Clock:     clock,
-		Catalog:   append(append([]*probes.Probe{}, probes.Catalog...), tf.extra...),
+		Catalog:   tf.goroutines.Catalog(append(append([]*probes.Probe{}, probes.Catalog...), tf.extra...)),
 	}
 	if configure != nil {
 		configure(&opts)
 	}
 	return tracer.New(opts)
+}
+
+// addInheritanceFlag adds --goroutine-inheritance (trace, run and inspect).
+func addInheritanceFlag(fs *flag.FlagSet, i *probes.Inheritance) {
+	fs.Var(i, "goroutine-inheritance", "whether goroutines a reconcile starts join its span, `auto` or off: auto (the default) puts "+
+		"their API calls and cache reads in it, and every goroutine created and ended in a traced process hits a probe; off attaches "+
+		"no probe at goroutine creation and exit, and calls made on goroutines a reconcile starts are then in no span (calls on its "+
+		"own goroutine are unchanged)")
 }
 
 // fightAlternations turns --fight-alternations into span.Options.FightAlternations (where 0

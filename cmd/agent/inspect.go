@@ -13,13 +13,15 @@ import (
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
-const inspectSummary = `Usage: reconscope-agent inspect BINARY | --pid PID [--json]
+const inspectSummary = `Usage: reconscope-agent inspect BINARY | --pid PID [--json] [--goroutine-inheritance off]
 
 Says, without privileges, what 'trace' would attach to a Go binary: Go version, arch,
 stripped or not, PIE or not, the controller module versions, each probe site (symbol, role,
 entry and return addresses and file offsets), where the sites of a probe that can be probed
 more than one way went and why, the struct-field offsets the probes read and
-where each came from (DWARF or the offsets table), and what cannot be traced and why.
+where each came from (DWARF or the offsets table), whether goroutines a reconcile starts join
+its span (with --goroutine-inheritance as trace and run would be given it), and what cannot be
+traced and why.
 The JSON schema is in docs/inspect.md.
 
 Exit status: 0 traceable; 3 not traceable (not ELF, not Go, unsupported Go version, no
@@ -49,6 +51,16 @@ type InspectReport struct {
 	Offsets    []InspectOffset   `json:"offsets"`
 	Missing    []InspectMissing  `json:"missing"`
 	Choices    []InspectChoice   `json:"choices"`
+	// GoroutineInheritance says whether goroutines a reconcile starts join its span.
+	GoroutineInheritance InspectInheritance `json:"goroutine_inheritance"`
+}
+
+// InspectInheritance is the --goroutine-inheritance the plan was made with, and whether the
+// goroutine probes are attached.
+type InspectInheritance struct {
+	Mode     string `json:"mode"` // auto or off
+	Attached bool   `json:"attached"`
+	Why      string `json:"why"` // what that means for spans
 }
 
 // InspectChoice says where the sites of a probe that can be probed more than one way went.
@@ -101,6 +113,8 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("inspect", inspectSummary, stdout, stderr)
 	pid := fs.Int("pid", 0, "inspect the executable of this process (/proc/PID/exe)")
 	asJSON := fs.Bool("json", false, "print JSON (schema in docs/inspect.md)")
+	var inherit probes.Inheritance
+	addInheritanceFlag(fs.FlagSet, &inherit)
 	if code, exit := fs.parse(args); exit {
 		return code
 	}
@@ -114,7 +128,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "reconscope-agent inspect: give one BINARY or --pid PID (see --help)")
 		return exitUsage
 	}
-	rep, code := inspect(path)
+	rep, code := inspect(path, inherit)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -128,7 +142,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func inspect(path string) (*InspectReport, int) {
+func inspect(path string, inherit probes.Inheritance) (*InspectReport, int) {
 	rep := &InspectReport{Binary: path, Probes: []InspectProbe{}, Offsets: []InspectOffset{}, Missing: []InspectMissing{}, Choices: []InspectChoice{}}
 	bin, err := symbols.Open(path)
 	if err != nil {
@@ -145,9 +159,10 @@ func inspect(path string) (*InspectReport, int) {
 	rep.GoVersion, rep.Arch, rep.Stripped, rep.PIE, rep.DWARF = bin.GoVersion, bin.Arch, bin.Stripped, bin.PIE, bin.HasDWARF
 	rep.MainModule = bin.MainModule
 	rep.Modules = probes.ModuleVersions(bin)
-	plan, err := probes.NewPlan(bin, probes.Catalog)
+	plan, err := probes.NewPlan(bin, inherit.Catalog(probes.Catalog))
 	if plan != nil {
 		fill(rep, plan)
+		rep.GoroutineInheritance = inheritanceOf(plan, inherit)
 	}
 	if err != nil {
 		rep.Reason = err.Error()
@@ -158,6 +173,23 @@ func inspect(path string) (*InspectReport, int) {
 	}
 	rep.Traceable = true
 	return rep, 0
+}
+
+// inheritanceOf says what inherit means for the spans of plan.
+func inheritanceOf(plan *probes.Plan, inherit probes.Inheritance) InspectInheritance {
+	r := InspectInheritance{Mode: inherit.String()}
+	for _, s := range plan.Sites {
+		r.Attached = r.Attached || s.Probe.Role == probes.RoleSpawn
+	}
+	switch {
+	case inherit == probes.InheritOff:
+		r.Why = "no goroutine probe: calls made on goroutines a reconcile starts are in no span"
+	case r.Attached:
+		r.Why = "calls made on goroutines a reconcile starts are in its span; every goroutine created and ended in the process hits the goroutine probes"
+	default:
+		r.Why = "no goroutine probe: no call probe applies, and goroutine inheritance serves only calls"
+	}
+	return r
 }
 
 func fill(rep *InspectReport, plan *probes.Plan) {
@@ -217,6 +249,8 @@ func printInspect(w io.Writer, r *InspectReport) {
 	}
 	if r.Traceable {
 		fmt.Fprintln(w, "traceable:  yes")
+		g := r.GoroutineInheritance
+		fmt.Fprintf(w, "goroutines: inheritance %s, probes %s: %s\n", g.Mode, map[bool]string{true: "attached", false: "not attached"}[g.Attached], g.Why)
 	} else {
 		fmt.Fprintf(w, "traceable:  no: %s\n", r.Reason)
 	}

@@ -127,9 +127,10 @@ func TestInspectJSONSnakeCase(t *testing.T) {
 	rep := InspectReport{
 		Binary: "b", Traceable: true, Reason: "r", GoVersion: "go1.26.8", Arch: "amd64", Stripped: true, PIE: true, DWARF: true,
 		MainModule: "m", Modules: map[string]string{"sigs.k8s.io/controller-runtime": "v0.25.2"},
-		Probes:  []InspectProbe{{Probe: "p", Role: "span", Symbol: "s", Address: 1, Size: 2, Entry: site, Returns: []InspectSite{site}}},
-		Offsets: []InspectOffset{{Type: "t", Field: "f", Value: 1, Source: "dwarf", Error: "e"}},
-		Missing: []InspectMissing{{Probe: "p", Reason: "r"}},
+		Probes:               []InspectProbe{{Probe: "p", Role: "span", Symbol: "s", Address: 1, Size: 2, Entry: site, Returns: []InspectSite{site}}},
+		Offsets:              []InspectOffset{{Type: "t", Field: "f", Value: 1, Source: "dwarf", Error: "e"}},
+		Missing:              []InspectMissing{{Probe: "p", Reason: "r"}},
+		GoroutineInheritance: InspectInheritance{Mode: "off", Attached: true, Why: "w"},
 	}
 	b, err := json.Marshal(rep)
 	if err != nil {
@@ -139,7 +140,7 @@ func TestInspectJSONSnakeCase(t *testing.T) {
 		t.Errorf("walked %d missing entries, want 1", n)
 	}
 	// Every field of every type is in the output (no omitempty hides one from the walk).
-	for _, key := range []string{`"binary"`, `"reason"`, `"go_version"`, `"main_module"`, `"file_offset"`, `"returns"`, `"source"`, `"error"`, `"missing"`, `"probe"`} {
+	for _, key := range []string{`"binary"`, `"reason"`, `"go_version"`, `"main_module"`, `"file_offset"`, `"returns"`, `"source"`, `"error"`, `"missing"`, `"probe"`, `"goroutine_inheritance"`, `"attached"`} {
 		if !strings.Contains(string(b), key) {
 			t.Errorf("%s not in %s", key, b)
 		}
@@ -239,6 +240,28 @@ func TestInspectFixture(t *testing.T) {
 			if o.Type == "runtime.g" && (o.Value == 0 || o.Error != "") {
 				t.Errorf("goid offset %+v", o)
 			}
+		}
+		if g := rep.GoroutineInheritance; g.Mode != "auto" || !g.Attached || !found["runtime/goroutine-start"] || !found["runtime/goroutine-exit"] {
+			t.Errorf("ldflags %q: goroutine inheritance %+v, probes %v: want auto, attached", ldflags, g, found)
+		}
+		// Off: no goroutine probe, the others unchanged; the text report says so.
+		code, out, _ = runCLI(t, "inspect", "--json", "--goroutine-inheritance", "off", bin)
+		var off InspectReport
+		if err := json.Unmarshal([]byte(out), &off); err != nil || code != 0 {
+			t.Fatalf("--goroutine-inheritance off: exit %d, %v", code, err)
+		}
+		var offProbes []string
+		for _, p := range off.Probes {
+			offProbes = append(offProbes, p.Probe)
+			if p.Role == "goroutine-start" || p.Role == "goroutine-exit" {
+				t.Errorf("--goroutine-inheritance off: probe %s (%s) attached", p.Probe, p.Role)
+			}
+		}
+		if g := off.GoroutineInheritance; g.Mode != "off" || g.Attached || len(off.Probes) != len(rep.Probes)-2 {
+			t.Errorf("--goroutine-inheritance off: %+v, probes %v (auto: %d probes)", g, offProbes, len(rep.Probes))
+		}
+		if _, text, _ := runCLI(t, "inspect", "--goroutine-inheritance=off", bin); !strings.Contains(text, "goroutines: inheritance off, probes not attached: no goroutine probe: calls made on goroutines a reconcile starts are in no span") {
+			t.Errorf("--goroutine-inheritance=off: the text report does not say so:\n%s", text)
 		}
 	}
 }

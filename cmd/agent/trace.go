@@ -17,6 +17,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/ktime"
+	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/proc"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
@@ -26,7 +27,7 @@ const traceSummary = `Usage: reconscope-agent trace (--pid PID[,PID...] | --exe 
 Traces running Go controllers (controller-runtime managers) and prints one entry per
 reconcile: a live tree on a terminal, or with --output json one JSON object per line (schema
 in docs/json.md). Ctrl-C detaches the probes, prints a summary (reconciles by controller and
-result, events lost) to stderr and exits 0. Needs root (or the capabilities listed by
+result, events lost, goroutines that joined a reconcile's span) to stderr and exits 0. Needs root (or the capabilities listed by
 'reconscope-agent --help').
 
 With --exe, every process running that executable is traced, including ones started later,
@@ -34,8 +35,9 @@ from their first instruction (the executable is attached before they start).
 
 Besides controller-runtime's Reconcile (every controller of a manager), the API calls made
 inside it (client-go requests, controller-runtime cache reads, also from goroutines the
-reconcile starts), and kube-controller-manager's sync handlers, any client-go style sync
-handler of your own can be traced with --probe (docs/probes.md):
+reconcile starts, unless --goroutine-inheritance=off), and kube-controller-manager's sync
+handlers, any client-go style sync handler of your own can be traced with --probe
+(docs/probes.md):
 
   --probe 'example.com/op/pkg/ctl.(*Controller).syncHandler=controller:widgets'
   --probe 'SYMBOL=controller:NAME,key:SLOT,err:SLOT'   (register slots; defaults key:3, err:0)`
@@ -140,6 +142,9 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		st.Reader.Events, st.Kernel.LostRingBuffer, st.Reader.Malformed, st.Assembler.Abandoned, st.Assembler.OrphanReturns)
 	if dropped > 0 {
 		fmt.Fprintf(stderr, "output: %d spans not written (standard output did not keep up)\n", dropped)
+	}
+	if tf.goroutines != probes.InheritOff {
+		fmt.Fprintf(stderr, "goroutines started inside a reconcile (their calls are in its span): %d\n", st.Kernel.Inherited)
 	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		return failed(log, "read events", err)

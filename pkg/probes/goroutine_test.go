@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -184,5 +185,48 @@ func TestGoroutineStartFallback(t *testing.T) {
 		if m.ProbeID == "runtime/goroutine-start" {
 			t.Errorf("goroutine-start reported missing although its fallback applies: %s", m.Reason)
 		}
+	}
+}
+
+// TestInheritanceSites: the agent's --goroutine-inheritance decides which goroutine sites the
+// plan of a program with a span and a call probe has: off, none (and the span and call sites
+// stay); auto, newproc's calls and goexit1; newproc1, newproc1's entry and RETs and goexit1.
+func TestInheritanceSites(t *testing.T) {
+	path := buildSpawnProg(t, "local", "amd64", true)
+	const exit = "goroutine-exit runtime.goexit1 entry"
+	for _, tc := range []struct {
+		flag string
+		want []string // goroutine sites: role, function, kind (sorted)
+	}{
+		{"auto", []string{exit, "goroutine-start runtime.newproc.func1 entry", "goroutine-start runtime.newproc.func1 return"}},
+		{"off", nil},
+		{"newproc1", []string{exit, "goroutine-start runtime.newproc1 entry", "goroutine-start runtime.newproc1 return"}},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			var i Inheritance
+			if err := i.Set(tc.flag); err != nil || i.String() != tc.flag {
+				t.Fatalf("Set(%q): %v, String() %q", tc.flag, err, i.String())
+			}
+			plan := planWith(t, path, i.Catalog(spawnCatalog(GoroutineProbes...)))
+			var got []string
+			roles := map[Role]bool{}
+			for _, s := range plan.Sites {
+				roles[s.Probe.Role] = true
+				if s.Probe.Role == RoleSpawn || s.Probe.Role == RoleExit {
+					got = append(got, fmt.Sprintf("%s %s %s", s.Probe.Role, s.Function.Name, s.Kind))
+				}
+			}
+			slices.Sort(got)
+			if got = slices.Compact(got); !slices.Equal(got, tc.want) || !roles[RoleSpan] || !roles[RoleCall] {
+				t.Errorf("goroutine sites %q, want %q; roles %v, want span and call", got, tc.want, roles)
+			}
+			if tc.flag == "off" && len(plan.Choices) != 0 {
+				t.Errorf("choices %+v, want none (no goroutine probe)", plan.Choices)
+			}
+		})
+	}
+	var i Inheritance
+	if err := i.Set("on"); err == nil {
+		t.Error(`Set("on") = nil, want an error naming auto and off`)
 	}
 }

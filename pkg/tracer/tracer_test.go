@@ -122,10 +122,12 @@ func TestTraceFakeController(t *testing.T) {
 	}
 }
 
-// TestGoroutinesJoinSpan: each reconcile of fakectl -spawn starts a goroutine that lists from
-// the cache; that call is in the reconcile's span, made by another goroutine, with the goroutine
-// probes at newproc's calls (the catalog's choice) and at newproc1's entry and RETs (its
-// fallback) alike.
+// TestGoroutinesJoinSpan: each reconcile of fakectl -list -spawn lists from the cache on its own
+// goroutine, then starts a goroutine that lists from the cache too. With goroutine inheritance
+// (auto: the goroutine probes at newproc's calls, the catalog's choice; newproc1: at newproc1's
+// entry and RETs, its fallback) both calls are in the reconcile's span, the second made by
+// another goroutine. With it off (--goroutine-inheritance=off) the plan has no goroutine site,
+// and each span has its own goroutine's call only and is as exact otherwise.
 func TestGoroutinesJoinSpan(t *testing.T) {
 	bpftest.Require(t)
 	list, err := fakectltest.ListProbe()
@@ -134,37 +136,53 @@ func TestGoroutinesJoinSpan(t *testing.T) {
 	}
 	bin := testkit.Build(t, "./test/fakectl")
 	for _, tc := range []struct {
-		name      string
-		goroutine []*probes.Probe
-		at        string // the function the goroutine-start sites are in
+		inherit probes.Inheritance
+		at      string // the function the goroutine-start sites are in; "": no goroutine site
 	}{
-		{"calls", probes.GoroutineProbes, "runtime.newproc.func1"},
-		{"fallback", probes.GoroutineProbes[1:], "runtime.newproc1"},
+		{probes.InheritAuto, "runtime.newproc.func1"},
+		{probes.InheritNewproc1, "runtime.newproc1"},
+		{probes.InheritOff, ""},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.inherit.String(), func(t *testing.T) {
 			const n = 60
-			catalog := append(append(fakectltest.Catalog(t), list), tc.goroutine...)
-			truths, spans, stats, plan := traceFakeWith(t, catalog, bin, "-n", strconv.Itoa(n), "-workers", "3", "-spawn")
+			catalog := tc.inherit.Catalog(append(append(fakectltest.Catalog(t), list), probes.GoroutineProbes...))
+			truths, spans, stats, plan := traceFakeWith(t, catalog, bin, "-n", strconv.Itoa(n), "-workers", "3", "-list", "-spawn")
+			goroutineSites := 0
 			for _, s := range plan.Sites {
-				if s.Probe.ID == "runtime/goroutine-start" && s.Function.Name != tc.at {
-					t.Errorf("goroutine-start site in %s, want %s", s.Function.Name, tc.at)
+				if s.Probe.Role == probes.RoleSpawn || s.Probe.Role == probes.RoleExit {
+					goroutineSites++
 				}
+				if s.Probe.Role == probes.RoleSpawn && s.Function.Name != tc.at {
+					t.Errorf("goroutine-start site in %s, want %q", s.Function.Name, tc.at)
+				}
+			}
+			if (goroutineSites == 0) != (tc.at == "") {
+				t.Errorf("%d goroutine sites (plan %s)", goroutineSites, plan)
 			}
 			checkMatch(t, truths, spans, stats, "fake")
+			wantOthers := 1 // the call of the goroutine the reconcile started
+			if tc.at == "" {
+				wantOthers = 0
+			}
 			joined := 0
 			for _, sp := range spans {
-				if len(sp.Calls) != 1 {
-					t.Errorf("span of %s has %d calls, want the one of the goroutine it started", sp.Name, len(sp.Calls))
-					continue
+				own, others := 0, 0
+				for _, c := range sp.Calls {
+					switch {
+					case c.Kind != span.CallCacheList || c.Goroutine <= 0:
+						t.Errorf("span of %s (goroutine %d): call %+v, want a cache list by a known goroutine", sp.Name, sp.Goid, c)
+					case c.Goroutine == sp.Goid:
+						own++
+					default:
+						others++
+					}
 				}
-				c := sp.Calls[0]
-				if c.Kind != span.CallCacheList || c.Goroutine == sp.Goid || c.Goroutine <= 0 {
-					t.Errorf("span of %s (goroutine %d): call %+v, want a cache list by another goroutine", sp.Name, sp.Goid, c)
-					continue
+				if own != 1 || others != wantOthers {
+					t.Errorf("span of %s: %d calls by its goroutine and %d by others, want 1 and %d", sp.Name, own, others, wantOthers)
 				}
-				joined++
+				joined += others
 			}
-			if joined != n || stats.Kernel.Inherited < n {
+			if joined != n*wantOthers || (wantOthers == 1) != (stats.Kernel.Inherited >= n) {
 				t.Errorf("%d of %d reconciles have their goroutine's call; the kernel counted %d inheriting goroutines", joined, n, stats.Kernel.Inherited)
 			}
 		})

@@ -5,9 +5,9 @@
 // its Handle, shaped like controller-runtime's reconcileHandler. It prints one JSON object per finished
 // reconcile, its ground truth (a test/groundtruth Record), which the tracer, reliability, soak
 // tests compare with what they saw. Flags add load (-workers, -deep for stack growth,
-// -gc-every), a call from a goroutine the reconcile starts (-spawn), and ways to break things on
-// purpose: a reconcile that never returns (-hang), names, controller name and error
-// messages of any length (-name-len, -controller-len, -error-len).
+// -gc-every), a call on the reconcile's goroutine (-list) and from a goroutine it starts
+// (-spawn), and ways to break things on purpose: a reconcile that never returns (-hang), names,
+// controller name and error messages of any length (-name-len, -controller-len, -error-len).
 //
 // Reconcile i works on object ns/obj-i- and ends, by i modulo 7, in success, an
 // *errors.errorString, a *fmt.wrapError, a *main.customError, Requeue, RequeueAfter (i+1) ms,
@@ -42,10 +42,10 @@ func grow(n int) int {
 	return grow(n-1) + int(pad[n%512])
 }
 
-// ObjectList mirrors controller-runtime's client.ObjectList, as far as -spawn needs it.
+// ObjectList mirrors controller-runtime's client.ObjectList, as far as -list and -spawn need it.
 type ObjectList interface{ Len() int }
 
-// ConfigMapList is the list -spawn's goroutines read.
+// ConfigMapList is the list -list and -spawn's goroutines read.
 type ConfigMapList struct{ items []string }
 
 // Len implements ObjectList.
@@ -96,6 +96,7 @@ func main() {
 	deep := flag.Int("deep", 0, "recursion depth inside every 7th reconcile (stack growth)")
 	gcEvery := flag.Int("gc-every", 0, "force a GC every N reconciles")
 	spawn := flag.Bool("spawn", false, "every reconcile starts a goroutine that lists from the cache ((*informerCache).List) and waits for it")
+	list := flag.Bool("list", false, "every reconcile lists from the cache ((*informerCache).List) on its own goroutine, before -spawn's")
 	flag.Parse()
 
 	if *start != "" {
@@ -118,6 +119,11 @@ func main() {
 		}
 		if *gcEvery > 0 && i%*gcEvery == 0 {
 			runtime.GC()
+		}
+		if *list {
+			if err := (&informerCache{}).List(ctx, &ConfigMapList{}); err != nil {
+				return controller.Result{}, err
+			}
 		}
 		if *spawn {
 			done := make(chan error)
