@@ -1,5 +1,7 @@
 // Package scale measures what tracing costs real controllers under real load, untraced and
-// traced by reconscope-agent, side by side in one run: the stripped kube-controller-manager
+// traced by reconscope-agent (as users run it, with --goroutine-inheritance=off, and for
+// kube-controller-manager with goroutine creation at the sites used before, newproc1's entry and
+// RETs), side by side in one run: the stripped kube-controller-manager
 // (deployment and replicaset controllers) of the test bed, reconciling Deployments that are
 // created, scaled and deleted, and a controller-runtime manager hosting many controllers
 // (test/fixtures/scripted-controller --controllers N), reconciling ConfigMaps that are created,

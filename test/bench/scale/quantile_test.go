@@ -31,15 +31,17 @@ workqueue_work_duration_seconds_bucket{name="b",le="0.01"} 1
 workqueue_work_duration_seconds_bucket{name="b",le="+Inf"} 1
 workqueue_work_duration_seconds_sum{name="b"} 1
 workqueue_work_duration_seconds_count{name="b"} 1
+# TYPE go_sched_goroutines_created_goroutines_total counter
+go_sched_goroutines_created_goroutines_total 1234
 `
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, text) }))
 	defer srv.Close()
-	count, buckets, err := scrape(target{metrics: srv.URL, queues: []string{"a"}})
+	count, buckets, goroutines, ok, err := scrape(target{metrics: srv.URL, queues: []string{"a"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[float64]uint64{0.001: 10, 0.01: 90, math.Inf(1): 100}
-	if count != 100 || !maps.Equal(buckets, want) {
-		t.Errorf("scrape = %d, %v; want 100, %v", count, buckets, want)
+	if count != 100 || !maps.Equal(buckets, want) || goroutines != 1234 || !ok {
+		t.Errorf("scrape = %d, %v, %d goroutines (%v); want 100, %v, 1234 goroutines", count, buckets, goroutines, ok, want)
 	}
 }

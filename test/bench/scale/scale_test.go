@@ -40,6 +40,24 @@ import (
 // idleGoal is the budget of issue 17: at most 1% of a CPU added to an idle kube-controller-manager.
 const idleGoal = 0.01
 
+// variant is how a cycle runs the target: untraced, or traced by reconscope-agent with one
+// --goroutine-inheritance.
+type variant struct {
+	name    string // as the tables say it
+	inherit string // the agent's --goroutine-inheritance; "": untraced
+}
+
+var (
+	untraced = variant{"untraced", ""}
+	// traced is the agent as users run it (the default): goroutine creation seen at newproc's calls.
+	traced    = variant{"traced by reconscope (default)", "auto"}
+	tracedOff = variant{"traced, --goroutine-inheritance=off", "off"}
+	// tracedOld sees goroutine creation where it did before: newproc1's entry and RETs.
+	tracedOld = variant{"traced, goroutine creation at newproc1's entry and RETs (before)", "newproc1"}
+)
+
+func (v variant) traced() bool { return v.inherit != "" }
+
 type config struct {
 	deployments int
 	configMaps  int
@@ -70,6 +88,8 @@ type workload struct {
 	steps []func(ns string, before sample) error
 	// watched is how many objects the controllers watch during the idle part.
 	watched int
+	// variants are the ways the target runs in each round, untraced first.
+	variants []variant
 }
 
 // sample is what is read at the edges of a part.
@@ -80,6 +100,10 @@ type sample struct {
 	count     uint64             // reconciles
 	buckets   map[float64]uint64 // their cumulative duration histogram
 	agentSpan int                // spans the agent has written
+	// goroutines the target has created (its go_sched_goroutines_created_goroutines_total,
+	// Go 1.26+); created says whether it serves that metric.
+	goroutines uint64
+	created    bool
 }
 
 // phase is the difference between two samples.
@@ -90,15 +114,18 @@ type phase struct {
 	reconciles uint64
 	buckets    map[float64]uint64
 	spans      int
+	goroutines uint64 // created by the target
+	created    bool   // the target counts the goroutines it creates
 }
 
 type cycleResult struct {
 	round      int
-	traced     bool
+	variant    variant
 	churn      phase // every step
 	idle       phase
 	agentHWM   uint64 // bytes
 	eventsLost uint64
+	inherited  uint64 // goroutines started inside a reconcile, over the whole cycle (the agent's count)
 }
 
 func BenchmarkAtScale(b *testing.B) {
@@ -132,15 +159,14 @@ func BenchmarkAtScale(b *testing.B) {
 	for _, w := range []workload{kcmWorkload(b, env, cfg), managerWorkload(b, env, cfg, manager)} {
 		var results []cycleResult
 		for r := 0; r < cfg.rounds; r++ {
-			order := []bool{false, true}
-			if r%2 == 1 {
-				order = []bool{true, false}
-			}
-			for _, traced := range order {
-				res := runCycle(b, env, cfg, w, r, traced)
-				b.Logf("%s, round %d, traced=%v: %d reconciles, CPU %s; idle CPU %s in %s; agent CPU %s, spans %d",
-					w.title, r, traced, res.churn.reconciles, res.churn.cpu, res.idle.cpu, res.idle.wall.Round(time.Millisecond),
-					res.churn.agentCPU+res.idle.agentCPU, res.churn.spans+res.idle.spans)
+			// The order rotates from round to round.
+			n := len(w.variants)
+			for i := range n {
+				v := w.variants[(i+r)%n]
+				res := runCycle(b, env, cfg, w, r, v)
+				b.Logf("%s, round %d, %s: %d reconciles, CPU %s, %d goroutines created; idle CPU %s in %s; agent CPU %s, spans %d, goroutines inherited %d",
+					w.title, r, v.name, res.churn.reconciles, res.churn.cpu, res.churn.goroutines, res.idle.cpu, res.idle.wall.Round(time.Millisecond),
+					res.churn.agentCPU+res.idle.agentCPU, res.churn.spans+res.idle.spans, res.inherited)
 				results = append(results, res)
 			}
 		}
@@ -218,6 +244,9 @@ func kcmWorkload(b *testing.B, env *testenv.Env, cfg config) workload {
 			},
 		},
 		watched: 5*n + 2, // Deployments, ReplicaSets and pods, with the warm-up's
+		// client-go's slowStartBatch creates and deletes pods from goroutines the sync handler
+		// starts: what goroutine inheritance costs, against its sites before and without it.
+		variants: []variant{untraced, traced, tracedOff, tracedOld},
 	}
 }
 
@@ -247,7 +276,7 @@ func managerWorkload(b *testing.B, env *testenv.Env, cfg config, bin string) wor
 	// Each change of a ConfigMap is one reconcile of each controller.
 	reconciled := func(before sample, want uint64) error {
 		testkit.WaitFor(b, fmt.Sprintf("%d reconciles", want), 10*time.Minute, func() (bool, string) {
-			c, _, err := scrape(t)
+			c, _, _, _, err := scrape(t)
 			if err != nil {
 				return false, err.Error()
 			}
@@ -293,24 +322,25 @@ func managerWorkload(b *testing.B, env *testenv.Env, cfg config, bin string) wor
 				return reconciled(before, uint64((n+1)*per))
 			},
 		},
-		watched: n + 1,
+		watched:  n + 1,
+		variants: []variant{untraced, traced, tracedOff},
 	}
 }
 
 // runCycle runs w's warm-up, its first step, the idle part, and its other steps in a namespace of
 // their own, and measures them. Traced, reconscope-agent traces the target throughout the cycle.
-func runCycle(b *testing.B, env *testenv.Env, cfg config, w workload, round int, traced bool) cycleResult {
+func runCycle(b *testing.B, env *testenv.Env, cfg config, w workload, round int, v variant) cycleResult {
 	b.Helper()
 	mode := "untraced"
-	if traced {
-		mode = "traced"
+	if v.traced() {
+		mode = "traced-" + v.inherit
 	}
 	ns := fmt.Sprintf("scale-%d-%d-%s", w.target.pid, round, mode)
 	must(b, env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 
 	var agent *testenv.Process
-	if traced {
-		cmd := exec.Command(cfg.agent, "trace", "--pid", strconv.Itoa(w.target.pid), "--output", "json")
+	if v.traced() {
+		cmd := exec.Command(cfg.agent, "trace", "--pid", strconv.Itoa(w.target.pid), "--output", "json", "--goroutine-inheritance", v.inherit)
 		agent = testenv.StartProcess(b, "reconscope-agent-"+ns, cmd)
 		testkit.WaitFor(b, "reconscope-agent to attach", 2*time.Minute, func() (bool, string) {
 			raw, err := os.ReadFile(agent.StderrPath())
@@ -331,8 +361,9 @@ func runCycle(b *testing.B, env *testenv.Env, cfg config, w workload, round int,
 		must(b, err)
 		return s
 	}
-	res := cycleResult{round: round, traced: traced}
+	res := cycleResult{round: round, variant: v}
 	res.churn.buckets = map[float64]uint64{}
+	res.churn.created = true // until a step's samples say the target does not count its goroutines
 	for i, step := range w.steps {
 		before := take()
 		must(b, step(ns, before))
@@ -349,7 +380,7 @@ func runCycle(b *testing.B, env *testenv.Env, cfg config, w workload, round int,
 		if err := agent.Wait(); err != nil {
 			b.Fatalf("reconscope-agent: %v", err)
 		}
-		res.eventsLost = eventsLost(b, agent.StderrPath())
+		res.eventsLost, res.inherited = summaryCounts(b, agent.StderrPath(), v)
 	}
 	return res
 }
@@ -432,13 +463,14 @@ func sampleOf(t target, agent *testenv.Process) (sample, error) {
 		}
 		s.agentSpan = spanCount(agent)
 	}
-	s.count, s.buckets, err = scrape(t)
+	s.count, s.buckets, s.goroutines, s.created, err = scrape(t)
 	return s, err
 }
 
 func diff(a, z sample) phase {
 	p := phase{wall: z.at.Sub(a.at), cpu: z.cpu - a.cpu, agentCPU: z.agentCPU - a.agentCPU,
-		spans: z.agentSpan - a.agentSpan, reconciles: z.count - a.count, buckets: map[float64]uint64{}}
+		spans: z.agentSpan - a.agentSpan, reconciles: z.count - a.count, buckets: map[float64]uint64{},
+		goroutines: z.goroutines - a.goroutines, created: a.created && z.created}
 	for le, n := range z.buckets {
 		p.buckets[le] = n - a.buckets[le]
 	}
@@ -447,7 +479,8 @@ func diff(a, z sample) phase {
 
 func (p phase) plus(o phase) phase {
 	r := phase{wall: p.wall + o.wall, cpu: p.cpu + o.cpu, agentCPU: p.agentCPU + o.agentCPU,
-		reconciles: p.reconciles + o.reconciles, spans: p.spans + o.spans, buckets: map[float64]uint64{}}
+		reconciles: p.reconciles + o.reconciles, spans: p.spans + o.spans, buckets: map[float64]uint64{},
+		goroutines: p.goroutines + o.goroutines, created: p.created && o.created}
 	for le, n := range p.buckets {
 		r.buckets[le] += n
 	}
@@ -491,33 +524,39 @@ func quantile(q float64, buckets map[float64]uint64) float64 {
 	return lower
 }
 
+// goroutinesCreated is the Go runtime's /sched/goroutines-created:goroutines (Go 1.26+) as
+// Prometheus' Go collector serves it, when the program enables the runtime's scheduler metrics.
+const goroutinesCreated = "go_sched_goroutines_created_goroutines_total"
+
 // scrape reads the target's workqueue_work_duration_seconds (client-go's workqueue metrics,
 // which kube-controller-manager and controller-runtime both serve: one sample per item
 // processed, that is per reconcile): the count and the cumulative buckets, summed over its
-// queues.
-func scrape(t target) (uint64, map[float64]uint64, error) {
+// queues; and the goroutines it has created, when it serves goroutinesCreated (ok).
+func scrape(t target) (count uint64, buckets map[float64]uint64, goroutines uint64, ok bool, err error) {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, self-signed
 	resp, err := hc.Get(t.metrics)
 	if err != nil {
-		return 0, nil, fmt.Errorf("scrape process %d: %w", t.pid, err)
+		return 0, nil, 0, false, fmt.Errorf("scrape process %d: %w", t.pid, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return 0, nil, fmt.Errorf("scrape process %d: %s %v: %.200s", t.pid, resp.Status, err, body)
+		return 0, nil, 0, false, fmt.Errorf("scrape process %d: %s %v: %.200s", t.pid, resp.Status, err, body)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
-		return 0, nil, fmt.Errorf("parse the metrics of process %d: %w", t.pid, err)
+		return 0, nil, 0, false, fmt.Errorf("parse the metrics of process %d: %w", t.pid, err)
 	}
 	fam := families["workqueue_work_duration_seconds"]
 	if fam == nil {
-		return 0, nil, fmt.Errorf("the metrics of process %d have no workqueue_work_duration_seconds", t.pid)
+		return 0, nil, 0, false, fmt.Errorf("the metrics of process %d have no workqueue_work_duration_seconds", t.pid)
 	}
-	var count uint64
-	buckets := map[float64]uint64{}
+	if g := families[goroutinesCreated]; g != nil && len(g.GetMetric()) == 1 {
+		goroutines, ok = uint64(g.GetMetric()[0].GetCounter().GetValue()), true
+	}
+	buckets = map[float64]uint64{}
 	for _, m := range fam.GetMetric() {
 		h := m.GetHistogram()
 		if h == nil || (t.queues != nil && !slices.Contains(t.queues, label(m, "name"))) {
@@ -531,7 +570,7 @@ func scrape(t target) (uint64, map[float64]uint64, error) {
 			}
 		}
 	}
-	return count, buckets, nil
+	return count, buckets, goroutines, ok, nil
 }
 
 func label(m *dto.Metric, name string) string {
@@ -595,20 +634,28 @@ func spanCount(agent *testenv.Process) int {
 	return n
 }
 
-var lostRE = regexp.MustCompile(`events: \d+ read, (\d+) lost`)
+var (
+	lostRE      = regexp.MustCompile(`events: \d+ read, (\d+) lost`)
+	inheritedRE = regexp.MustCompile(`goroutines started inside a reconcile \(their calls are in its span\): (\d+)`)
+)
 
-// eventsLost reads the events the kernel dropped from the summary trace prints when it stops.
-func eventsLost(b *testing.B, stderr string) uint64 {
+// summaryCounts reads, from the summary trace prints when it stops, the events the kernel
+// dropped and the goroutines started inside a reconcile (none with goroutine inheritance off).
+func summaryCounts(b *testing.B, stderr string, v variant) (lost, inherited uint64) {
 	raw, err := os.ReadFile(stderr)
 	if err != nil {
 		b.Fatal(err)
 	}
 	m := lostRE.FindSubmatch(raw)
-	if m == nil {
-		b.Fatalf("reconscope-agent printed no summary:\n%s", raw)
+	g := inheritedRE.FindSubmatch(raw)
+	if m == nil || (g == nil) != (v.inherit == "off") {
+		b.Fatalf("reconscope-agent (--goroutine-inheritance %s) printed no summary, or not the one expected:\n%s", v.inherit, raw)
 	}
-	n, _ := strconv.ParseUint(string(m[1]), 10, 64)
-	return n
+	lost, _ = strconv.ParseUint(string(m[1]), 10, 64)
+	if g != nil {
+		inherited, _ = strconv.ParseUint(string(g[1]), 10, 64)
+	}
+	return lost, inherited
 }
 
 func must(b *testing.B, err error) {
