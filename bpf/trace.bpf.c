@@ -2,6 +2,9 @@
 
 /* trace.bpf.c — generic entry and return programs for Go function probe sites.
  *
+ * The maps and the pieces every hit goes through first (PID filter, counters, wakeups) are in
+ * include/hit.h, which the overhead benchmark's programs share.
+ *
  * Every attach point carries a cookie: the index of its struct site_config in `sites`,
  * written by user space from the probe catalog. The programs read the Go ABI registers,
  * the strings the site names, the goroutine's identity, and (for spans) the reconcile ID
@@ -13,31 +16,9 @@
 #include "include/bpf_core_read.h"
 #include "include/go_abi.h"
 #include "include/events.h"
+#include "include/hit.h"
 
 char __license[] SEC("license") = "Dual MIT/GPL";
-
-/* Force wakeup of the reader once this many bytes wait in the ring buffer; below it,
- * records are submitted without a wakeup and the reader polls on a short deadline. */
-volatile const __u64 wakeup_bytes = 256 * 1024;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
-} events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, struct site_config);
-} sites SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, __u32);
-} traced_pids SEC(".maps");
 
 /* The attached executables whose new processes on_exec admits to traced_pids. */
 struct {
@@ -46,13 +27,6 @@ struct {
 	__type(key, struct exe_id);
 	__type(value, __u32);
 } traced_exes SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct g_key);
-	__type(value, struct g_state);
-} goroutines SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -69,13 +43,6 @@ struct {
 	__type(key, __u64);
 	__type(value, struct g_state);
 } spawning SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, COUNTER_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
 
 /* Unused globals that make bpf2go emit Go types for these structs (-type). */
 const struct event *unused_event __attribute__((unused));
@@ -94,13 +61,6 @@ const enum site_role *unused_site_role __attribute__((unused));
 const enum site_kind *unused_site_kind __attribute__((unused));
 const enum counter *unused_counter __attribute__((unused));
 const enum exec_flag *unused_exec_flag __attribute__((unused));
-
-static __always_inline void count(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
-	if (v)
-		*v += 1;
-}
 
 /* read_go_string copies at most STR_MAX bytes of a Go string into dst. */
 static __always_inline void read_go_string(char *dst, __u16 *len_out, __u64 ptr, __u64 len)
@@ -219,13 +179,6 @@ static __always_inline void read_error_message(struct event *e, const __u64 *arg
 		e->flags |= EVENT_F_ERROR_MSG;
 }
 
-static __always_inline __u64 submit_flags(void)
-{
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
-		return BPF_RB_FORCE_WAKEUP;
-	return BPF_RB_NO_WAKEUP;
-}
-
 /* handle_spawn: at the entry site (newproc1's entry, or its call in newproc's closure),
  * remember the span of the creating goroutine; at the return site (newproc1's RET, or the call
  * of runqput that follows), give the new goroutine an inherited state, so its calls join that
@@ -283,12 +236,8 @@ static __always_inline int handle(struct go_regs *regs)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 pid = pid_tgid >> 32;
-	if (!bpf_map_lookup_elem(&traced_pids, &pid))
-		return 0;
-	count(COUNTER_HITS);
-
-	__u32 site = (__u32)bpf_get_attach_cookie(regs);
-	struct site_config *cfg = bpf_map_lookup_elem(&sites, &site);
+	__u32 site = 0;
+	struct site_config *cfg = hit_site(regs, pid, &site);
 	if (!cfg)
 		return 0;
 
@@ -362,7 +311,7 @@ static __always_inline int handle(struct go_regs *regs)
 			fill_head(h, kind, flags, site, pid_tgid, now, gk.g, goid, span_start, args);
 			h->vals[0] = vals[0];
 			h->vals[1] = vals[1];
-			bpf_ringbuf_submit(h, submit_flags());
+			bpf_ringbuf_submit(h, submit_flags(sizeof(*h)));
 		} else {
 			count(COUNTER_LOST_RINGBUF);
 		}
@@ -382,7 +331,7 @@ static __always_inline int handle(struct go_regs *regs)
 				find_reconcile_id(e, args[cfg->ctx_slot & 15]);
 			if (el)
 				read_error_message(e, args, cfg, el);
-			bpf_ringbuf_submit(e, submit_flags());
+			bpf_ringbuf_submit(e, submit_flags(sizeof(*e)));
 		} else {
 			count(COUNTER_LOST_RINGBUF);
 		}
@@ -512,8 +461,9 @@ int on_exec(struct bpf_raw_tracepoint_args *ctx)
 	ev->dev = id.dev;
 	ev->ino = id.ino;
 	if (bpf_map_lookup_elem(&traced_exes, &id)) {
-		__u32 one = 1;
-		if (bpf_map_update_elem(&traced_pids, &pid, &one, BPF_ANY) == 0) {
+		__u64 *w = pid_word(pid);
+		if (w) {
+			__sync_fetch_and_or(w, pid_bit(pid));
 			ev->flags |= EXEC_F_ADMITTED;
 			count(COUNTER_ADMITTED);
 		}

@@ -16,14 +16,15 @@ import (
 type TraceCounter uint32
 
 const (
-	TraceCounterCOUNTER_LOST_RINGBUF TraceCounter = 0
-	TraceCounterCOUNTER_LOST_STATE   TraceCounter = 1
-	TraceCounterCOUNTER_CALL_OUTSIDE TraceCounter = 2
-	TraceCounterCOUNTER_HITS         TraceCounter = 3
-	TraceCounterCOUNTER_INHERITED    TraceCounter = 4
-	TraceCounterCOUNTER_ADMITTED     TraceCounter = 5
-	TraceCounterCOUNTER_LOST_EXEC    TraceCounter = 6
-	TraceCounterCOUNTER_MAX          TraceCounter = 7
+	TraceCounterCOUNTER_LOST_RINGBUF  TraceCounter = 0
+	TraceCounterCOUNTER_LOST_STATE    TraceCounter = 1
+	TraceCounterCOUNTER_CALL_OUTSIDE  TraceCounter = 2
+	TraceCounterCOUNTER_HITS          TraceCounter = 3
+	TraceCounterCOUNTER_INHERITED     TraceCounter = 4
+	TraceCounterCOUNTER_ADMITTED      TraceCounter = 5
+	TraceCounterCOUNTER_LOST_EXEC     TraceCounter = 6
+	TraceCounterCOUNTER_UNWOKEN_BYTES TraceCounter = 7
+	TraceCounterCOUNTER_MAX           TraceCounter = 8
 )
 
 type TraceErrKey struct {
@@ -124,6 +125,11 @@ type TraceG_state struct {
 	Site  uint32
 	Depth uint32
 	Goid  int64
+}
+
+type TracePidBitmap struct {
+	_ structs.HostLayout
+	W [65536]uint64
 }
 
 type TraceSiteConfig struct {

@@ -45,7 +45,7 @@ enum site_kind {
 	SITE_RETURN = 2,
 };
 
-/* counters (per-CPU array indexes) */
+/* counters (indexes of the counters array, shared by the CPUs) */
 enum counter {
 	COUNTER_LOST_RINGBUF = 0,   /* ring buffer full: event dropped */
 	COUNTER_LOST_STATE = 1,     /* goroutine-state map full */
@@ -54,7 +54,8 @@ enum counter {
 	COUNTER_INHERITED = 4,      /* goroutines started inside a span, whose calls join it */
 	COUNTER_ADMITTED = 5,       /* processes added to the PID filter at exec: their executable is attached */
 	COUNTER_LOST_EXEC = 6,      /* exec notifications dropped (exec ring buffer full); nothing admitted then */
-	COUNTER_MAX = 7,
+	COUNTER_UNWOKEN_BYTES = 7,  /* not a count: bytes submitted since the last forced wakeup (hit.h, submit_flags) */
+	COUNTER_MAX = 8,
 };
 
 /* exec_event.flags */

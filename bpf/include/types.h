@@ -24,6 +24,11 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
 
+/* map_flags */
+enum {
+	BPF_F_MMAPABLE = (1U << 10),
+};
+
 enum {
 	BPF_ANY = 0,
 	BPF_NOEXIST = 1,

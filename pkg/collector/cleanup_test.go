@@ -141,10 +141,9 @@ func memFDs(t *testing.T, pid int) []string {
 	return out
 }
 
-// TestTraceFailureLeavesNothing makes adding the process to the kernel's PID filter fail (the
-// test fills traced_pids): Trace fails, and neither the process's /proc/PID/mem nor its entry
-// stays behind.
-func TestTraceFailureLeavesNothing(t *testing.T) {
+// TestTraceUntraceLeavesNothing: Untrace closes the process's /proc/PID/mem and takes it out of
+// the kernel's PID filter; a PID the filter cannot hold is refused without leaving an entry.
+func TestTraceUntraceLeavesNothing(t *testing.T) {
 	c, a, bin, _ := attachFakectl(t)
 	cmd := exec.Command(bin, "-start", filepath.Join(t.TempDir(), "never"))
 	if err := cmd.Start(); err != nil {
@@ -160,28 +159,27 @@ func TestTraceFailureLeavesNothing(t *testing.T) {
 	if len(memFDs(t, pid)) != 1 {
 		t.Fatalf("a traced process has %d descriptors on its memory, want 1", len(memFDs(t, pid)))
 	}
+	if !c.pids.has(pid) {
+		t.Fatalf("traced process %d is not in the kernel's PID filter", pid)
+	}
 	c.Untrace(pid)
+	if c.pids.has(pid) {
+		t.Errorf("Untrace left process %d in the kernel's PID filter", pid)
+	}
 	if fds := memFDs(t, pid); len(fds) != 0 {
 		t.Fatalf("Untrace left descriptors %v open", fds)
 	}
 
-	for i := range int(c.pids.MaxEntries()) {
-		if err := c.pids.Put(uint32(1<<30+i), uint32(1)); err != nil {
-			t.Fatalf("fill traced_pids: %v", err)
-		}
-	}
-	if err := c.Trace(pid, a); err == nil {
-		t.Fatal("Trace succeeded with traced_pids full")
+	beyond := c.pids.limit()
+	if err := c.Trace(beyond, a); err == nil {
+		t.Fatalf("Trace of PID %d, beyond the kernel's PID filter, succeeded", beyond)
 	} else {
 		t.Logf("Trace: %v", err)
 	}
-	if fds := memFDs(t, pid); len(fds) != 0 {
-		t.Errorf("the failed Trace left descriptors %v open on /proc/%d/mem", fds, pid)
-	}
 	c.mu.RLock()
-	p := c.procs[uint32(pid)]
+	p := c.procs[uint32(beyond)]
 	c.mu.RUnlock()
 	if p != nil {
-		t.Errorf("the failed Trace left process %d traced", pid)
+		t.Errorf("the failed Trace left process %d traced", beyond)
 	}
 }

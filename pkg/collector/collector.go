@@ -28,8 +28,9 @@ type Options struct {
 	// RingBufferSize is the ring buffer's size in bytes: a power of two, multiple of the page
 	// size. Zero means 4 MiB.
 	RingBufferSize int
-	// WakeupBytes makes the kernel wake the reader once this many bytes wait; below it the
-	// reader polls every PollInterval. Zero means a quarter of the ring buffer.
+	// WakeupBytes makes the kernel wake the reader each time this many bytes were submitted
+	// since it last did; in between the reader polls every PollInterval. Zero means a quarter
+	// of the ring buffer.
 	WakeupBytes int
 	// ForceSingleUprobes attaches one perf-event uprobe per site even where the kernel has
 	// uprobe_multi links.
@@ -54,7 +55,7 @@ type Collector struct {
 	prog      *ebpf.Program
 	multi     bool
 	sites     *ebpf.Map
-	pids      *ebpf.Map
+	pids      *pidFilter
 	exes      *ebpf.Map
 	errs      *ebpf.Map
 	gors      *ebpf.Map
@@ -128,7 +129,6 @@ func New(opts Options) (*Collector, error) {
 		prog:     coll.Programs[progName],
 		multi:    multi,
 		sites:    coll.Maps[rbpf.TraceMapSites],
-		pids:     coll.Maps[rbpf.TraceMapTracedPids],
 		exes:     coll.Maps[rbpf.TraceMapTracedExes],
 		errs:     coll.Maps[rbpf.TraceMapErrLayouts],
 		gors:     coll.Maps[rbpf.TraceMapGoroutines],
@@ -137,8 +137,14 @@ func New(opts Options) (*Collector, error) {
 		attached: map[*Attachment]struct{}{},
 		procs:    map[uint32]*process{},
 	}
+	c.pids, err = mapPIDFilter(coll.Maps[rbpf.TraceMapTracedPids])
+	if err != nil {
+		coll.Close()
+		return nil, err
+	}
 	c.reader, err = ringbuf.NewReader(coll.Maps[rbpf.TraceMapEvents])
 	if err != nil {
+		c.pids.close()
 		coll.Close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
@@ -148,7 +154,7 @@ func New(opts Options) (*Collector, error) {
 // UprobeMulti reports whether sites are attached through uprobe_multi links.
 func (c *Collector) UprobeMulti() bool { return c.multi }
 
-// Counters are the kernel side's per-CPU counters, summed.
+// Counters are the kernel side's counters.
 type Counters struct {
 	LostRingBuffer uint64 // events dropped because the ring buffer was full
 	LostState      uint64 // span entries whose goroutine state could not be stored
@@ -172,12 +178,8 @@ func (c *Collector) Counters() (Counters, error) {
 		rbpf.TraceCounterCOUNTER_LOST_EXEC:    &out.LostExec,
 	}
 	for i, f := range fields {
-		var per []uint64
-		if err := c.counts.Lookup(uint32(i), &per); err != nil {
+		if err := c.counts.Lookup(uint32(i), f); err != nil {
 			return out, fmt.Errorf("read counter %d: %w", i, err)
-		}
-		for _, v := range per {
-			*f += v
 		}
 	}
 	return out, nil
@@ -233,6 +235,7 @@ func (c *Collector) Close() error {
 		errs = append(errs, a.Close())
 	}
 	errs = append(errs, c.reader.Close())
+	errs = append(errs, c.pids.close())
 	if c.execProgs.coll != nil {
 		c.execProgs.coll.Close()
 	}

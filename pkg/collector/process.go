@@ -31,6 +31,9 @@ func (c *Collector) Trace(pid int, a *Attachment) error {
 	if old != nil && old.att == a {
 		return nil
 	}
+	if pid <= 0 || pid >= c.pids.limit() {
+		return fmt.Errorf("trace process %d: no such PID (the kernel gives 1 to %d)", pid, c.pids.limit()-1)
+	}
 	p, err := c.newProcess(pid, a)
 	if err != nil {
 		return err
@@ -47,10 +50,7 @@ func (c *Collector) Trace(pid int, a *Attachment) error {
 	if old != nil {
 		old.close()
 	}
-	if err := c.pids.Put(uint32(pid), uint32(1)); err != nil {
-		c.Untrace(pid)
-		return fmt.Errorf("add process %d to the kernel's filter: %w", pid, err)
-	}
+	c.pids.add(pid)
 	return nil
 }
 
@@ -80,7 +80,7 @@ func (p *process) close() {
 // and the span state of its goroutines. It also removes a process the kernel admitted at exec
 // that was never traced here.
 func (c *Collector) Untrace(pid int) {
-	_ = c.pids.Delete(uint32(pid))
+	c.pids.remove(pid)
 	c.mu.Lock()
 	p := c.procs[uint32(pid)]
 	delete(c.procs, uint32(pid))
@@ -102,8 +102,7 @@ func (c *Collector) Untrace(pid int) {
 // adopt traces a process the kernel admitted at exec (it is in the PID filter) whose events
 // arrive before anyone called Trace for it, so its error types are named from its first event.
 func (c *Collector) adopt(pid uint32, a *Attachment) *process {
-	var in uint32
-	if err := c.pids.Lookup(pid, &in); err != nil {
+	if !c.pids.has(int(pid)) {
 		return nil // untraced meanwhile
 	}
 	if err := c.Trace(int(pid), a); err != nil {
