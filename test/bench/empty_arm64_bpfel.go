@@ -45,6 +45,11 @@ type EmptyG_state struct {
 	Goid  int64
 }
 
+type EmptyPidBitmap struct {
+	_ structs.HostLayout
+	W [65536]uint64
+}
+
 type EmptySiteConfig struct {
 	_        structs.HostLayout
 	Kind     uint8
@@ -78,36 +83,38 @@ type EmptySiteConfig struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	EmptyMapEvents                 = "events"
-	EmptyMapGoroutines             = "goroutines"
-	EmptyMapPercpuCounters         = "percpu_counters"
-	EmptyMapPerfEvents             = "perf_events"
-	EmptyMapPids                   = "pids"
-	EmptyMapScratch                = "scratch"
-	EmptyMapSharedCounters         = "shared_counters"
-	EmptyMapSites                  = "sites"
-	EmptyProgEmpty                 = "empty"
-	EmptyProgEmptyMulti            = "empty_multi"
-	EmptyProgEventHeadOnlyMulti    = "event_head_only_multi"
-	EmptyProgEventOnlyMulti        = "event_only_multi"
-	EmptyProgRec16Multi            = "rec_16_multi"
-	EmptyProgRec64Multi            = "rec_64_multi"
-	EmptyProgRecBitmapMissMulti    = "rec_bitmap_miss_multi"
-	EmptyProgRecCounterMulti       = "rec_counter_multi"
-	EmptyProgRecCounterSharedMulti = "rec_counter_shared_multi"
-	EmptyProgRecDiscardMulti       = "rec_discard_multi"
-	EmptyProgRecExitPercpuMulti    = "rec_exit_percpu_multi"
-	EmptyProgRecExitSharedMulti    = "rec_exit_shared_multi"
-	EmptyProgRecHashMissMulti      = "rec_hash_miss_multi"
-	EmptyProgRecKtimeMulti         = "rec_ktime_multi"
-	EmptyProgRecOutputMulti        = "rec_output_multi"
-	EmptyProgRecPerfMulti          = "rec_perf_multi"
-	EmptyProgRecRead1Multi         = "rec_read1_multi"
-	EmptyProgRecRead5Multi         = "rec_read5_multi"
-	EmptyProgRecRead80Multi        = "rec_read80_multi"
-	EmptyProgRecWakeupMulti        = "rec_wakeup_multi"
-	EmptyVarPidBits                = "pid_bits"
-	EmptyVarWakeupBytes            = "wakeup_bytes"
+	EmptyMapCounters                 = "counters"
+	EmptyMapEvents                   = "events"
+	EmptyMapGoroutines               = "goroutines"
+	EmptyMapPerfEvents               = "perf_events"
+	EmptyMapPids                     = "pids"
+	EmptyMapScratch                  = "scratch"
+	EmptyMapSites                    = "sites"
+	EmptyMapTracedPids               = "traced_pids"
+	EmptyProgEmpty                   = "empty"
+	EmptyProgEmptyMulti              = "empty_multi"
+	EmptyProgEventHeadOnlyMulti      = "event_head_only_multi"
+	EmptyProgEventOnlyMulti          = "event_only_multi"
+	EmptyProgRec16Multi              = "rec_16_multi"
+	EmptyProgRec64Multi              = "rec_64_multi"
+	EmptyProgRecBitmapMissMulti      = "rec_bitmap_miss_multi"
+	EmptyProgRecCounterMulti         = "rec_counter_multi"
+	EmptyProgRecCounterSharedMulti   = "rec_counter_shared_multi"
+	EmptyProgRecDiscardMulti         = "rec_discard_multi"
+	EmptyProgRecExitMulti            = "rec_exit_multi"
+	EmptyProgRecHashMissMulti        = "rec_hash_miss_multi"
+	EmptyProgRecKtimeMulti           = "rec_ktime_multi"
+	EmptyProgRecOutputMulti          = "rec_output_multi"
+	EmptyProgRecPerfMulti            = "rec_perf_multi"
+	EmptyProgRecRead1Multi           = "rec_read1_multi"
+	EmptyProgRecRead5Multi           = "rec_read5_multi"
+	EmptyProgRecRead80Multi          = "rec_read80_multi"
+	EmptyProgRecTwiceBitmapMissMulti = "rec_twice_bitmap_miss_multi"
+	EmptyProgRecTwiceExitMulti       = "rec_twice_exit_multi"
+	EmptyProgRecTwiceHeadMulti       = "rec_twice_head_multi"
+	EmptyProgRecWakeupCountMulti     = "rec_wakeup_count_multi"
+	EmptyProgRecWakeupMulti          = "rec_wakeup_multi"
+	EmptyVarWakeupBytes              = "wakeup_bytes"
 )
 
 // LoadEmpty returns the embedded CollectionSpec for Empty.
@@ -152,47 +159,49 @@ type EmptySpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EmptyProgramSpecs struct {
-	Empty                 *ebpf.ProgramSpec `ebpf:"empty"`
-	EmptyMulti            *ebpf.ProgramSpec `ebpf:"empty_multi"`
-	EventHeadOnlyMulti    *ebpf.ProgramSpec `ebpf:"event_head_only_multi"`
-	EventOnlyMulti        *ebpf.ProgramSpec `ebpf:"event_only_multi"`
-	Rec16Multi            *ebpf.ProgramSpec `ebpf:"rec_16_multi"`
-	Rec64Multi            *ebpf.ProgramSpec `ebpf:"rec_64_multi"`
-	RecBitmapMissMulti    *ebpf.ProgramSpec `ebpf:"rec_bitmap_miss_multi"`
-	RecCounterMulti       *ebpf.ProgramSpec `ebpf:"rec_counter_multi"`
-	RecCounterSharedMulti *ebpf.ProgramSpec `ebpf:"rec_counter_shared_multi"`
-	RecDiscardMulti       *ebpf.ProgramSpec `ebpf:"rec_discard_multi"`
-	RecExitPercpuMulti    *ebpf.ProgramSpec `ebpf:"rec_exit_percpu_multi"`
-	RecExitSharedMulti    *ebpf.ProgramSpec `ebpf:"rec_exit_shared_multi"`
-	RecHashMissMulti      *ebpf.ProgramSpec `ebpf:"rec_hash_miss_multi"`
-	RecKtimeMulti         *ebpf.ProgramSpec `ebpf:"rec_ktime_multi"`
-	RecOutputMulti        *ebpf.ProgramSpec `ebpf:"rec_output_multi"`
-	RecPerfMulti          *ebpf.ProgramSpec `ebpf:"rec_perf_multi"`
-	RecRead1Multi         *ebpf.ProgramSpec `ebpf:"rec_read1_multi"`
-	RecRead5Multi         *ebpf.ProgramSpec `ebpf:"rec_read5_multi"`
-	RecRead80Multi        *ebpf.ProgramSpec `ebpf:"rec_read80_multi"`
-	RecWakeupMulti        *ebpf.ProgramSpec `ebpf:"rec_wakeup_multi"`
+	Empty                   *ebpf.ProgramSpec `ebpf:"empty"`
+	EmptyMulti              *ebpf.ProgramSpec `ebpf:"empty_multi"`
+	EventHeadOnlyMulti      *ebpf.ProgramSpec `ebpf:"event_head_only_multi"`
+	EventOnlyMulti          *ebpf.ProgramSpec `ebpf:"event_only_multi"`
+	Rec16Multi              *ebpf.ProgramSpec `ebpf:"rec_16_multi"`
+	Rec64Multi              *ebpf.ProgramSpec `ebpf:"rec_64_multi"`
+	RecBitmapMissMulti      *ebpf.ProgramSpec `ebpf:"rec_bitmap_miss_multi"`
+	RecCounterMulti         *ebpf.ProgramSpec `ebpf:"rec_counter_multi"`
+	RecCounterSharedMulti   *ebpf.ProgramSpec `ebpf:"rec_counter_shared_multi"`
+	RecDiscardMulti         *ebpf.ProgramSpec `ebpf:"rec_discard_multi"`
+	RecExitMulti            *ebpf.ProgramSpec `ebpf:"rec_exit_multi"`
+	RecHashMissMulti        *ebpf.ProgramSpec `ebpf:"rec_hash_miss_multi"`
+	RecKtimeMulti           *ebpf.ProgramSpec `ebpf:"rec_ktime_multi"`
+	RecOutputMulti          *ebpf.ProgramSpec `ebpf:"rec_output_multi"`
+	RecPerfMulti            *ebpf.ProgramSpec `ebpf:"rec_perf_multi"`
+	RecRead1Multi           *ebpf.ProgramSpec `ebpf:"rec_read1_multi"`
+	RecRead5Multi           *ebpf.ProgramSpec `ebpf:"rec_read5_multi"`
+	RecRead80Multi          *ebpf.ProgramSpec `ebpf:"rec_read80_multi"`
+	RecTwiceBitmapMissMulti *ebpf.ProgramSpec `ebpf:"rec_twice_bitmap_miss_multi"`
+	RecTwiceExitMulti       *ebpf.ProgramSpec `ebpf:"rec_twice_exit_multi"`
+	RecTwiceHeadMulti       *ebpf.ProgramSpec `ebpf:"rec_twice_head_multi"`
+	RecWakeupCountMulti     *ebpf.ProgramSpec `ebpf:"rec_wakeup_count_multi"`
+	RecWakeupMulti          *ebpf.ProgramSpec `ebpf:"rec_wakeup_multi"`
 }
 
 // EmptyMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EmptyMapSpecs struct {
-	Events         *ebpf.MapSpec `ebpf:"events"`
-	Goroutines     *ebpf.MapSpec `ebpf:"goroutines"`
-	PercpuCounters *ebpf.MapSpec `ebpf:"percpu_counters"`
-	PerfEvents     *ebpf.MapSpec `ebpf:"perf_events"`
-	Pids           *ebpf.MapSpec `ebpf:"pids"`
-	Scratch        *ebpf.MapSpec `ebpf:"scratch"`
-	SharedCounters *ebpf.MapSpec `ebpf:"shared_counters"`
-	Sites          *ebpf.MapSpec `ebpf:"sites"`
+	Counters   *ebpf.MapSpec `ebpf:"counters"`
+	Events     *ebpf.MapSpec `ebpf:"events"`
+	Goroutines *ebpf.MapSpec `ebpf:"goroutines"`
+	PerfEvents *ebpf.MapSpec `ebpf:"perf_events"`
+	Pids       *ebpf.MapSpec `ebpf:"pids"`
+	Scratch    *ebpf.MapSpec `ebpf:"scratch"`
+	Sites      *ebpf.MapSpec `ebpf:"sites"`
+	TracedPids *ebpf.MapSpec `ebpf:"traced_pids"`
 }
 
 // EmptyVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type EmptyVariableSpecs struct {
-	PidBits     *ebpf.VariableSpec `ebpf:"pid_bits"`
 	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
@@ -216,26 +225,26 @@ func (o *EmptyObjects) Close() error {
 //
 // It can be passed to LoadEmptyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EmptyMaps struct {
-	Events         *ebpf.Map `ebpf:"events"`
-	Goroutines     *ebpf.Map `ebpf:"goroutines"`
-	PercpuCounters *ebpf.Map `ebpf:"percpu_counters"`
-	PerfEvents     *ebpf.Map `ebpf:"perf_events"`
-	Pids           *ebpf.Map `ebpf:"pids"`
-	Scratch        *ebpf.Map `ebpf:"scratch"`
-	SharedCounters *ebpf.Map `ebpf:"shared_counters"`
-	Sites          *ebpf.Map `ebpf:"sites"`
+	Counters   *ebpf.Map `ebpf:"counters"`
+	Events     *ebpf.Map `ebpf:"events"`
+	Goroutines *ebpf.Map `ebpf:"goroutines"`
+	PerfEvents *ebpf.Map `ebpf:"perf_events"`
+	Pids       *ebpf.Map `ebpf:"pids"`
+	Scratch    *ebpf.Map `ebpf:"scratch"`
+	Sites      *ebpf.Map `ebpf:"sites"`
+	TracedPids *ebpf.Map `ebpf:"traced_pids"`
 }
 
 func (m *EmptyMaps) Close() error {
 	return _EmptyClose(
+		m.Counters,
 		m.Events,
 		m.Goroutines,
-		m.PercpuCounters,
 		m.PerfEvents,
 		m.Pids,
 		m.Scratch,
-		m.SharedCounters,
 		m.Sites,
+		m.TracedPids,
 	)
 }
 
@@ -243,7 +252,6 @@ func (m *EmptyMaps) Close() error {
 //
 // It can be passed to LoadEmptyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EmptyVariables struct {
-	PidBits     *ebpf.Variable `ebpf:"pid_bits"`
 	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
@@ -251,26 +259,29 @@ type EmptyVariables struct {
 //
 // It can be passed to LoadEmptyObjects or ebpf.CollectionSpec.LoadAndAssign.
 type EmptyPrograms struct {
-	Empty                 *ebpf.Program `ebpf:"empty"`
-	EmptyMulti            *ebpf.Program `ebpf:"empty_multi"`
-	EventHeadOnlyMulti    *ebpf.Program `ebpf:"event_head_only_multi"`
-	EventOnlyMulti        *ebpf.Program `ebpf:"event_only_multi"`
-	Rec16Multi            *ebpf.Program `ebpf:"rec_16_multi"`
-	Rec64Multi            *ebpf.Program `ebpf:"rec_64_multi"`
-	RecBitmapMissMulti    *ebpf.Program `ebpf:"rec_bitmap_miss_multi"`
-	RecCounterMulti       *ebpf.Program `ebpf:"rec_counter_multi"`
-	RecCounterSharedMulti *ebpf.Program `ebpf:"rec_counter_shared_multi"`
-	RecDiscardMulti       *ebpf.Program `ebpf:"rec_discard_multi"`
-	RecExitPercpuMulti    *ebpf.Program `ebpf:"rec_exit_percpu_multi"`
-	RecExitSharedMulti    *ebpf.Program `ebpf:"rec_exit_shared_multi"`
-	RecHashMissMulti      *ebpf.Program `ebpf:"rec_hash_miss_multi"`
-	RecKtimeMulti         *ebpf.Program `ebpf:"rec_ktime_multi"`
-	RecOutputMulti        *ebpf.Program `ebpf:"rec_output_multi"`
-	RecPerfMulti          *ebpf.Program `ebpf:"rec_perf_multi"`
-	RecRead1Multi         *ebpf.Program `ebpf:"rec_read1_multi"`
-	RecRead5Multi         *ebpf.Program `ebpf:"rec_read5_multi"`
-	RecRead80Multi        *ebpf.Program `ebpf:"rec_read80_multi"`
-	RecWakeupMulti        *ebpf.Program `ebpf:"rec_wakeup_multi"`
+	Empty                   *ebpf.Program `ebpf:"empty"`
+	EmptyMulti              *ebpf.Program `ebpf:"empty_multi"`
+	EventHeadOnlyMulti      *ebpf.Program `ebpf:"event_head_only_multi"`
+	EventOnlyMulti          *ebpf.Program `ebpf:"event_only_multi"`
+	Rec16Multi              *ebpf.Program `ebpf:"rec_16_multi"`
+	Rec64Multi              *ebpf.Program `ebpf:"rec_64_multi"`
+	RecBitmapMissMulti      *ebpf.Program `ebpf:"rec_bitmap_miss_multi"`
+	RecCounterMulti         *ebpf.Program `ebpf:"rec_counter_multi"`
+	RecCounterSharedMulti   *ebpf.Program `ebpf:"rec_counter_shared_multi"`
+	RecDiscardMulti         *ebpf.Program `ebpf:"rec_discard_multi"`
+	RecExitMulti            *ebpf.Program `ebpf:"rec_exit_multi"`
+	RecHashMissMulti        *ebpf.Program `ebpf:"rec_hash_miss_multi"`
+	RecKtimeMulti           *ebpf.Program `ebpf:"rec_ktime_multi"`
+	RecOutputMulti          *ebpf.Program `ebpf:"rec_output_multi"`
+	RecPerfMulti            *ebpf.Program `ebpf:"rec_perf_multi"`
+	RecRead1Multi           *ebpf.Program `ebpf:"rec_read1_multi"`
+	RecRead5Multi           *ebpf.Program `ebpf:"rec_read5_multi"`
+	RecRead80Multi          *ebpf.Program `ebpf:"rec_read80_multi"`
+	RecTwiceBitmapMissMulti *ebpf.Program `ebpf:"rec_twice_bitmap_miss_multi"`
+	RecTwiceExitMulti       *ebpf.Program `ebpf:"rec_twice_exit_multi"`
+	RecTwiceHeadMulti       *ebpf.Program `ebpf:"rec_twice_head_multi"`
+	RecWakeupCountMulti     *ebpf.Program `ebpf:"rec_wakeup_count_multi"`
+	RecWakeupMulti          *ebpf.Program `ebpf:"rec_wakeup_multi"`
 }
 
 func (p *EmptyPrograms) Close() error {
@@ -285,8 +296,7 @@ func (p *EmptyPrograms) Close() error {
 		p.RecCounterMulti,
 		p.RecCounterSharedMulti,
 		p.RecDiscardMulti,
-		p.RecExitPercpuMulti,
-		p.RecExitSharedMulti,
+		p.RecExitMulti,
 		p.RecHashMissMulti,
 		p.RecKtimeMulti,
 		p.RecOutputMulti,
@@ -294,6 +304,10 @@ func (p *EmptyPrograms) Close() error {
 		p.RecRead1Multi,
 		p.RecRead5Multi,
 		p.RecRead80Multi,
+		p.RecTwiceBitmapMissMulti,
+		p.RecTwiceExitMulti,
+		p.RecTwiceHeadMulti,
+		p.RecWakeupCountMulti,
 		p.RecWakeupMulti,
 	)
 }

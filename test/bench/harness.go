@@ -468,9 +468,11 @@ func eventOnly(name string, size int, reader int, pid int) (prog *ebpf.Program, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("load event-only program: %w", err)
 	}
-	if name == EmptyProgRecExitPercpuMulti || name == EmptyProgRecExitSharedMulti {
-		// the traced process, in the PID filter of the early-exit copies
-		if err := coll.Maps[EmptyMapPids].Put(uint32(pid), uint32(1)); err != nil {
+	if name == EmptyProgRecExitMulti || name == EmptyProgRecTwiceExitMulti {
+		// the traced process, in the PID filter of the early-exit copies (one bit per PID)
+		filter := make([]byte, coll.Maps[EmptyMapTracedPids].ValueSize())
+		filter[pid/8] |= 1 << (pid % 8)
+		if err := coll.Maps[EmptyMapTracedPids].Put(uint32(0), filter); err != nil {
 			coll.Close()
 			return nil, nil, err
 		}

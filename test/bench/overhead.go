@@ -481,6 +481,16 @@ the events lost in the runs kept.
 			row(v.what, v.key)
 		}
 		fmt.Println()
+		fmt.Println("Where the TLB survives the trap: the programs above that do one piece twice in one hit against those that do it once, in the same stats rounds. The second pass finds in the TLB the pages the first touched, so twice − once is what the piece costs on a machine that does not flush the TLB at the trap (PCID, or no page-table isolation), its instructions and cache misses alone:")
+		fmt.Println()
+		fmt.Println("| piece | once, over the empty program | warm second pass: twice − once |")
+		fmt.Println("| --- | ---: | ---: |")
+		for _, w := range warmPieces {
+			if len(statsRuns[w.twice]) > 0 {
+				fmt.Printf("| %s | %s | %s |\n", w.what, ns(perHit(w.once).median()-empty), warm(perHit, w.once, w.twice).spread(ns))
+			}
+		}
+		fmt.Println()
 	}
 
 	// Budget checks.
@@ -555,21 +565,24 @@ var recordVariants = []struct {
 	{"rk", EmptyProgRecKtimeMulti, "the clock read alone (bpf_ktime_get_ns)", 0, readRing},
 	{"r16", EmptyProgRec16Multi, "reserve, stamp, submit 16 bytes", 0, readRing},
 	{"r64", EmptyProgRec64Multi, "reserve, stamp, submit 64 bytes", 0, readRing},
+	{"e2", EmptyProgRecTwiceHeadMulti, "reserve, stamp, submit 136 bytes twice in one hit", 0, readRing},
 	{"rd", EmptyProgRecDiscardMulti, "reserve 136 bytes and discard them", 0, readRing},
 	{"rs", EmptyProgEventHeadOnlyMulti, "136 bytes, 256 KiB ring buffer", 256 << 10, readRing},
 	{"rn", EmptyProgEventHeadOnlyMulti, "136 bytes, 64 MiB ring buffer that nothing reads (no reader on the other CPU)", 64 << 20, readNone},
-	{"rw", EmptyProgRecWakeupMulti, "136 bytes with reconscope's wakeup logic (bpf_ringbuf_query, wake past 256 KiB)", 0, readRing},
+	{"rw", EmptyProgRecWakeupMulti, "136 bytes with the wakeup logic reconscope had before (bpf_ringbuf_query per record, wake past 256 KiB waiting)", 0, readRing},
+	{"rwc", EmptyProgRecWakeupCountMulti, "136 bytes with reconscope's wakeup logic (a byte count next to the counters, wake every 256 KiB submitted)", 0, readRing},
 	{"ro", EmptyProgRecOutputMulti, "136 bytes built in a per-CPU scratch value, bpf_ringbuf_output", 0, readRing},
 	{"rp", EmptyProgRecPerfMulti, "136 bytes built in a per-CPU scratch value, bpf_perf_event_output (2 MiB per CPU)", 2 << 20, readPerf},
 	{"u1", EmptyProgRecRead1Multi, "no record: one bpf_probe_read_user of 16 bytes (a string header) from the goroutine's stack", 0, readRing},
 	{"u5", EmptyProgRecRead5Multi, "no record: five bpf_probe_read_user of 16 bytes each, side by side", 0, readRing},
 	{"u80", EmptyProgRecRead80Multi, "no record: one bpf_probe_read_user of the same 80 bytes", 0, readRing},
-	{"rh", EmptyProgRecHashMissMulti, "no record: bpf_get_current_pid_tgid and a hash lookup that misses (the PID filter)", 0, readRing},
-	{"rb", EmptyProgRecBitmapMissMulti, "no record: bpf_get_current_pid_tgid and a bit of a global bitmap (a PID filter without a helper call)", 0, readRing},
-	{"rc", EmptyProgRecCounterMulti, "no record: a per-CPU array lookup and an increment (a counter)", 0, readRing},
-	{"xpc", EmptyProgRecExitPercpuMulti, "no record: a call site's early exit as reconscope's program makes it (PID filter hit, hit counter, site table, goroutine-state miss, second counter), per-CPU counters", 0, readRing},
-	{"xsc", EmptyProgRecExitSharedMulti, "no record: the same early exit with the counters in a small array shared by the CPUs", 0, readRing},
-	{"rcs", EmptyProgRecCounterSharedMulti, "no record: the same counter in a small array shared by the CPUs, incremented atomically", 0, readRing},
+	{"rh", EmptyProgRecHashMissMulti, "no record: bpf_get_current_pid_tgid and a hash lookup that misses (the PID filter reconscope had before)", 0, readRing},
+	{"rb", EmptyProgRecBitmapMissMulti, "no record: bpf_get_current_pid_tgid and a bit of a global bitmap that is not set (reconscope's PID filter: the early exit of a process not traced)", 0, readRing},
+	{"rb2", EmptyProgRecTwiceBitmapMissMulti, "no record: the same twice in one hit", 0, readRing},
+	{"rc", EmptyProgRecCounterMulti, "no record: a per-CPU array lookup and an increment (a counter as reconscope had them before)", 0, readRing},
+	{"rcs", EmptyProgRecCounterSharedMulti, "no record: a counter in a small array shared by the CPUs, incremented atomically (reconscope's counters)", 0, readRing},
+	{"x1", EmptyProgRecExitMulti, "no record: a call site's early exit as reconscope's program makes it (PID filter hit, hit counter, site table, goroutine-state miss, second counter)", 0, readRing},
+	{"x2", EmptyProgRecTwiceExitMulti, "no record: the same early exit twice in one hit", 0, readRing},
 }
 
 // over is what a program of the stats rounds costs per hit over the empty program, for the
@@ -581,11 +594,37 @@ func over(perHit func(string) samples, key string) string {
 	return "+" + ns(perHit(key).median()-perHit("dc").median())
 }
 
+// warmPieces are the pieces measured once and twice in one hit (empty.bpf.c's *_twice_*).
+var warmPieces = []struct{ what, once, twice string }{
+	{"reserve, stamp, submit 136 bytes (struct event_head)", "eh", "e2"},
+	{"the early exit of a process not traced (PID filter bitmap)", "rb", "rb2"},
+	{"a call site's early exit (PID filter, hit counter, site table, goroutine state, counter)", "x1", "x2"},
+}
+
+// warm is the second pass of a piece, within each stats round: per hit, twice − once.
+func warm(perHit func(string) samples, once, twice string) samples {
+	a, b := perHit(once), perHit(twice)
+	var s samples
+	for i := range min(len(a), len(b)) {
+		s = append(s, b[i]-a[i])
+	}
+	return s
+}
+
+// warmWhy is the measured warm second pass of a piece, for the explanations.
+func warmWhy(perHit func(string) samples, what, once, twice string) string {
+	w := warm(perHit, once, twice)
+	if len(w) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("measured warm second pass of %s: %s per hit (section 1, where the TLB survives the trap); a machine whose TLB survives the trap would pay about that", what, ns(w.median()))
+}
+
 // machineWhy is what the record variants show of this machine: the first touch of memory in a
 // hit is what costs, whatever the instructions.
 func machineWhy(perHit func(string) samples) string {
-	return fmt.Sprintf("on this machine a hit pays for each piece of memory it touches first, not for its instructions: over the empty program (%s per hit, the kernel's stats' own clock reads in it), the clock read alone costs %s, one 16-byte read of the process's stack %s and five on the same page %s, a per-CPU counter %s where a shared one costs %s (but in a copy of a call site's early exit, with its other lookups, %s against %s: the costs overlap), the PID filter's hash lookup %s where a bitmap costs %s (section 1, what a record costs). %s",
-		ns(perHit("dc").median()), over(perHit, "rk"), over(perHit, "u1"), over(perHit, "u5"), over(perHit, "rc"), over(perHit, "rcs"), over(perHit, "xpc"), over(perHit, "xsc"), over(perHit, "rh"), over(perHit, "rb"), tlbWhy())
+	return fmt.Sprintf("on this machine a hit pays for each piece of memory it touches first, not for its instructions: over the empty program (%s per hit, the kernel's stats' own clock reads in it), the clock read alone costs %s, one 16-byte read of the process's stack %s and five on the same page %s, a per-CPU counter %s where a shared one costs %s, a PID filter's hash lookup %s where a bitmap costs %s (section 1, what a record costs). %s",
+		ns(perHit("dc").median()), over(perHit, "rk"), over(perHit, "u1"), over(perHit, "u5"), over(perHit, "rc"), over(perHit, "rcs"), over(perHit, "rh"), over(perHit, "rb"), tlbWhy())
 }
 
 // tlbWhy says whether this kernel flushes the TLB at every kernel entry: page-table isolation
@@ -603,7 +642,7 @@ func tlbWhy() string {
 		}
 	}
 	if flags["pti"] && !flags["pcid"] {
-		return "This kernel runs with page-table isolation and its CPU shows no PCID (cpuinfo flags: pti, no pcid), so every kernel entry of a uprobe's trap and single-step flushes the TLB and every page a hit touches is a TLB refill. A machine whose TLB survives the trap (PCID, or no page-table isolation: AMD CPUs need none on bare metal) does not pay that per hit; no such machine was measured here"
+		return "This kernel runs with page-table isolation and its CPU shows no PCID (cpuinfo flags: pti, no pcid), so every kernel entry of a uprobe's trap and single-step flushes the TLB and every page a hit touches is a TLB refill. A machine whose TLB survives the trap (PCID, or no page-table isolation: AMD CPUs need none on bare metal) does not pay that per hit; no such machine was measured here, but a second pass over the same pages in one hit runs with them in the TLB (section 1, where the TLB survives the trap)"
 	}
 	return fmt.Sprintf("This kernel's TLB is not flushed at every kernel entry (cpuinfo flags: pti %v, pcid %v): the first touches are cache misses", flags["pti"], flags["pcid"])
 }
@@ -613,6 +652,9 @@ func tlbWhy() string {
 func programWhy(perHit func(string) samples, full bool) string {
 	record := fmt.Sprintf("a record alone costs about the budget or more here: reserve, stamp and submit cost %s per hit over the empty program for 16 bytes, %s for the 136-byte record of a site without strings and %s for the 920-byte one (%s with a 256 KiB ring buffer, %s through a perf event array), and the program also looks up the PID filter, the site table, the counters and the goroutine state and reads the process's strings and context",
 		over(perHit, "r16"), over(perHit, "eh"), over(perHit, "ev"), over(perHit, "rs"), over(perHit, "rp"))
+	if w := warmWhy(perHit, "the 136-byte record", "eh", "e2"); w != "" {
+		record += "; " + w
+	}
 	if !full {
 		return record + "; why memory costs so much here: the reconcile probe's row"
 	}
@@ -621,9 +663,15 @@ func programWhy(perHit func(string) samples, full bool) string {
 
 // exitWhy explains an early exit over 60 ns.
 func exitWhy(perHit func(string) samples, key string) string {
-	what := "the exit itself is bpf_get_current_pid_tgid and the PID filter's hash lookup (" + over(perHit, "rh") + " alone; a bitmap instead: " + over(perHit, "rb") + ")"
+	what := "the exit itself is bpf_get_current_pid_tgid and a bit of the PID filter's bitmap (" + over(perHit, "rb") + " alone)"
+	if w := warmWhy(perHit, "it", "rb", "rb2"); w != "" {
+		what += "; " + w
+	}
 	if key == "xc" {
-		what = "the exit is the PID filter, the counters, the site table and the goroutine state's lookup (a copy of it costs " + over(perHit, "xpc") + ")"
+		what = "the exit is the PID filter, the counters, the site table and the goroutine state's lookup (a copy of it costs " + over(perHit, "x1") + ")"
+		if w := warmWhy(perHit, "that copy", "x1", "x2"); w != "" {
+			what += "; " + w
+		}
 	}
 	return fmt.Sprintf("the empty program itself measures %s per hit, the kernel's stats' two clock reads in it, and %s; why memory costs so much here: the reconcile probe's row", ns(perHit("dc").median()), what)
 }

@@ -12,21 +12,26 @@
  * without strings sends (struct event_head).
  *
  * The rec_* programs take that cost apart (section 1's "what a record costs"): the clock read
- * alone, the record's size, reserve and discard, the wakeup logic reconscope's program adds,
- * bpf_ringbuf_output from a per-CPU scratch record, a perf event array instead of a ring
- * buffer, and the map lookups an early exit makes. */
+ * alone, the record's size, reserve and discard, the wakeup logic, bpf_ringbuf_output from a
+ * per-CPU scratch record, a perf event array instead of a ring buffer, and the map lookups an
+ * early exit makes. The pieces reconscope's program is built of come from its own header
+ * (bpf/include/hit.h: the ring buffer, the PID filter, the counters, the site table, the
+ * goroutine states), so what is measured of them is that code.
+ *
+ * The *_twice_* programs do one piece's work twice in one hit: the second pass finds the pages
+ * the first touched in the TLB, so twice − once is what the piece costs where the TLB survives
+ * the trap (a kernel with PCID, or without page-table isolation). */
 
 #include "types.h"
 #include "bpf_helpers.h"
 #include "events.h"
 #include "go_abi.h"
+#include "hit.h"
 
 char __license[] SEC("license") = "Dual MIT/GPL";
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
-} events SEC(".maps");
+/* Between the two passes of a *_twice_* program: the compiler may not merge them. */
+#define PASS_BARRIER() asm volatile("" ::: "memory")
 
 SEC("uprobe")
 int empty(void *ctx)
@@ -40,30 +45,6 @@ int empty_multi(void *ctx)
 	return 0;
 }
 
-SEC("uprobe.multi")
-int event_only_multi(void *ctx)
-{
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e)
-		return 0;
-	e->kind = EVENT_ENTRY;
-	e->ktime = bpf_ktime_get_ns();
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-	return 0;
-}
-
-SEC("uprobe.multi")
-int event_head_only_multi(void *ctx)
-{
-	struct event_head *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e)
-		return 0;
-	e->kind = EVENT_ENTRY;
-	e->ktime = bpf_ktime_get_ns();
-	bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);
-	return 0;
-}
-
 /* The clock read every record is stamped with, alone. */
 SEC("uprobe.multi")
 int rec_ktime_multi(void *ctx)
@@ -73,31 +54,53 @@ int rec_ktime_multi(void *ctx)
 	return 0;
 }
 
+/* RECORD reserves, stamps and submits (no wakeup) a record of the type's size: 16 and 64 bytes
+ * below, struct event_head (136) and struct event (920) */
+#define RECORD(type)                                                        \
+	do {                                                                \
+		type *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);      \
+		if (!e)                                                     \
+			return 0;                                           \
+		e->kind = EVENT_ENTRY;                                      \
+		e->ktime = bpf_ktime_get_ns();                              \
+		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);                    \
+	} while (0)
+
 struct rec16 {
+	__u8 kind;
+	__u8 _pad[7];
 	__u64 ktime;
-	__u64 g;
 };
 
 struct rec64 {
+	__u8 kind;
+	__u8 _pad[7];
 	__u64 ktime;
-	__u64 w[7];
+	__u64 w[6];
 };
 
-/* reserve, stamp and submit (no wakeup) a record of SIZE bytes */
 #define REC_SUBMIT(name, type)                                              \
 	SEC("uprobe.multi")                                                 \
 	int name(void *ctx)                                                 \
 	{                                                                   \
-		type *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);      \
-		if (!e)                                                     \
-			return 0;                                           \
-		e->ktime = bpf_ktime_get_ns();                              \
-		bpf_ringbuf_submit(e, BPF_RB_NO_WAKEUP);                    \
+		RECORD(type);                                               \
 		return 0;                                                   \
 	}
 
+REC_SUBMIT(event_only_multi, struct event)
+REC_SUBMIT(event_head_only_multi, struct event_head)
 REC_SUBMIT(rec_16_multi, struct rec16)
 REC_SUBMIT(rec_64_multi, struct rec64)
+
+/* the 136-byte record twice in one hit: the second finds the ring buffer's pages in the TLB */
+SEC("uprobe.multi")
+int rec_twice_head_multi(void *ctx)
+{
+	RECORD(struct event_head);
+	PASS_BARRIER();
+	RECORD(struct event_head);
+	return 0;
+}
 
 /* reserve the 136-byte record and discard it: the reservation without the commit's data */
 SEC("uprobe.multi")
@@ -110,10 +113,8 @@ int rec_discard_multi(void *ctx)
 	return 0;
 }
 
-volatile const __u64 wakeup_bytes = 256 * 1024;
-
-/* the 136-byte record with reconscope's wakeup logic: query the data waiting, wake the reader
- * past a threshold */
+/* the 136-byte record with the wakeup logic reconscope's program had before: query the data
+ * waiting, wake the reader past a threshold */
 SEC("uprobe.multi")
 int rec_wakeup_multi(void *ctx)
 {
@@ -124,6 +125,20 @@ int rec_wakeup_multi(void *ctx)
 	e->ktime = bpf_ktime_get_ns();
 	__u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 	bpf_ringbuf_submit(e, flags);
+	return 0;
+}
+
+/* the 136-byte record with reconscope's wakeup logic now (hit.h's submit_flags: a byte count
+ * next to the counters) */
+SEC("uprobe.multi")
+int rec_wakeup_count_multi(void *ctx)
+{
+	struct event_head *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e)
+		return 0;
+	e->kind = EVENT_ENTRY;
+	e->ktime = bpf_ktime_get_ns();
+	bpf_ringbuf_submit(e, submit_flags(sizeof(*e)));
 	return 0;
 }
 
@@ -176,8 +191,9 @@ int rec_perf_multi(void *ctx)
 	return 0;
 }
 
-/* The lookups an early exit makes, each alone: a hash map (the PID filter) that misses, and a
- * per-CPU array (the counters) updated. */
+/* The lookups an early exit makes, each alone: the PID filter reconscope had before, a hash map
+ * that misses; the one it has (hit.h), a bit of a global bitmap, that misses (the harness is not
+ * in it); and a counter in a per-CPU array as it had, or in the shared one (hit.h). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -194,16 +210,19 @@ int rec_hash_miss_multi(void *ctx)
 	return 0;
 }
 
-/* the PID filter as a bitmap in a global array: one load, no helper call */
-__u64 pid_bits[1 << 16];
-
 SEC("uprobe.multi")
 int rec_bitmap_miss_multi(void *ctx)
 {
-	__u32 pid = bpf_get_current_pid_tgid() >> 32;
-	if (pid_bits[(pid >> 6) & 0xffff] & (1ULL << (pid & 63)))
-		return 1;
-	return 0;
+	return pid_traced(bpf_get_current_pid_tgid() >> 32);
+}
+
+/* the early exit of a process that is not traced, twice in one hit */
+SEC("uprobe.multi")
+int rec_twice_bitmap_miss_multi(void *ctx)
+{
+	int t = pid_traced(bpf_get_current_pid_tgid() >> 32);
+	PASS_BARRIER();
+	return t + pid_traced(bpf_get_current_pid_tgid() >> 32);
 }
 
 SEC("uprobe.multi")
@@ -213,6 +232,13 @@ int rec_counter_multi(void *ctx)
 	struct event_head *e = bpf_map_lookup_elem(&scratch, &zero);
 	if (e)
 		e->ktime += 1;
+	return 0;
+}
+
+SEC("uprobe.multi")
+int rec_counter_shared_multi(void *ctx)
+{
+	count(COUNTER_HITS);
 	return 0;
 }
 
@@ -246,89 +272,35 @@ int rec_read80_multi(struct go_regs *regs)
 	return buf[0] == 1;
 }
 
-/* the same counter in a small array map shared by the CPUs (one allocation with the map, no
- * per-CPU area), incremented atomically */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 8);
-	__type(key, __u32);
-	__type(value, __u64);
-} shared_counters SEC(".maps");
-
-SEC("uprobe.multi")
-int rec_counter_shared_multi(void *ctx)
-{
-	__u32 idx = 3;
-	__u64 *v = bpf_map_lookup_elem(&shared_counters, &idx);
-	if (v)
-		__sync_fetch_and_add(v, 1);
-	return 0;
-}
-
 /* A call site's early exit as reconscope's program makes it (the process traced, no span open on
- * the goroutine): the PID filter's hash lookup that hits (user space puts the harness's PID in
- * pids), a hit counter, the site table, the goroutine-state lookup that misses, and a second
- * counter; once with per-CPU counters, once with the shared ones. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 4096);
-	__type(key, __u32);
-	__type(value, struct site_config);
-} sites SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct g_key);
-	__type(value, struct g_state);
-} goroutines SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 8);
-	__type(key, __u32);
-	__type(value, __u64);
-} percpu_counters SEC(".maps");
-
-static __always_inline int call_exit(struct go_regs *regs, void *counters, int shared)
+ * the goroutine): hit.h's hit_site (the PID filter, which user space sets for the harness, the
+ * hit counter, the site table), the goroutine-state lookup that misses, and the counter of calls
+ * outside a span. */
+static __always_inline int call_exit(struct go_regs *regs)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
-	if (!bpf_map_lookup_elem(&pids, &pid))
-		return 0;
-	__u32 idx = 3;
-	__u64 *v = bpf_map_lookup_elem(counters, &idx);
-	if (v) {
-		if (shared)
-			__sync_fetch_and_add(v, 1);
-		else
-			*v += 1;
-	}
 	__u32 site = 0;
-	struct site_config *cfg = bpf_map_lookup_elem(&sites, &site);
+	struct site_config *cfg = hit_site(regs, pid, &site);
 	if (!cfg)
 		return 0;
 	struct g_key gk = {.pid = pid, .g = GO_G(regs)};
 	if (bpf_map_lookup_elem(&goroutines, &gk))
 		return 1;
-	idx = 2;
-	v = bpf_map_lookup_elem(counters, &idx);
-	if (v) {
-		if (shared)
-			__sync_fetch_and_add(v, 1);
-		else
-			*v += 1;
-	}
+	count(COUNTER_CALL_OUTSIDE);
 	return 0;
 }
 
 SEC("uprobe.multi")
-int rec_exit_percpu_multi(struct go_regs *regs)
+int rec_exit_multi(struct go_regs *regs)
 {
-	return call_exit(regs, &percpu_counters, 0);
+	return call_exit(regs);
 }
 
+/* the same early exit twice in one hit */
 SEC("uprobe.multi")
-int rec_exit_shared_multi(struct go_regs *regs)
+int rec_twice_exit_multi(struct go_regs *regs)
 {
-	return call_exit(regs, &shared_counters, 1);
+	int r = call_exit(regs);
+	PASS_BARRIER();
+	return r + call_exit(regs);
 }
