@@ -204,6 +204,18 @@ func parseBenchmarksMD(md string) (Result, error) {
 
 var measuredRE = regexp.MustCompile(`^(-?[0-9.]+)\s*(ns|µs|ms|s|×|M/s|k/s|MB|MiB|B|lost)?`)
 
+// measuredUnits are the units parseMeasured converts: to the base unit, by its scale.
+var measuredUnits = map[string]struct {
+	scale float64
+	base  string
+}{
+	"ns": {1, "ns"}, "µs": {1e3, "ns"}, "ms": {1e6, "ns"}, "s": {1e9, "ns"},
+	"×":   {1, "×"},
+	"M/s": {1e6, "/s"}, "k/s": {1e3, "/s"},
+	"MB": {1e6, "B"}, "MiB": {1 << 20, "B"},
+	"lost": {1, "events lost"},
+}
+
 // parseMeasured reads the number a Measured string starts with, in the unit bench records
 // ("731 ns", "1.266×", "1.75 M/s (events/cpu-s)", "60.5 MB (B/op)", "62.9 MiB", "0 lost …",
 // "264 ms wall, …").
@@ -216,27 +228,8 @@ func parseMeasured(s string) (float64, string, bool) {
 	if err != nil {
 		return 0, "", false
 	}
-	switch m[2] {
-	case "ns":
-		return v, "ns", true
-	case "µs":
-		return v * 1e3, "ns", true
-	case "ms":
-		return v * 1e6, "ns", true
-	case "s":
-		return v * 1e9, "ns", true
-	case "×":
-		return v, "×", true
-	case "M/s":
-		return v * 1e6, "/s", true
-	case "k/s":
-		return v * 1e3, "/s", true
-	case "MB":
-		return v * 1e6, "B", true
-	case "MiB":
-		return v * (1 << 20), "B", true
-	case "lost":
-		return v, "events lost", true
+	if u, ok := measuredUnits[m[2]]; ok {
+		return v * u.scale, u.base, true
 	}
 	return v, m[2], true
 }

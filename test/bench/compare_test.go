@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"testing"
 )
@@ -81,4 +82,34 @@ func TestCommittedPrevious(t *testing.T) {
 		return
 	}
 	t.Skip("no committed result")
+}
+
+// TestParseMeasured: each unit bench records is read in its base unit.
+func TestParseMeasured(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		v    float64
+		unit string
+	}{
+		{"731 ns", 731, "ns"},
+		{"1.50 µs", 1500, "ns"},
+		{"264 ms wall, 3 runs", 264e6, "ns"},
+		{"2 s", 2e9, "ns"},
+		{"1.266×", 1.266, "×"},
+		{"1.75 M/s (events/cpu-s)", 1.75e6, "/s"},
+		{"20.0 k/s", 20e3, "/s"},
+		{"60.5 MB (B/op)", 60.5e6, "B"},
+		{"2 MiB", 2 << 20, "B"},
+		{"512 B", 512, "B"},
+		{"0 lost of 1000", 0, "events lost"},
+		{"42", 42, ""},
+	} {
+		v, unit, ok := parseMeasured(tt.in)
+		if !ok || math.Abs(v-tt.v) > 1e-9*math.Abs(tt.v) || unit != tt.unit {
+			t.Errorf("parseMeasured(%q) = %v %q %v, want %v %q", tt.in, v, unit, ok, tt.v, tt.unit)
+		}
+	}
+	if _, _, ok := parseMeasured("n/a"); ok {
+		t.Error("parseMeasured(n/a) is ok")
+	}
 }
