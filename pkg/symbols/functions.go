@@ -108,18 +108,9 @@ func (b *Binary) funcAt(funcs []Function, addr uint64) (Function, bool) {
 }
 
 func (b *Binary) readFunctions() ([]Function, error) {
-	var funcs []Function
-	st, err := b.symtab()
+	funcs, err := fromSymtab(b, (*symtab).functions, b.pclnFunctions)
 	if err != nil {
 		return nil, err
-	}
-	if st != nil {
-		funcs = st.functions()
-	}
-	if len(funcs) == 0 {
-		if funcs, err = b.pclnFunctions(); err != nil {
-			return nil, err
-		}
 	}
 	cmp := func(a, b Function) int {
 		switch {
@@ -134,6 +125,23 @@ func (b *Binary) readFunctions() ([]Function, error) {
 		slices.SortFunc(funcs, cmp)
 	}
 	return funcs, nil
+}
+
+// fromSymtab returns what read finds in the symbol table or, when the binary has none (it was
+// stripped) or read finds nothing there, what fallback reads from the Go runtime's own tables.
+func fromSymtab[T any](b *Binary, read func(*symtab) []T, fallback func() ([]T, error)) ([]T, error) {
+	st, err := b.symtab()
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	if st != nil {
+		out = read(st)
+	}
+	if len(out) == 0 {
+		return fallback()
+	}
+	return out, nil
 }
 
 // symtab is the raw .symtab with its string table; names are substrings of strtab.

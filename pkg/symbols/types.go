@@ -146,23 +146,18 @@ func (b *Binary) ItabTypeName(mem io.ReaderAt, bias, itab uint64) (string, error
 // the .itablink section or moduledata.itablinks) and names each from its type descriptors,
 // so a stripped binary and its unstripped twin give the same answer.
 func (b *Binary) readItabs() ([]Itab, error) {
-	var addrs []uint64
-	st, err := b.symtab()
-	if err != nil {
-		return nil, err
-	}
-	if st != nil {
+	addrs, err := fromSymtab(b, func(st *symtab) []uint64 {
+		var addrs []uint64
 		st.each(func(name string, _ byte, shndx uint16, value, _ uint64) bool {
 			if (strings.HasPrefix(name, "go:itab.") || strings.HasPrefix(name, "go.itab.")) && shndx != uint16(elf.SHN_UNDEF) {
 				addrs = append(addrs, value)
 			}
 			return true
 		})
-	}
-	if len(addrs) == 0 {
-		if addrs, err = b.itablinks(); err != nil {
-			return nil, err
-		}
+		return addrs
+	}, b.itablinks)
+	if err != nil {
+		return nil, err
 	}
 	list := make([]Itab, 0, len(addrs))
 	for _, a := range addrs {
