@@ -29,7 +29,6 @@ import (
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/symbols"
-	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
@@ -307,16 +306,7 @@ func traced(t *testing.T, bin string, args []string, create func(*testenv.Env), 
 	env := testenv.Start(t, testenv.Options{})
 	truth := filepath.Join(t.TempDir(), "truth.jsonl")
 	ctl := testenv.StartProcess(t, "controller", exec.Command(bin, append([]string{"--kubeconfig", env.Kubeconfig, "--ground-truth", truth}, args...)...))
-	s := &testkit.Sink{}
-	tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := tr.TracePID(ctl.PID())
-	if err != nil {
-		tr.Close()
-		t.Fatalf("trace %s: %v", bin, err)
-	}
+	tr, s, plan := testenv.Trace(t, bin, ctl.PID())
 	t.Logf("attached %s", plan)
 	for _, o := range plan.Offsets {
 		if o.Err != nil && (o.Type == "runtime.g" || strings.HasSuffix(o.Type, "controller.Controller")) {

@@ -20,7 +20,6 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/span"
-	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -36,16 +35,8 @@ func TestKubeControllerManager(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: stripped})
-			s := &testkit.Sink{}
-			tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet()})
-			if err != nil {
-				t.Fatal(err)
-			}
+			tr, s, plan := testenv.Trace(t, "kube-controller-manager", env.ControllerManagerPID)
 			defer tr.Close()
-			plan, err := tr.TracePID(env.ControllerManagerPID)
-			if err != nil {
-				t.Fatalf("trace kube-controller-manager: %v", err)
-			}
 			for _, o := range plan.Offsets {
 				if o.Err != nil {
 					t.Errorf("offset unknown: %s.%s: %v", o.Type, o.Path, o.Err)
@@ -90,16 +81,9 @@ func TestKubeControllerManager(t *testing.T) {
 			var depSpans, rsSpans, waited int
 			podCreates, rsCreates, statusUpdates, writes := 0, 0, 0, 0
 			var lines []string
-			for _, sp := range s.Snapshot() {
-				// The deployment controller creates and scales the ReplicaSet and writes the
-				// Deployment's status; the replicaset controller writes the ReplicaSet's status:
-				// one writer per object and subresource, no fight.
-				for _, f := range sp.Fights {
-					t.Errorf("%s span of %s/%s reported a fight: %+v", sp.Controller, sp.Namespace, sp.Name, f)
-				}
-				if sp.Namespace != ns {
-					continue
-				}
+			// The deployment controller creates and scales the ReplicaSet and writes the
+			// Deployment's status; the replicaset controller writes the ReplicaSet's status.
+			for _, sp := range cooperating(t, s.Snapshot(), ns) {
 				lines = append(lines, fmt.Sprintf("%s %s/%s uid=%s rv=%s %s calls=%d queued=%v", sp.Controller, sp.Namespace, sp.Name, sp.UID, sp.ResourceVersion, sp.Result, len(sp.Calls), sp.QueueWait))
 				// The object each span reconciles, as its lister read it: the API server's UID,
 				// and a version the API server had.
@@ -132,13 +116,9 @@ func TestKubeControllerManager(t *testing.T) {
 					rsSpans++
 				}
 				for _, cl := range sp.Calls {
-					lines = append(lines, fmt.Sprintf("    %s %s %s %s/%s/%s %d uid=%s rv=%s", cl.Kind, cl.Verb, cl.Resource, cl.Namespace, cl.Name, cl.Subresource, cl.Status, cl.UID, cl.ResourceVersion))
-					// A successful create, update or patch carries the version it made.
-					if cl.Kind == span.CallAPI && cl.IsWrite() && cl.Verb != "DELETE" && cl.Status/100 == 2 {
+					lines = append(lines, callLine(cl))
+					if checkWrite(t, versions, sp.Controller, cl) {
 						writes++
-						if !versions[objectVersion{cl.UID, cl.ResourceVersion}] {
-							t.Errorf("%s %s %s/%s: uid %q resourceVersion %q is no version the API server had", cl.Verb, cl.Resource, cl.Name, cl.Subresource, cl.UID, cl.ResourceVersion)
-						}
 					}
 					switch {
 					case sp.Controller == "replicaset" && cl.Verb == "POST" && cl.Resource == "pods" && cl.Status == 201:
@@ -209,6 +189,42 @@ func waitPods(t *testing.T, c client.Client, ns string, n int) {
 	t.Fatalf("no %d pods in %s after 30s", n, ns)
 }
 
+// cooperating fails t for each span that reported a fight, and returns the spans of objects in
+// namespace ns. The controllers these tests run cooperate: one writer per object and
+// subresource, no fight.
+func cooperating(t *testing.T, spans []span.Span, ns string) []span.Span {
+	t.Helper()
+	var out []span.Span
+	for _, sp := range spans {
+		for _, f := range sp.Fights {
+			t.Errorf("%s span of %s/%s reported a fight: %+v", sp.Controller, sp.Namespace, sp.Name, f)
+		}
+		if sp.Namespace == ns {
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// callLine is one call as the tests log it, under its span's line.
+func callLine(cl span.Call) string {
+	return fmt.Sprintf("    %s %s %s %s/%s/%s %d uid=%s rv=%s", cl.Kind, cl.Verb, cl.Resource, cl.Namespace, cl.Name, cl.Subresource, cl.Status, cl.UID, cl.ResourceVersion)
+}
+
+// checkWrite tells whether cl, a call of controller's span, is a successful create, update or
+// patch, and fails t when such a write does not carry a version the API server had (versions):
+// the version it made.
+func checkWrite(t *testing.T, versions map[objectVersion]bool, controller string, cl span.Call) bool {
+	t.Helper()
+	if cl.Kind != span.CallAPI || !cl.IsWrite() || cl.Verb == "DELETE" || cl.Status/100 != 2 {
+		return false
+	}
+	if !versions[objectVersion{cl.UID, cl.ResourceVersion}] {
+		t.Errorf("%s span: %s %s %s/%s: uid %q resourceVersion %q is no version the API server had", controller, cl.Verb, cl.Resource, cl.Name, cl.Subresource, cl.UID, cl.ResourceVersion)
+	}
+	return true
+}
+
 // objectVersion is one version of one object.
 type objectVersion struct{ uid, resourceVersion string }
 
@@ -274,15 +290,8 @@ func watchVersions(t *testing.T, env *testenv.Env, ns string) func() map[objectV
 func TestKubeControllerManagerWorkloads(t *testing.T) {
 	bpftest.Require(t)
 	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"statefulset", "daemonset", "job"}, StrippedControllerManager: true})
-	s := &testkit.Sink{}
-	tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, s, _ := testenv.Trace(t, "kube-controller-manager", env.ControllerManagerPID)
 	defer tr.Close()
-	if _, err := tr.TracePID(env.ControllerManagerPID); err != nil {
-		t.Fatalf("trace kube-controller-manager: %v", err)
-	}
 	stop := testkit.Go(t, tr.Run)
 
 	const ns = "kcm-workloads"
@@ -340,24 +349,14 @@ func TestKubeControllerManagerWorkloads(t *testing.T) {
 	spans := map[string]int{}
 	writes := 0
 	var lines []string
-	for _, sp := range s.Snapshot() {
-		// The workload controllers cooperate: the deployment controller writes ReplicaSets and
-		// its Deployments' status, the replicaset controller the ReplicaSets' status, and so
-		// on: one writer per object and subresource, no fight.
-		for _, f := range sp.Fights {
-			t.Errorf("%s span of %s/%s reported a fight: %+v", sp.Controller, sp.Namespace, sp.Name, f)
-		}
-		if sp.Namespace != ns {
-			continue
-		}
+	// The workload controllers cooperate: the deployment controller writes ReplicaSets and its
+	// Deployments' status, the replicaset controller the ReplicaSets' status, and so on.
+	for _, sp := range cooperating(t, s.Snapshot(), ns) {
 		lines = append(lines, fmt.Sprintf("%s %s/%s uid=%s rv=%s %s calls=%d", sp.Controller, sp.Namespace, sp.Name, sp.UID, sp.ResourceVersion, sp.Result, len(sp.Calls)))
 		for _, cl := range sp.Calls {
-			lines = append(lines, fmt.Sprintf("    %s %s %s %s/%s/%s %d uid=%s rv=%s", cl.Kind, cl.Verb, cl.Resource, cl.Namespace, cl.Name, cl.Subresource, cl.Status, cl.UID, cl.ResourceVersion))
-			if cl.Kind == span.CallAPI && cl.IsWrite() && cl.Verb != "DELETE" && cl.Status/100 == 2 {
+			lines = append(lines, callLine(cl))
+			if checkWrite(t, versions, sp.Controller, cl) {
 				writes++
-				if !versions[objectVersion{cl.UID, cl.ResourceVersion}] {
-					t.Errorf("%s span: %s %s %s/%s: uid %q resourceVersion %q is no version the API server had", sp.Controller, cl.Verb, cl.Resource, cl.Name, cl.Subresource, cl.UID, cl.ResourceVersion)
-				}
 			}
 		}
 		o, ok := objs[sp.Controller]

@@ -13,7 +13,6 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/span"
-	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -23,15 +22,8 @@ import (
 func TestEndpointController(t *testing.T) {
 	bpftest.Require(t)
 	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"endpoints-controller"}, StrippedControllerManager: true})
-	s := &testkit.Sink{}
-	tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, s, _ := testenv.Trace(t, "kube-controller-manager", env.ControllerManagerPID)
 	defer tr.Close()
-	if _, err := tr.TracePID(env.ControllerManagerPID); err != nil {
-		t.Fatalf("trace kube-controller-manager: %v", err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tr.Run(ctx) }()

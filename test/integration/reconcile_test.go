@@ -63,16 +63,7 @@ func startTracedFixtureArgs(t *testing.T, args []string, flags ...string) *trace
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(bin, append([]string{"--kubeconfig", env.Kubeconfig,
 		"--ground-truth", truth}, args...)...))
 
-	s := &testkit.Sink{}
-	tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := tr.TracePID(ctl.PID())
-	if err != nil {
-		tr.Close()
-		t.Fatalf("trace the fixture: %v", err)
-	}
+	tr, s, plan := testenv.Trace(t, "the fixture", ctl.PID())
 	t.Logf("attached %s", plan)
 	f := &tracedFixture{env: env, ctl: ctl, truth: truth, sink: s, tracer: tr, stopRun: testkit.Go(t, tr.Run), clock: tr.Clock()}
 	t.Cleanup(func() { f.stop(t) })
