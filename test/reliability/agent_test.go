@@ -21,11 +21,13 @@ import (
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
-// busyFakectl starts fakectl reconciling until stopFile exists: workers goroutines, a pause of
-// interval after each reconcile.
-func busyFakectl(t *testing.T, bin, stopFile string, workers int, interval string) *proc {
+// busyFakectl copies fakectl into dir (copyRelctl) and starts the copy reconciling until
+// stopFile (dir/stop) exists: workers goroutines, a pause of interval after each reconcile.
+func busyFakectl(t *testing.T, dir string, workers int, interval string) (bin, stopFile string, ctl *proc) {
 	t.Helper()
-	return start(t, "fakectl", exec.Command(bin, "-n", "1000000000", "-workers", strconv.Itoa(workers), "-interval", interval, "-stop", stopFile))
+	bin, stopFile = copyRelctl(t, dir), filepath.Join(dir, "stop")
+	ctl = start(t, "fakectl", exec.Command(bin, "-n", "1000000000", "-workers", strconv.Itoa(workers), "-interval", interval, "-stop", stopFile))
+	return bin, stopFile, ctl
 }
 
 // stopFakectl ends fakectl cleanly and checks it never crashed and reconciled every object
@@ -92,9 +94,7 @@ func TestAgentKilled(t *testing.T) {
 	bpftest.Require(t)
 	_, agent := programs(t)
 	dir := t.TempDir()
-	bin := copyRelctl(t, dir)
-	stop := filepath.Join(dir, "stop")
-	ctl := busyFakectl(t, bin, stop, 2, "2ms")
+	bin, stop, ctl := busyFakectl(t, dir, 2, "2ms")
 
 	for round := range 3 {
 		a := startAgent(t, agent, bin, ctl.pid())
@@ -160,10 +160,8 @@ func TestBinaryDeletedOrReplaced(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			bin := copyRelctl(t, dir)
+			bin, stop, ctl := busyFakectl(t, dir, 2, "2ms")
 			probe := agentProbe(t, bin) // read the symbol while the file is still there
-			stop := filepath.Join(dir, "stop")
-			ctl := busyFakectl(t, bin, stop, 2, "2ms")
 			if tc.before {
 				tc.change(t, bin)
 			}
@@ -250,9 +248,7 @@ func TestOTLPUnreachable(t *testing.T) {
 	bpftest.Require(t)
 	_, agent := programs(t)
 	dir := t.TempDir()
-	bin := copyRelctl(t, dir)
-	stop := filepath.Join(dir, "stop")
-	ctl := busyFakectl(t, bin, stop, 4, "100us")
+	bin, stop, ctl := busyFakectl(t, dir, 4, "100us")
 	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	a := startAgent(t, agent, bin, ctl.pid(),
 		"--otlp-endpoint", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--otlp-protocol", "grpc", "--metrics-addr", metrics)

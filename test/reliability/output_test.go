@@ -2,7 +2,6 @@ package reliability
 
 import (
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -23,9 +22,7 @@ func TestAgentOutputNotRead(t *testing.T) {
 	bpftest.Require(t)
 	_, agent := programs(t)
 	dir := t.TempDir()
-	bin := copyRelctl(t, dir)
-	stop := filepath.Join(dir, "stop")
-	ctl := busyFakectl(t, bin, stop, 2, "200us")
+	bin, stop, ctl := busyFakectl(t, dir, 2, "200us")
 
 	r, w, err := os.Pipe()
 	if err != nil {
