@@ -406,19 +406,27 @@ func TestDaemonSetSecurity(t *testing.T) {
 	}
 }
 
-// collectorPort returns the port of the example collector's OTLP gRPC receiver, from its
-// configuration.
-func collectorPort(t *testing.T) string {
+// configMap returns the last ConfigMap in deploy/ for which is returns true, and fails t when
+// there is none (what names it in the failure).
+func configMap(t *testing.T, what string, is func(*corev1.ConfigMap) bool) *corev1.ConfigMap {
 	t.Helper()
 	var cm *corev1.ConfigMap
 	for _, d := range manifests(t) {
-		if c, ok := d.obj.(*corev1.ConfigMap); ok && c.Namespace == "observability" {
+		if c, ok := d.obj.(*corev1.ConfigMap); ok && is(c) {
 			cm = c
 		}
 	}
 	if cm == nil {
-		t.Fatal("no ConfigMap of the example collector")
+		t.Fatalf("no %s ConfigMap in deploy/", what)
 	}
+	return cm
+}
+
+// collectorPort returns the port of the example collector's OTLP gRPC receiver, from its
+// configuration.
+func collectorPort(t *testing.T) string {
+	t.Helper()
+	cm := configMap(t, "the example collector's", func(c *corev1.ConfigMap) bool { return c.Namespace == "observability" })
 	var cfg struct {
 		Receivers struct {
 			OTLP struct {
@@ -814,15 +822,7 @@ func TestManifestsOnAPIServer(t *testing.T) {
 
 // TestAgentConfigMap: the discovery config the DaemonSet mounts parses as the agent reads it.
 func TestAgentConfigMap(t *testing.T) {
-	var cm *corev1.ConfigMap
-	for _, d := range manifests(t) {
-		if c, ok := d.obj.(*corev1.ConfigMap); ok && c.Name == "reconscope-config" {
-			cm = c
-		}
-	}
-	if cm == nil {
-		t.Fatal("no reconscope-config ConfigMap in deploy/")
-	}
+	cm := configMap(t, "the reconscope-config", func(c *corev1.ConfigMap) bool { return c.Name == "reconscope-config" })
 	path := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o644); err != nil {
 		t.Fatal(err)
