@@ -34,6 +34,22 @@ func WantResult(r groundtruth.Record) span.Result {
 	return span.Result(r.Outcome)
 }
 
+// WantError is the error type and message the span of r has: the program's, or for a
+// recovered panic controller-runtime's *errors.errorString "panic: … [recovered]".
+func WantError(r groundtruth.Record) (typ, msg string) {
+	if r.Outcome == groundtruth.OutcomePanic {
+		return "*errors.errorString", fmt.Sprintf("panic: %s [recovered]", r.Panic)
+	}
+	return r.ErrorType, r.Error
+}
+
+// MessageMatches says whether an error message a span has is want, or want cut to the
+// tracer's bound (ending in "…").
+func MessageMatches(got, want string) bool {
+	cut, isCut := strings.CutSuffix(got, "…")
+	return got == want || isCut && strings.HasPrefix(want, cut)
+}
+
 // Mismatch lists how span s differs from the ground truth r of the same reconcile: controller,
 // object, result, error type and message (a message cut to the tracer's bound ends in "…"),
 // requeue delay, reconcile ID, goroutine ID, duration, and what m adds.
@@ -51,17 +67,13 @@ func Mismatch(r groundtruth.Record, s span.Span, m Match) []string {
 	if want := WantResult(r); s.Result != want {
 		bad = append(bad, fmt.Sprintf("result %s, want %s", s.Result, want))
 	}
-	wantType, wantMsg := r.ErrorType, r.Error
-	if r.Outcome == groundtruth.OutcomePanic {
-		wantType, wantMsg = "*errors.errorString", fmt.Sprintf("panic: %s [recovered]", r.Panic)
-	}
+	wantType, wantMsg := WantError(r)
 	if s.ErrorType != wantType {
 		bad = append(bad, fmt.Sprintf("error type %q, want %q", s.ErrorType, wantType))
 	}
 	switch wantType {
 	case "*errors.errorString", "*fmt.wrapError", "*errors.StatusError": // messages the tracer reads
-		cut, isCut := strings.CutSuffix(s.Error, "…")
-		if s.Error != wantMsg && !(isCut && strings.HasPrefix(wantMsg, cut)) {
+		if !MessageMatches(s.Error, wantMsg) {
 			bad = append(bad, fmt.Sprintf("error %q, want %q", s.Error, wantMsg))
 		}
 	}

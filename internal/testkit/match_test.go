@@ -93,3 +93,21 @@ func TestByReconcileID(t *testing.T) {
 		t.Errorf("one span of one reconcile reported %q", e.msgs)
 	}
 }
+
+func TestMessageMatches(t *testing.T) {
+	for _, tt := range []struct {
+		got, want string
+		ok        bool
+	}{
+		{"boom", "boom", true},
+		{"bo…", "boom", true},
+		{"bx…", "boom", false},
+		{"boo", "boom", false},
+		{"", "boom", false},
+		{"…", "boom", true},
+	} {
+		if ok := MessageMatches(tt.got, tt.want); ok != tt.ok {
+			t.Errorf("MessageMatches(%q, %q) = %v, want %v", tt.got, tt.want, ok, tt.ok)
+		}
+	}
+}
