@@ -68,6 +68,24 @@ func (c *collector) add(req *coltracepb.ExportTraceServiceRequest, headers map[s
 	return &coltracepb.ExportTraceServiceResponse{}
 }
 
+// wantTenant fails t unless the first request carried the header x-tenant: want (gRPC
+// metadata keeps the name as sent, HTTP canonicalizes it to X-Tenant).
+func (c *collector) wantTenant(t *testing.T, want string) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.headers) == 0 {
+		t.Fatal("the collector got no request")
+	}
+	h := c.headers[0]["x-tenant"]
+	if h == "" {
+		h = c.headers[0]["X-Tenant"]
+	}
+	if h != want {
+		t.Errorf("x-tenant = %q, want %q (headers %v)", h, want, c.headers[0])
+	}
+}
+
 func (c *collector) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -575,15 +593,7 @@ func TestOTLPEnvironment(t *testing.T) {
 			wantStr(t, got[0].resource, "service.name", "controllers")
 			wantStr(t, got[0].resource, "deployment.environment.name", "test")
 			wantStr(t, got[0].resource, "k8s.container.name", "manager")
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			tenant := c.headers[0]["x-tenant"]
-			if tenant == "" {
-				tenant = c.headers[0]["X-Tenant"]
-			}
-			if tenant != "acme" {
-				t.Errorf("headers %v, want x-tenant=acme", c.headers[0])
-			}
+			c.wantTenant(t, "acme")
 		})
 	}
 }
@@ -606,15 +616,7 @@ func TestOTLPOptionsOverrideEnvironment(t *testing.T) {
 			if c.count() != 1 {
 				t.Fatalf("collector got %d spans, want 1", c.count())
 			}
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			h := c.headers[0]["x-tenant"]
-			if h == "" {
-				h = c.headers[0]["X-Tenant"]
-			}
-			if h != "flag" {
-				t.Errorf("x-tenant = %q, want flag (headers %v)", h, c.headers[0])
-			}
+			c.wantTenant(t, "flag")
 		})
 	}
 }

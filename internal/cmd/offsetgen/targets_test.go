@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"log/slog"
 	"os"
 	"reflect"
@@ -15,20 +14,6 @@ import (
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
-
-// committedTable reads pkg/symbols/offsets_table.json.
-func committedTable(t *testing.T) symbols.OffsetTable {
-	t.Helper()
-	data, err := os.ReadFile("../../../pkg/symbols/offsets_table.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var table symbols.OffsetTable
-	if err := json.Unmarshal(data, &table); err != nil {
-		t.Fatal(err)
-	}
-	return table
-}
 
 // fieldRefs collects every probes.FieldRef with a type that v holds, through pointers,
 // structs, arrays and slices.
@@ -84,7 +69,7 @@ func TestTargetsCoverCatalog(t *testing.T) {
 		t.Error(err)
 	}
 	inTable := map[string]string{} // type+field: module
-	for _, e := range committedTable(t).Entries {
+	for _, e := range committedTable(t).table.Entries {
 		inTable[e.Type+" "+e.Field] = e.Module
 	}
 	for _, tg := range targets {
@@ -166,7 +151,7 @@ func TestRegenerateOwnVersions(t *testing.T) {
 
 	type key struct{ module, version, arch, typ, field string }
 	committed := map[key]uint64{}
-	for _, e := range committedTable(t).Entries {
+	for _, e := range committedTable(t).table.Entries {
 		committed[key{e.Module, e.Version, e.Arch, e.Type, e.Field}] = e.Offset
 	}
 	found := map[string]bool{}
