@@ -16,6 +16,8 @@ func FuzzParseSyncProbe(f *testing.F) {
 		"example.com/op/ctl.(*C).sync=controller:widgets",
 		"example.com/op/ctl.(*C).sync=controller:w,key:4,err:1",
 		"main.(*Controller[go.shape.struct { main.NamespacedName }]).Reconcile=controller:fake,key:6,err:3",
+		// the fake controller's, as the reliability tests pass it to the agent
+		"github.com/reconscope/reconscope/test/fakectl/controller.(*Controller[go.shape.struct { github.com/reconscope/reconscope/test/fakectl/controller.NamespacedName }]).Reconcile=controller:fake,key:6,err:3",
 		"f=controller:x,key:7",
 		"f=controller:x,key:9",
 		"=controller:x",
