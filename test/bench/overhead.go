@@ -481,7 +481,7 @@ the events lost in the runs kept.
 			row(v.what, v.key)
 		}
 		fmt.Println()
-		fmt.Println("Where the TLB survives the trap: the programs above that do one piece twice in one hit against those that do it once, in the same stats rounds. The second pass finds in the TLB the pages the first touched, so twice − once is what the piece costs on a machine that does not flush the TLB at the trap (PCID, or no page-table isolation), its instructions and cache misses alone:")
+		fmt.Println("Where the TLB survives the trap: the programs above that do one piece twice in one hit against those that do it once, in the same stats rounds. The second pass finds in the TLB the pages the first touched (and their lines in the cache), so twice − once is what the piece costs on a machine that does not flush the TLB at the trap (PCID, or no page-table isolation) while its hits come often enough to keep those lines cached; where they do not, cache misses come on top:")
 		fmt.Println()
 		fmt.Println("| piece | once, over the empty program | warm second pass: twice − once |")
 		fmt.Println("| --- | ---: | ---: |")
@@ -617,7 +617,7 @@ func warmWhy(perHit func(string) samples, what, once, twice string) string {
 	if len(w) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("measured warm second pass of %s: %s per hit (section 1, where the TLB survives the trap); a machine whose TLB survives the trap would pay about that", what, ns(w.median()))
+	return fmt.Sprintf("measured warm second pass of %s: %s per hit (section 1, where the TLB survives the trap); a machine whose TLB survives the trap would pay about that, its cache lines warm", what, ns(w.median()))
 }
 
 // machineWhy is what the record variants show of this machine: the first touch of memory in a
