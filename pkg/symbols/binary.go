@@ -113,6 +113,31 @@ func OpenBytes(data []byte) (*Binary, error) {
 	return OpenReader(bytes.NewReader(data), int64(len(data)))
 }
 
+// readOnDemand (re)sets the tables read from the file on first use, all but the module data.
+func (b *Binary) readOnDemand() {
+	b.symtab = sync.OnceValues(b.readSymtab)
+	b.relocs = sync.OnceValue(b.readRelocs)
+	b.pclnHeader = sync.OnceValues(b.readPclnHeader)
+	b.functions = sync.OnceValues(b.readFunctions)
+	b.pclnArgs = sync.OnceValues(func() (pclnTable, error) {
+		funcs, args, err := b.readPcln()
+		return pclnTable{funcs, args}, err
+	})
+	b.itabList = sync.OnceValues(b.readItabs)
+	b.dwarf = sync.OnceValues(b.openDWARF)
+}
+
+// Release drops the tables read from the file to plan the probes (functions, symbols, the
+// pclntab's argument sizes, itabs, DWARF: tens of MiB for a big controller) and keeps the file
+// open and the module data, which naming a type (TypeName, ItabTypeName) needs: a traced
+// executable costs the agent only what tracing it needs. A later call that needs a table reads
+// it again. Values already returned stay valid. Release must not run concurrently with other
+// methods.
+func (b *Binary) Release() {
+	_, _ = b.modData() // read now, while the tables it is found with are at hand
+	b.readOnDemand()
+}
+
 // Close releases the file and everything read from it; later calls that need the file fail.
 // Values already returned (functions, sites, offsets) stay valid. Close must not run
 // concurrently with other methods.
@@ -185,17 +210,8 @@ func newBinary(path string, r io.ReaderAt, size int64) (*Binary, error) {
 		return nil, wrap(fmt.Errorf("%w: architecture %s; reconscope supports amd64 and arm64", ErrUnsupportedGo, f.Machine))
 	}
 
-	b.symtab = sync.OnceValues(b.readSymtab)
-	b.relocs = sync.OnceValue(b.readRelocs)
-	b.pclnHeader = sync.OnceValues(b.readPclnHeader)
-	b.functions = sync.OnceValues(b.readFunctions)
-	b.pclnArgs = sync.OnceValues(func() (pclnTable, error) {
-		funcs, args, err := b.readPcln()
-		return pclnTable{funcs, args}, err
-	})
 	b.modData = sync.OnceValues(b.readModuledata)
-	b.itabList = sync.OnceValues(b.readItabs)
-	b.dwarf = sync.OnceValues(b.openDWARF)
+	b.readOnDemand()
 
 	if err := b.readBuildInfo(); err != nil {
 		return nil, wrap(err)

@@ -399,6 +399,9 @@ func (t *Tracer) inspectAndAttach(open func() (*symbols.Binary, error), attachPa
 		bin.Close()
 		return plan, nil, err
 	}
+	// Planned and attached: keep only what tracing needs (naming error types), not the
+	// function and symbol tables (tens of MiB for kube-controller-manager).
+	bin.Release()
 	if t.opts.AdmitExecs {
 		if err := att.AdmitExecs(); err != nil {
 			t.log.Warn("new processes of this executable are traced once found, not from their exec", "exe", bin.Path, "err", err)

@@ -1,0 +1,71 @@
+package symbols
+
+import (
+	"runtime"
+	"testing"
+)
+
+// heapInUse is the heap in use after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// TestRelease: after planning, a traced executable keeps only what tracing needs. Release
+// drops the tables read to plan (functions, symbols, itabs: most of the heap a Binary holds),
+// names types as before, and reads a table again when asked, with the same answer.
+func TestRelease(t *testing.T) {
+	for _, name := range []string{"plain", "stripped"} {
+		t.Run(name, func(t *testing.T) {
+			before := heapInUse()
+			b, err := Open(build(t, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			fns, err := b.Functions()
+			if err != nil {
+				t.Fatal(err)
+			}
+			itabs, err := b.ItabList()
+			if err != nil || len(itabs) == 0 {
+				t.Fatalf("ItabList: %d itabs, %v", len(itabs), err)
+			}
+			held := heapInUse() - before
+			nFuncs, first := len(fns), fns[0]
+			fns, itabs = nil, nil
+
+			b.Release()
+			released := heapInUse() - before
+			t.Logf("heap held by the Binary: %d KiB with its tables, %d KiB after Release", held>>10, released>>10)
+			if released*2 > held {
+				t.Errorf("Release kept %d of %d KiB", released>>10, held>>10)
+			}
+			again, err := b.ItabList()
+			if err != nil || len(again) == 0 {
+				t.Fatalf("ItabList after Release: %d itabs, %v", len(again), err)
+			}
+			// Naming an error's type, as the collector does at run time, from the itab in the
+			// file (the process's memory at load bias 0).
+			mem := readerAtFunc(func(p []byte, off int64) (int, error) {
+				raw, err := b.readVA(uint64(off), uint64(len(p)))
+				return copy(p, raw), err
+			})
+			name, err := b.ItabTypeName(mem, 0, again[0].Addr)
+			if err != nil || name != again[0].Type {
+				t.Errorf("ItabTypeName after Release = %q, %v; want %q", name, err, again[0].Type)
+			}
+			fns, err = b.Functions()
+			if err != nil || len(fns) != nFuncs || fns[0] != first {
+				t.Errorf("Functions after Release: %d (first %+v), %v; want %d (first %+v)", len(fns), fns[0], err, nFuncs, first)
+			}
+		})
+	}
+}
+
+type readerAtFunc func(p []byte, off int64) (int, error)
+
+func (f readerAtFunc) ReadAt(p []byte, off int64) (int, error) { return f(p, off) }
