@@ -55,6 +55,7 @@ type exporters struct {
 	// output is the agent's own output (--output on standard output) behind its queue; nil
 	// when there is none.
 	output  *exporter.Queue
+	log     *slog.Logger
 	metrics *exporter.Metrics
 	otlp    *exporter.OTLPExporter
 	sampler *exporter.Sampler
@@ -88,7 +89,7 @@ func (f *exportFlags) spanExporters() ([]string, error) {
 // follow. The tracer, made with the exporters' writer, is given to them afterwards
 // (setTracer); until then the self-metrics say nothing of it.
 func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock ktime.Clock, output exporter.Writer, local ...exporter.Writer) (*exporters, error) {
-	e := &exporters{}
+	e := &exporters{log: log}
 	var chain exporter.Multi
 	if output != nil {
 		e.output = exporter.NewQueue(output, exporter.DefaultQueueSize, log)
@@ -224,15 +225,16 @@ func (e *exporters) serve(addr string, sec *metricsSecurity, log *slog.Logger) e
 }
 
 // closeOutput writes what the output's queue holds, for at most outputGrace (an output that
-// nobody reads is given up on), and returns how many spans it dropped.
-func (e *exporters) closeOutput(log *slog.Logger) uint64 {
+// nobody reads is given up on), and returns how many spans it dropped. It waits only the
+// first time it is called.
+func (e *exporters) closeOutput() uint64 {
 	if e.output == nil {
 		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), outputGrace)
 	defer cancel()
 	if err := e.output.Close(ctx); err != nil {
-		log.Warn("output", "err", err)
+		e.log.Warn("output", "err", err)
 	}
 	return e.output.Dropped()
 }
@@ -242,11 +244,7 @@ const outputGrace = 5 * time.Second
 
 // close flushes spans and stops the metrics server.
 func (e *exporters) close() {
-	if e.output != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), outputGrace)
-		_ = e.output.Close(ctx)
-		cancel()
-	}
+	e.closeOutput()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if e.otlp != nil {

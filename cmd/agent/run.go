@@ -153,7 +153,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if err := t.Run(ctx); err != nil {
 		return failed(log, "read events", err)
 	}
-	dropped := exp.closeOutput(log)
+	dropped := exp.closeOutput()
 	st := t.Stats()
 	log.Info("stopped", "reconciles", st.Assembler.Spans, "events", st.Reader.Events, "lost", st.Kernel.LostRingBuffer, "output_dropped", dropped)
 	return 0

@@ -134,7 +134,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	}
 
 	err = t.Run(ctx)
-	dropped := exp.closeOutput(log)
+	dropped := exp.closeOutput()
 	st := t.Stats()
 	fmt.Fprintf(stderr, "\nreconscope: %d reconciles\n", st.Assembler.Spans)
 	summary.Print(stderr)

@@ -28,6 +28,9 @@ type Queue struct {
 
 	dropped atomic.Uint64
 	failed  atomic.Uint64
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // NewQueue starts a queue of at most size spans (DefaultQueueSize when size <= 0) in front
@@ -79,8 +82,13 @@ func (q *Queue) Failed() uint64 { return q.failed.Load() }
 
 // Close stops taking spans and waits until those queued are written, or ctx ends: a writer
 // blocked for good is left behind (the program is exiting), and the spans still queued are
-// counted as dropped.
+// counted as dropped. It waits once: a later call returns the first one's result.
 func (q *Queue) Close(ctx context.Context) error {
+	q.closeOnce.Do(func() { q.closeErr = q.close(ctx) })
+	return q.closeErr
+}
+
+func (q *Queue) close(ctx context.Context) error {
 	q.mu.Lock()
 	if !q.closed {
 		q.closed = true

@@ -75,6 +75,19 @@ func TestQueueBlockedWriter(t *testing.T) {
 	if got := q.Dropped(); got != 6 {
 		t.Errorf("Dropped() after a late Write = %d, want 6", got)
 	}
+	// A second Close (the agent's deferred one) does not wait again nor count the queue twice.
+	go func() { closed <- q.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("second Close = %v, want the first one's result", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a second Close waited again for the blocked writer")
+	}
+	if got := q.Dropped(); got != 6 {
+		t.Errorf("Dropped() after a second Close = %d, want 6", got)
+	}
 	close(w.release)
 }
 
