@@ -8,18 +8,9 @@ set -euo pipefail
 K8S_VERSION=v1.37.2
 ETCD_VERSION=v3.7.3
 here=$(cd "$(dirname "$0")" && pwd)
-cache=${RECONSCOPE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/reconscope}
-out="$cache/controlplane-k8s-$K8S_VERSION-etcd-$ETCD_VERSION"
-stamp="$out/stamp"
-want="k8s=$K8S_VERSION etcd=$ETCD_VERSION kubelet"
-
-if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
-  echo "control plane binaries are cached ($want)" >&2
-  echo "$out"
-  exit 0
-fi
-
-mkdir -p "$out"
+source "$here/cache.sh"
+cached "control plane" "controlplane-k8s-$K8S_VERSION-etcd-$ETCD_VERSION" \
+  "k8s=$K8S_VERSION etcd=$ETCD_VERSION kubelet"
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
 ver_flags=""
 for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -27,7 +18,6 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 export CGO_ENABLED=0
-start=$(date +%s)
 # etcd (its own module) builds beside Kubernetes' four commands, which build in one go command:
 # it schedules their shared packages and their four links across the cores, where four
 # invocations one after the other leave a core idle during each link.
@@ -40,6 +30,4 @@ etcd_pid=$!
 wait "$etcd_pid"
 echo "building stripped kube-controller-manager (-s -w, like release builds)" >&2
 (cd "$here/controlplane" && go build -trimpath -ldflags "-s -w $ver_flags" -o "$out/kube-controller-manager-stripped" k8s.io/kubernetes/cmd/kube-controller-manager)
-echo "$want" > "$stamp"
-echo "control plane built in $(( $(date +%s) - start ))s" >&2
-echo "$out"
+built "control plane"
