@@ -25,15 +25,6 @@ type Match struct {
 	Slack time.Duration
 }
 
-// WantResult is the result a span of r must have: a recovered panic is an error, as
-// controller-runtime returns it.
-func WantResult(r groundtruth.Record) span.Result {
-	if r.Outcome == groundtruth.OutcomePanic {
-		return span.ResultError
-	}
-	return span.Result(r.Outcome)
-}
-
 // WantError is the error type and message the span of r has: the program's, or for a
 // recovered panic controller-runtime's *errors.errorString "panic: … [recovered]".
 func WantError(r groundtruth.Record) (typ, msg string) {
@@ -64,7 +55,7 @@ func Mismatch(r groundtruth.Record, s span.Span, m Match) []string {
 	if s.Namespace != r.Namespace || s.Name != r.Name {
 		bad = append(bad, fmt.Sprintf("object %s/%s, want %s/%s", s.Namespace, s.Name, r.Namespace, r.Name))
 	}
-	if want := WantResult(r); s.Result != want {
+	if want := span.Result(r.MetricResult()); s.Result != want {
 		bad = append(bad, fmt.Sprintf("result %s, want %s", s.Result, want))
 	}
 	wantType, wantMsg := WantError(r)
