@@ -1,0 +1,146 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// commands are the agent's commands that take flags.
+var commands = []string{"run", "trace", "inspect"}
+
+// otherPrograms are the flags README.md and docs/ name of programs other than the agent, with
+// the program: a flag named there and in neither this list nor an agent command is stale.
+var otherPrograms = map[string]string{
+	"set":              "helm install",
+	"namespace":        "helm install",
+	"create-namespace": "helm install",
+	"clusterrole":      "kubectl create clusterrolebinding",
+	"serviceaccount":   "kubectl create clusterrolebinding",
+	"enable-feature":   "prometheus",
+	"stat":             "git show",
+	"spec":             "mkimage",
+	"selector":         "the scripted fixture",
+	"ground-truth":     "the scripted fixture",
+}
+
+// flagMention is a flag named in prose: --name, or --prefix-* for every flag of a prefix.
+var flagMention = regexp.MustCompile(`(?:^|[^\w-])--([a-z][a-z0-9-]*[a-z0-9](?:-\*)?)`)
+
+// mentions returns the flags text names, each once.
+func mentions(text string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range flagMention.FindAllStringSubmatch(text, -1) {
+		if !seen[m[1]] {
+			seen[m[1]] = true
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+// helpOf returns what cmd --help prints before its flags, and the flags it lists.
+func helpOf(t *testing.T, cmd string) (summary string, flags map[string]bool) {
+	t.Helper()
+	code, out, _ := runCLI(t, cmd, "--help")
+	summary, list, ok := strings.Cut(out, "\nFlags:\n")
+	if code != 0 || !ok {
+		t.Fatalf("%s --help: exit %d, no Flags: section in %q", cmd, code, out)
+	}
+	flags = map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(list, -1) {
+		flags[m[1]] = true
+	}
+	if len(flags) == 0 {
+		t.Fatalf("%s --help lists no flag:\n%s", cmd, out)
+	}
+	return summary, flags
+}
+
+// known says whether flag (or, for prefix-*, some flag of the prefix) is in flags.
+func known(flag string, flags map[string]bool) bool {
+	if prefix, ok := strings.CutSuffix(flag, "*"); ok {
+		for f := range flags {
+			if strings.HasPrefix(f, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	return flags[flag]
+}
+
+// userDocs returns README.md and docs/*.md by name.
+func userDocs(t *testing.T) map[string]string {
+	t.Helper()
+	paths, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("docs: %v, %d files", err, len(paths))
+	}
+	docs := map[string]string{}
+	for _, p := range append(paths, "../../README.md") {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs[strings.TrimPrefix(p, "../../")] = string(b)
+	}
+	return docs
+}
+
+// TestFlagsDocumented: the flags --help, README.md and docs/ speak of are the flags the agent
+// has. Every flag a command's --help lists is named (--flag) in README.md or docs/; every flag
+// they name is a flag of an agent command (or of another program, otherPrograms); and the
+// text of a command's --help above its flags names only flags of that command (the commands'
+// list only flags of some command, --help and --version).
+func TestFlagsDocumented(t *testing.T) {
+	all := map[string]bool{"help": true, "version": true}
+	for _, cmd := range commands {
+		summary, flags := helpOf(t, cmd)
+		for f := range flags {
+			all[f] = true
+		}
+		flags["help"] = true
+		for _, f := range mentions(summary) {
+			if !known(f, flags) {
+				t.Errorf("%s --help speaks of --%s, which %s does not have", cmd, f, cmd)
+			}
+		}
+	}
+	_, usage, _ := runCLI(t, "--help")
+	for _, f := range mentions(usage) {
+		if !known(f, all) {
+			t.Errorf("reconscope-agent --help speaks of --%s, which no command has", f)
+		}
+	}
+
+	docs := userDocs(t)
+	named := map[string]bool{}
+	for name, text := range docs {
+		for _, f := range mentions(text) {
+			named[f] = true
+			if !known(f, all) && otherPrograms[f] == "" {
+				t.Errorf("%s speaks of --%s, which no command of reconscope-agent has (another program's flag: add it to otherPrograms)", name, f)
+			}
+		}
+	}
+	var missing []string
+	for f := range all {
+		if f != "help" && f != "version" && !named[f] {
+			missing = append(missing, "--"+f)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("flags --help lists that README.md and docs/ never name: %s", strings.Join(missing, ", "))
+	}
+	for f, prog := range otherPrograms {
+		if all[f] {
+			t.Errorf("--%s is listed as %s's, but reconscope-agent has it", f, prog)
+		}
+	}
+}
