@@ -136,13 +136,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// at exec), and until the kubelet has posted the container's status the agent knows the
 	// pod but not the container's name (it looks again every 2 s). A warm-up object every few
 	// seconds until a span names both.
-	warmups, last := 0, time.Time{}
-	testkit.WaitFor(t, "the agent traces the fixture's pod", 90*time.Second, func() (bool, string) {
-		if time.Since(last) > 3*time.Second {
-			warmups++
-			createScripted(t, cs, fmt.Sprintf("warm-up-%d", warmups), "success")
-			last = time.Now()
-		}
+	createUntil(t, cs, "the agent traces the fixture's pod", "warm-up", func(warmups int) (bool, string) {
 		for _, s := range fixtureRoots(src, fixturePod) {
 			if attrStr(s.resource, "k8s.container.name") != "" {
 				return true, ""
@@ -231,13 +225,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	before := len(fixtureRoots(src, fixturePod))
 	// Ready means serving; the new agent attaches to the running fixture right after its first
 	// /proc scan. A new reconcile every few seconds until one is traced.
-	created, last := 0, time.Time{}
-	testkit.WaitFor(t, "the new agent pod traces the fixture", 90*time.Second, func() (bool, string) {
-		if time.Since(last) > 3*time.Second {
-			created++
-			createScripted(t, cs, fmt.Sprintf("after-restart-%d", created), "success")
-			last = time.Now()
-		}
+	createUntil(t, cs, "the new agent pod traces the fixture", "after-restart", func(int) (bool, string) {
 		n := len(fixtureRoots(src, fixturePod))
 		return n > before, fmt.Sprintf("%d spans, %d before the agent's pod %s replaced %s", n, before, newAgent.Name, agentPod.Name)
 	})
@@ -255,13 +243,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// its own. It traces the running fixture, and `helm uninstall` leaves no agent and no link.
 	helmAgent := helmInstall(t, env, cs, node.IP)
 	before = len(fixtureRoots(src, fixturePod))
-	created, last = 0, time.Time{}
-	testkit.WaitFor(t, "the agent installed with Helm traces the fixture", 90*time.Second, func() (bool, string) {
-		if time.Since(last) > 3*time.Second {
-			created++
-			createScripted(t, cs, fmt.Sprintf("after-helm-%d", created), "success")
-			last = time.Now()
-		}
+	createUntil(t, cs, "the agent installed with Helm traces the fixture", "after-helm", func(int) (bool, string) {
 		n := len(fixtureRoots(src, fixturePod))
 		return n > before, fmt.Sprintf("%d spans of the fixture, %d before helm install", n, before)
 	})
@@ -554,6 +536,21 @@ func createScripted(t *testing.T, cs *kubernetes.Clientset, name, script string)
 	if _, err := cs.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// createUntil waits up to 90 s for what: it creates a scripted ConfigMap that succeeds,
+// prefix-1, prefix-2, …, every 3 s until done, given how many it created, says it holds.
+func createUntil(t *testing.T, cs *kubernetes.Clientset, what, prefix string, done func(created int) (bool, string)) {
+	t.Helper()
+	created, last := 0, time.Time{}
+	testkit.WaitFor(t, what, 90*time.Second, func() (bool, string) {
+		if time.Since(last) > 3*time.Second {
+			created++
+			createScripted(t, cs, fmt.Sprintf("%s-%d", prefix, created), "success")
+			last = time.Now()
+		}
+		return done(created)
+	})
 }
 
 // fixtureRoots returns the reconcile spans (roots named "reconcile <controller>"; the other
