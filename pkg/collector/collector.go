@@ -43,7 +43,7 @@ type Options struct {
 
 // ErrPermission means the kernel refused to load or attach eBPF programs. Its message names
 // the capabilities the process lacks when it can tell (from /proc/self/status).
-var ErrPermission = errors.New("permission denied: reconscope needs root, or CAP_BPF and CAP_PERFMON (and CAP_SYS_RESOURCE on kernels before 5.11), and CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH to read other users' processes and binaries")
+var ErrPermission = errors.New("permission denied: reconscope needs root, or CAP_BPF and CAP_PERFMON, and CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH to read other users' processes and binaries")
 
 // Collector owns the loaded eBPF objects and the ring-buffer reader.
 type Collector struct {
