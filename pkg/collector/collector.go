@@ -39,7 +39,13 @@ type Options struct {
 	Logger *slog.Logger
 	// ProcRoot is where the host's proc file system is mounted. Empty means /proc.
 	ProcRoot string
+	// SiteTable is how many probe sites the attached executables may have in all (the
+	// kernel's site table). Zero means 4096.
+	SiteTable int
 }
+
+// ErrSiteTableFull means the site table has no room for an executable's sites: detach some.
+var ErrSiteTableFull = errors.New("site table full")
 
 // ErrPermission means the kernel refused to load or attach eBPF programs. Its message names
 // the capabilities the process lacks when it can tell (from /proc/self/status).
@@ -97,6 +103,9 @@ func New(opts Options) (*Collector, error) {
 		return nil, fmt.Errorf("load eBPF spec: %w", err)
 	}
 	spec.Maps[rbpf.TraceMapEvents].MaxEntries = uint32(opts.RingBufferSize)
+	if opts.SiteTable > 0 {
+		spec.Maps[rbpf.TraceMapSites].MaxEntries = uint32(opts.SiteTable)
+	}
 	if err := spec.Variables["wakeup_bytes"].Set(uint64(opts.WakeupBytes)); err != nil {
 		return nil, fmt.Errorf("set wakeup threshold: %w", err)
 	}
@@ -263,7 +272,7 @@ func (c *Collector) allocSites(n int) (int, error) {
 	}
 	start = len(c.table)
 	if start+n > max {
-		return 0, fmt.Errorf("site table full (%d of %d used): detach some executables", len(c.table), max)
+		return 0, fmt.Errorf("%w (%d of %d used): detach some executables", ErrSiteTableFull, len(c.table), max)
 	}
 	c.table = append(c.table, make([]*probes.Site, n)...)
 	c.owner = append(c.owner, make([]*Attachment, n)...)
