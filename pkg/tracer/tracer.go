@@ -531,9 +531,11 @@ func (t *Tracer) WatchExecs(ctx context.Context) (<-chan int, error) {
 				t.admit(ex)
 			} else {
 				t.mu.Lock()
-				_, traced := t.procs[ex.PID]
+				p := t.procs[ex.PID]
 				t.mu.Unlock()
-				if traced { // a traced process exec'd a program that is not attached
+				// A traced process exec'd a program that is not attached; not the process's own
+				// exec of the executable it is traced for, read after TracePID found it.
+				if p != nil && p.exe.key != ex.Exe {
 					t.UntracePID(ex.PID)
 				}
 			}
