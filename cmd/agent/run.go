@@ -32,7 +32,8 @@ const runSummary = `Usage: reconscope-agent run [flags]
 The node agent (the DaemonSet's entrypoint): finds every Go controller process on this node
 by scanning /proc (at once when a process execs, from the sched_process_exec raw tracepoint,
 and every --scan-interval), traces those the probe catalog supports (one attach per executable, shared
-by its processes; a new process of an attached executable is traced from its exec, in the kernel), names their pod and container from a pod informer limited to this node
+by its processes; a new process of an attached executable is traced from its exec, in the kernel,
+also one that restarts within --keep-attached of its executable's last process), names their pod and container from a pod informer limited to this node
 (needs get/list/watch on pods; without API access it keeps tracing with host-only metadata
 and says so once), serves Prometheus metrics and health on --metrics-addr (with
 --metrics-secure: HTTPS, /metrics only for bearer tokens the API server allows to get
@@ -60,6 +61,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	metricsSecure := fs.Bool("metrics-secure", false, "serve the metrics endpoint over HTTPS, /metrics only to a bearer token the API server authenticates (TokenReview) and authorizes for get on /metrics (SubjectAccessReview); /healthz and /readyz stay open (docs/daemonset.md)")
 	metricsCert := fs.String("metrics-cert-file", "", "with --metrics-secure: PEM certificate of the metrics endpoint, reloaded when it changes (default: self-signed, made at start)")
 	metricsKey := fs.String("metrics-key-file", "", "with --metrics-secure: PEM key of --metrics-cert-file")
+	keep := fs.Duration("keep-attached", tracer.DefaultGrace, "how long an executable stays attached after its last traced process exits, "+
+		"so that a restarted or crash-looping process of it is traced from its exec, first reconciles included (0: detach with the last process)")
 	tf := addTracerFlags(fs.FlagSet)
 	ef := addExportFlags(fs.FlagSet, ":9464")
 	if err := flagsFromEnv(fs.FlagSet, os.LookupEnv); err != nil {
@@ -115,6 +118,10 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		// A new process of an executable already attached is traced from its exec, in the
 		// kernel; here it gets its pod metadata, or is let go when the filter excludes it.
 		o.AdmitExecs = true
+		o.Grace = *keep
+		if o.Grace <= 0 {
+			o.Grace = -1 // detach with the last process
+		}
 		o.Admit = func(pid int) (tracer.ProcessMeta, bool) {
 			p, err := discovery.ReadProcess(*procRoot, pid)
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -137,31 +138,7 @@ func TestNewProcessTracedFromExec(t *testing.T) {
 			go func() { done <- tr.Run(ctx) }()
 			time.Sleep(300 * time.Millisecond) // the first scan is over
 
-			var stdout bytes.Buffer
-			two := exec.Command(second, "-n", "70")
-			two.Stdout = &stdout
-			if err := two.Run(); err != nil {
-				t.Fatalf("second process: %v", err)
-			}
-			truths, err := fakectltest.ReadTruths(stdout.Bytes())
-			if err != nil || len(truths) != 70 {
-				t.Fatalf("second process reported %d reconciles (%v), want 70", len(truths), err)
-			}
-			pid := uint32(two.Process.Pid)
-			mine := func() []span.Span {
-				var out []span.Span
-				for _, s := range sink.Snapshot() {
-					if s.PID == pid {
-						out = append(out, s)
-					}
-				}
-				return out
-			}
-			deadline := time.Now().Add(10 * time.Second)
-			for len(mine()) < len(truths) && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			spans := mine()
+			_, truths, spans := runNew(t, sink, second, 70)
 			stats := tr.Stats()
 			cancel()
 			if err := <-done; err != nil {
@@ -181,6 +158,38 @@ func TestNewProcessTracedFromExec(t *testing.T) {
 			t.Logf("second process: %d reconciles, %d spans; kernel admitted %d processes at exec", len(truths), len(spans), stats.Kernel.Admitted)
 		})
 	}
+}
+
+// runNew runs a new fakectl process of the executable at path, reconciling n objects at once,
+// and returns it, its ground truth, and the spans of its process (once there are as many as
+// reconciles, or after 10 s).
+func runNew(t *testing.T, sink *testkit.Sink, path string, n int) (*exec.Cmd, []fakectltest.Truth, []span.Span) {
+	t.Helper()
+	var stdout bytes.Buffer
+	cmd := exec.Command(path, "-n", strconv.Itoa(n))
+	cmd.Stdout = &stdout
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("new process: %v", err)
+	}
+	truths, err := fakectltest.ReadTruths(stdout.Bytes())
+	if err != nil || len(truths) != n {
+		t.Fatalf("new process reported %d reconciles (%v), want %d", len(truths), err, n)
+	}
+	pid := uint32(cmd.Process.Pid)
+	mine := func() []span.Span {
+		var out []span.Span
+		for _, s := range sink.Snapshot() {
+			if s.PID == pid {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(mine()) < len(truths) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cmd, truths, mine()
 }
 
 // TestTracePIDConcurrent: many goroutines trace the processes of one executable at once, each

@@ -3,7 +3,9 @@
 // process of one binary shares it, in any container), traces the target processes (a new
 // process of an attached executable from its exec, with Options.AdmitExecs), assembles spans
 // from the collector's events, and hands them to the exporters. It notices when a traced
-// process exits and closes its spans.
+// process exits and closes its spans. With admission at exec, an executable stays attached for
+// Options.Grace after its last process is gone, so that a restarted process of it is traced
+// from its exec.
 package tracer
 
 import (
@@ -13,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,7 +59,20 @@ type Options struct {
 	// Inspections bounds how many executables are inspected and attached at once. Zero means
 	// GOMAXPROCS, at least 2.
 	Inspections int
+	// Grace, with AdmitExecs, is how long an executable stays attached, its new processes
+	// admitted at exec, after its last traced process is gone: a restarted or crash-looping
+	// process of it is then traced from its exec rather than from the next discovery scan.
+	// Meanwhile the executable is idle: it keeps its links and probe sites; when the site
+	// table is full, the one idle longest is detached early to make room. Close detaches
+	// everything at once. Zero means DefaultGrace; negative (and no AdmitExecs) detaches an
+	// executable with its last process.
+	Grace time.Duration
 }
+
+// DefaultGrace is Options.Grace's default: a kubelet restarts a container at once, then after
+// CrashLoopBackOff's back-offs of 10, 20 and 40 seconds; a pod replaced by its controller
+// usually runs again within a minute.
+const DefaultGrace = time.Minute
 
 // Stats is what a Tracer counted.
 type Stats struct {
@@ -64,8 +80,11 @@ type Stats struct {
 	Reader    collector.ReadStats
 	Assembler span.Stats
 	Processes int // traced now
-	Sites     int // probe sites attached now
+	Sites     int // probe sites attached now, those of idle executables (Idle) too
 	Open      int // reconciles in flight (open spans), as of the last housekeeping
+	// Idle counts the executables kept attached without a process, awaiting a restart
+	// (Options.Grace).
+	Idle int
 	// HeldDropped counts spans of processes admitted at exec that were dropped because too
 	// many waited for Options.Admit's verdict (those of processes Admit rejects are not counted:
 	// they are not wanted).
@@ -83,6 +102,9 @@ type exe struct {
 	pids   map[int]bool
 	users  int  // callers between finding this exe and adding their process
 	pinned bool // attached by AttachExe: stays attached without processes
+	// idle is when its last process went (zero while it has one): it is detached
+	// Options.Grace later unless a process of it is traced again meanwhile.
+	idle time.Time
 }
 
 // process is one traced process.
@@ -119,6 +141,7 @@ type Tracer struct {
 	release     []int               // processes whose held spans may go now
 	heldDropped uint64
 	dying       map[int]bool // Run's goroutine only: exited processes, closed at the next idle poll
+	closing     bool         // Close runs: executables are detached with their last process
 
 	asm     *span.Assembler
 	open    atomic.Int64
@@ -142,6 +165,12 @@ func New(opts Options) (*Tracer, error) {
 	}
 	if opts.Inspections <= 0 {
 		opts.Inspections = max(2, runtime.GOMAXPROCS(0))
+	}
+	if opts.Grace == 0 {
+		opts.Grace = DefaultGrace
+	}
+	if !opts.AdmitExecs {
+		opts.Grace = -1 // nothing to keep an executable attached for
 	}
 	opts.Collector.Logger = opts.Logger
 	opts.Collector.ProcRoot = opts.ProcRoot
@@ -395,6 +424,9 @@ func (t *Tracer) inspectAndAttach(open func() (*symbols.Binary, error), attachPa
 		}
 	}
 	att, err := t.col.Attach(attachPath, plan)
+	for errors.Is(err, collector.ErrSiteTableFull) && t.detachIdlest() {
+		att, err = t.col.Attach(attachPath, plan)
+	}
 	if err != nil {
 		bin.Close()
 		return plan, nil, err
@@ -445,6 +477,7 @@ func (t *Tracer) addProcess(pid int, e *exe, held bool) error {
 	p := &process{exe: e, ready: make(chan struct{}), held: held}
 	t.procs[pid] = p
 	e.pids[pid] = true
+	e.idle = time.Time{}
 	t.mu.Unlock()
 	err := t.col.Trace(pid, e.att)
 	t.mu.Lock()
@@ -477,7 +510,8 @@ func (t *Tracer) SetProcessMeta(pid int, m ProcessMeta) {
 	t.mu.Unlock()
 }
 
-// UntracePID stops tracing pid; the executable's probes are detached with its last process. It
+// UntracePID stops tracing pid; the executable's probes are detached with its last process
+// (Options.Grace later, with admission at exec). It
 // also removes a process the kernel admitted at exec that was not traced here yet.
 func (t *Tracer) UntracePID(pid int) {
 	t.mu.Lock()
@@ -499,19 +533,88 @@ func (t *Tracer) UntracePID(pid int) {
 	}
 }
 
+// releaseIfUnused detaches e if nothing uses it and no grace keeps it attached; an executable
+// that just lost its last process becomes idle instead, for Options.Grace.
 func (t *Tracer) releaseIfUnused(e *exe) {
 	t.mu.Lock()
-	if len(e.pids) > 0 || e.users > 0 || e.pinned || e.att == nil || t.exes[e.key] != e {
+	if !t.unused(e) {
 		t.mu.Unlock()
 		return
 	}
+	why := "no process of it left"
+	if t.opts.Grace > 0 && !t.closing {
+		if e.idle.IsZero() {
+			e.idle = time.Now()
+			t.mu.Unlock()
+			t.log.Info("no process of it left: stays attached for a restart", "exe", e.path, "for", t.opts.Grace)
+			return
+		}
+		idle := time.Since(e.idle)
+		if idle < t.opts.Grace {
+			t.mu.Unlock()
+			return
+		}
+		why = fmt.Sprintf("no process of it for %s", idle.Round(time.Millisecond))
+	} else if t.closing {
+		why = "the tracer closes"
+	}
 	delete(t.exes, e.key)
 	t.mu.Unlock()
+	t.detach(e, why)
+}
+
+// unused says whether e is attached with no process, no caller and no pin: it may be detached.
+// Callers hold t.mu.
+func (t *Tracer) unused(e *exe) bool {
+	return len(e.pids) == 0 && e.users == 0 && !e.pinned && e.att != nil && t.exes[e.key] == e
+}
+
+// detach detaches e, which the caller took out of t.exes.
+func (t *Tracer) detach(e *exe, why string) {
 	if err := e.att.Close(); err != nil {
 		t.log.Warn("detach", "exe", e.path, "err", err)
 	}
 	e.plan.Binary.Close()
-	t.log.Info("detached", "exe", e.path)
+	t.log.Info("detached", "exe", e.path, "why", why)
+}
+
+// idleExes returns the executables kept attached without a process (Options.Grace), idle
+// longest first. Callers hold t.mu.
+func (t *Tracer) idleExes() []*exe {
+	var out []*exe
+	for _, e := range t.exes {
+		if !e.idle.IsZero() && t.unused(e) {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b *exe) int { return a.idle.Compare(b.idle) })
+	return out
+}
+
+// expireIdle detaches the idle executables whose grace is over.
+func (t *Tracer) expireIdle() {
+	t.mu.Lock()
+	idle := t.idleExes()
+	t.mu.Unlock()
+	for _, e := range idle {
+		t.releaseIfUnused(e)
+	}
+}
+
+// detachIdlest detaches the executable idle longest, to make room in the site table; false
+// when there is none.
+func (t *Tracer) detachIdlest() bool {
+	t.mu.Lock()
+	idle := t.idleExes()
+	if len(idle) == 0 {
+		t.mu.Unlock()
+		return false
+	}
+	e := idle[0]
+	delete(t.exes, e.key)
+	t.mu.Unlock()
+	t.detach(e, fmt.Sprintf("site table full: idle for %s, room made for another executable", time.Since(e.idle).Round(time.Millisecond)))
+	return true
 }
 
 // WatchExecs reports the PID of every process that calls execve on the host, until ctx ends
@@ -654,6 +757,7 @@ func (t *Tracer) housekeep(idle bool) {
 			t.dying[pid] = true
 		}
 	}
+	t.expireIdle()
 	t.asm.Expire(ktime.Monotonic())
 	t.open.Store(int64(t.asm.Open()))
 	t.statsMu.Lock()
@@ -676,33 +780,35 @@ func (t *Tracer) Stats() Stats {
 			sites += len(e.plan.Sites)
 		}
 	}
+	idle := len(t.idleExes())
 	dropped := t.heldDropped
 	t.mu.Unlock()
 	t.statsMu.Lock()
 	as := t.astats
 	t.statsMu.Unlock()
-	return Stats{Kernel: k, Reader: t.col.ReadStats(), Assembler: as, Processes: procs, Sites: sites, Open: int(t.open.Load()), HeldDropped: dropped}
+	return Stats{Kernel: k, Reader: t.col.ReadStats(), Assembler: as, Processes: procs, Sites: sites, Idle: idle, Open: int(t.open.Load()), HeldDropped: dropped}
 }
 
 // KernelGoroutines returns how many goroutines of process pid the kernel holds span state for
 // (open reconciles, and goroutines they started); none once pid is no longer traced.
 func (t *Tracer) KernelGoroutines(pid int) (int, error) { return t.col.GoroutinesOf(pid) }
 
-// Close detaches every executable and frees the eBPF objects.
+// Close detaches every executable, idle ones too, and frees the eBPF objects.
 func (t *Tracer) Close() error {
+	t.mu.Lock()
+	t.closing = true
+	t.mu.Unlock()
 	for _, pid := range t.PIDs() {
 		t.UntracePID(pid)
 	}
 	t.mu.Lock()
-	var pinned []*exe
+	var left []*exe
 	for _, e := range t.exes {
-		if e.pinned {
-			e.pinned = false
-			pinned = append(pinned, e)
-		}
+		e.pinned = false
+		left = append(left, e)
 	}
 	t.mu.Unlock()
-	for _, e := range pinned {
+	for _, e := range left {
 		t.releaseIfUnused(e)
 	}
 	return t.col.Close()

@@ -1,0 +1,239 @@
+package tracer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/symbols"
+	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
+)
+
+// restartBed is a tracer that traces fakectl processes as the agent does (admission at exec,
+// housekeeping), with its log kept for the test to read.
+type restartBed struct {
+	tr   *tracer.Tracer
+	sink *testkit.Sink
+	log  *testkit.LogBuffer
+	stop func() error
+	once sync.Once
+	err  error
+}
+
+// close stops Run and closes the tracer, once.
+func (b *restartBed) close() error {
+	b.once.Do(func() { b.err = errors.Join(b.stop(), b.tr.Close()) })
+	return b.err
+}
+
+func newRestartBed(t *testing.T, configure func(o *tracer.Options)) *restartBed {
+	t.Helper()
+	b := &restartBed{sink: &testkit.Sink{}, log: &testkit.LogBuffer{}}
+	opts := tracer.Options{
+		Catalog:      fakectltest.Catalog(t),
+		Writer:       b.sink,
+		Logger:       b.log.Logger(),
+		Housekeeping: 50 * time.Millisecond,
+		AdmitExecs:   true,
+	}
+	if configure != nil {
+		configure(&opts)
+	}
+	tr, err := tracer.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.tr = tr
+	// The exec notifications are what takes in a process the kernel admitted at exec; no
+	// discovery runs here, so a process not admitted at exec is not traced at all.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	execs, err := tr.WatchExecs(ctx)
+	if err != nil {
+		t.Fatalf("watch execs: %v", err)
+	}
+	go func() {
+		for range execs {
+		}
+	}()
+	b.stop = testkit.Go(t, tr.Run)
+	t.Cleanup(func() { _ = b.close() })
+	return b
+}
+
+// startIdle starts a fakectl process that waits for a start file that never comes, and traces it.
+func (b *restartBed) startIdle(t *testing.T, bin string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, "-start", filepath.Join(t.TempDir(), "never"))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if _, err := b.tr.TracePID(cmd.Process.Pid); err != nil {
+		t.Fatalf("trace fakectl: %v", err)
+	}
+	return cmd
+}
+
+// exit kills cmd and waits until the tracer has closed the process (it logs its exit once done).
+func (b *restartBed) exit(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	line := fmt.Sprintf(`msg="process exited" pid=%d`, cmd.Process.Pid)
+	testkit.WaitFor(t, "the tracer to close the exited process", 10*time.Second, func() (bool, string) {
+		log := b.log.String()
+		return strings.Contains(log, line), "its log:\n" + log
+	})
+}
+
+// linksOf counts the uprobe links on bin, also those attached through the /proc/PID/exe of
+// process pid (single uprobes keep that path, which no longer resolves once pid exited).
+func linksOf(t *testing.T, bin string, pid int) int {
+	t.Helper()
+	all, err := bpftest.UprobeLinks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range all {
+		if l.File == bin || l.File == fmt.Sprintf("/proc/%d/exe", pid) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestRestartTracedFromExec: process A of an executable is traced, then exits, and only then
+// does process B of the same executable start, as when a pod restarts or crash-loops. B's very
+// first reconciles must all be spans matching its ground truth: the executable stayed attached
+// and admissible at exec through A's exit. Before, A's exit detached it, B was not admitted at
+// exec, and only the next /proc scan (none runs here) would have found it, after its first
+// reconciles.
+func TestRestartTracedFromExec(t *testing.T) {
+	bpftest.Require(t)
+	forEachAttachMode(t, func(t *testing.T, single bool) {
+		bin := testkit.Build(t, "./test/fakectl")
+		b := newRestartBed(t, func(o *tracer.Options) { o.Collector = collectorOpts(single) })
+		a := b.startIdle(t, bin)
+		b.exit(t, a)
+		admitted := b.tr.Stats().Kernel.Admitted
+
+		two, truths, spans := runNew(t, b.sink, bin, 40)
+		stats := b.tr.Stats()
+		checkMatch(t, truths, spans, stats, "fake")
+		if stats.Kernel.Admitted <= admitted {
+			t.Errorf("the kernel admitted no process at exec after A exited (admitted %d, then %d)", admitted, stats.Kernel.Admitted)
+		}
+		t.Logf("process B: %d reconciles, %d spans", len(truths), len(spans))
+
+		// Close detaches at once what stays attached for a restart.
+		if err := b.close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := linksOf(t, bin, a.Process.Pid) + linksOf(t, bin, two.Process.Pid); n != 0 {
+			t.Errorf("%d links left on the executable after Close", n)
+		}
+	})
+}
+
+// TestIdleExecutableDetached: once its last process exited, an executable stays attached for
+// the grace period (its probes and site slots kept, and counted as idle), then is really
+// detached: no link left on it, no site counted, and a new process of it is no longer admitted
+// at exec.
+func TestIdleExecutableDetached(t *testing.T) {
+	bpftest.Require(t)
+	forEachAttachMode(t, func(t *testing.T, single bool) {
+		bin := testkit.Build(t, "./test/fakectl")
+		const grace = 3 * time.Second // long enough for the checks made within it
+		b := newRestartBed(t, func(o *tracer.Options) {
+			o.Collector = collectorOpts(single)
+			o.Grace = grace
+		})
+		a := b.startIdle(t, bin)
+		sites := b.tr.Stats().Sites
+		linked := linksOf(t, bin, a.Process.Pid)
+		b.exit(t, a)
+		if st := b.tr.Stats(); st.Sites != sites || st.Idle != 1 {
+			t.Errorf("within the grace period: %d sites attached and %d idle executables, want %d and 1", st.Sites, st.Idle, sites)
+		}
+		if n := linksOf(t, bin, a.Process.Pid); n != linked {
+			t.Errorf("within the grace period: %d links on the executable, want %d", n, linked)
+		}
+		if strings.Contains(b.log.String(), "msg=detached") {
+			t.Errorf("logged as detached within the grace period:\n%s", b.log.String())
+		}
+
+		// Detached: no site counted, no link, and the log says so.
+		testkit.WaitFor(t, "the idle executable to be detached", 10*time.Second+grace, func() (bool, string) {
+			st, n, log := b.tr.Stats(), linksOf(t, bin, a.Process.Pid), b.log.String()
+			return st.Sites == 0 && st.Idle == 0 && n == 0 && strings.Contains(log, "msg=detached"),
+				fmt.Sprintf("%d sites, %d idle, %d links; log:\n%s", st.Sites, st.Idle, n, log)
+		})
+		admitted := b.tr.Stats().Kernel.Admitted
+		if err := exec.Command(bin, "-n", "1").Run(); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.tr.Stats().Kernel.Admitted; got != admitted {
+			t.Errorf("a process of the detached executable was admitted at exec (admitted %d, then %d)", admitted, got)
+		}
+	})
+}
+
+// TestIdleExecutableMakesRoom: an idle executable does not keep another from being attached
+// when the site table is full: the one idle longest is detached early to make room.
+func TestIdleExecutableMakesRoom(t *testing.T) {
+	bpftest.Require(t)
+	bin := testkit.Build(t, "./test/fakectl")
+	// A copy is another file (another inode): another executable with as many sites.
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "fakectl-copy")
+	if err := os.WriteFile(other, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sym, err := symbols.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := probes.NewPlan(sym, fakectltest.Catalog(t))
+	sym.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(plan.Sites)
+	// Room for one of the two executables only.
+	b := newRestartBed(t, func(o *tracer.Options) {
+		o.Collector.SiteTable = n + n/2
+		o.Grace = time.Hour
+	})
+	a := b.startIdle(t, bin)
+	b.exit(t, a)
+	if st := b.tr.Stats(); st.Idle != 1 {
+		t.Fatalf("%d idle executables after its process exited, want 1", st.Idle)
+	}
+	two := b.startIdle(t, other) // fails unless the idle one makes room
+	if n := linksOf(t, bin, a.Process.Pid); n != 0 {
+		t.Errorf("%d links left on the idle executable that made room", n)
+	}
+	if st := b.tr.Stats(); st.Sites != n || st.Idle != 0 || st.Processes != 1 {
+		t.Errorf("after the other executable was attached: %d sites, %d idle, %d processes; want %d, 0, 1", st.Sites, st.Idle, st.Processes, n)
+	}
+	if !strings.Contains(b.log.String(), "site table full") {
+		t.Errorf("the early detach is not logged with its reason:\n%s", b.log.String())
+	}
+	t.Logf("site table of %d slots; the copy's process %d traced", n+n/2, two.Process.Pid)
+}
