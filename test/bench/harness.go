@@ -255,8 +255,9 @@ func probeProgram(before map[ebpf.ProgramID]bool) (*ebpf.Program, error) {
 // of probe only when it is not nil (a plan needs a span probe, this need not), and traces
 // process pid, or none when pid is 0: then every hit in exe's processes leaves the program at
 // its PID filter. Nothing reads the ring buffer. stop detaches it and returns the program's
-// kernel run-time stats.
-func attachCollector(catalog []*probes.Probe, only *probes.Probe, exe string, pid int, opts collector.Options) (stop func() (progStats, error), err error) {
+// kernel run-time stats. With twice, the program is attached a second time at the same sites
+// (attachAgain): each hit runs it twice.
+func attachCollector(catalog []*probes.Probe, only *probes.Probe, exe string, pid int, twice bool, opts collector.Options) (stop func() (progStats, error), err error) {
 	before, err := ownPrograms()
 	if err != nil {
 		return nil, err
@@ -295,10 +296,19 @@ func attachCollector(catalog []*probes.Probe, only *probes.Probe, exe string, pi
 		col.Close()
 		return nil, fmt.Errorf("find the collector's program: %v", err)
 	}
+	again := func() error { return nil }
+	if twice {
+		if again, err = attachAgain(prog); err != nil {
+			prog.Close()
+			col.Close()
+			return nil, err
+		}
+	}
 	return func() (progStats, error) {
+		aerr := again()
 		ps, err := readProgStats(prog)
 		prog.Close()
-		return ps, errors.Join(err, col.Close())
+		return ps, errors.Join(aerr, err, col.Close())
 	}, nil
 }
 
@@ -364,30 +374,122 @@ func readProgStats(p *ebpf.Program) (progStats, error) {
 
 // ownPrograms returns the IDs of the eBPF programs this process holds a descriptor of.
 func ownPrograms() (map[ebpf.ProgramID]bool, error) {
-	ents, err := os.ReadDir("/proc/self/fd")
+	infos, err := ownFDInfos("anon_inode:bpf-prog")
 	if err != nil {
 		return nil, err
 	}
 	ids := map[ebpf.ProgramID]bool{}
+	for _, in := range infos {
+		if id, err := strconv.ParseUint(in["prog_id"], 10, 32); err == nil {
+			ids[ebpf.ProgramID(id)] = true
+		}
+	}
+	return ids, nil
+}
+
+// ownFDInfos returns the fdinfo fields (key: value lines) of each descriptor this process
+// holds of the anonymous inode kind ("anon_inode:bpf-prog", "anon_inode:bpf_link").
+func ownFDInfos(kind string) ([]map[string]string, error) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return nil, err
+	}
+	var infos []map[string]string
 	for _, e := range ents {
-		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || l != "anon_inode:bpf-prog" {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err != nil || l != kind {
 			continue
 		}
 		f, err := os.Open("/proc/self/fdinfo/" + e.Name())
 		if err != nil {
 			continue
 		}
+		in := map[string]string{}
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "prog_id:"); ok {
-				if id, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32); err == nil {
-					ids[ebpf.ProgramID(id)] = true
-				}
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok {
+				in[k] = strings.TrimSpace(v)
 			}
 		}
 		f.Close()
+		infos = append(infos, in)
 	}
-	return ids, nil
+	return infos, nil
+}
+
+// attachAgain attaches prog a second time wherever this process's uprobe_multi links attach
+// it: the same executable, file offsets and cookies, through new links. Each hit then runs the
+// same program twice in one trap, one consumer of the uprobe after the other (the kernel's
+// handler_chain runs every consumer before the probed instruction is emulated or stepped), the
+// second time with the pages the first touched in the TLB. detach closes the new links.
+func attachAgain(prog *ebpf.Program) (detach func() error, err error) {
+	info, err := prog.Info()
+	if err != nil {
+		return nil, err
+	}
+	id, ok := info.ID()
+	if !ok {
+		return nil, fmt.Errorf("attach again: the kernel does not say the program's ID")
+	}
+	infos, err := ownFDInfos("anon_inode:bpf_link")
+	if err != nil {
+		return nil, err
+	}
+	var links []link.Link
+	detach = func() error {
+		var errs []error
+		for _, l := range links {
+			errs = append(errs, l.Close())
+		}
+		return errors.Join(errs...)
+	}
+	for _, in := range infos {
+		if in["prog_id"] != strconv.FormatUint(uint64(id), 10) || in["link_type"] != "uprobe_multi" {
+			continue
+		}
+		lid, err := strconv.ParseUint(in["link_id"], 10, 32)
+		if err != nil {
+			continue
+		}
+		l, err := link.NewFromID(link.ID(lid))
+		if err != nil {
+			detach()
+			return nil, fmt.Errorf("attach again: %w", err)
+		}
+		li, err := l.Info()
+		l.Close()
+		if err != nil {
+			detach()
+			return nil, fmt.Errorf("attach again: %w", err)
+		}
+		um := li.UprobeMulti()
+		var offs []link.UprobeMultiOffset
+		if um != nil {
+			offs, _ = um.Offsets()
+		}
+		if len(offs) == 0 {
+			detach()
+			return nil, fmt.Errorf("attach again: link %d: the kernel does not say its offsets and cookies", lid)
+		}
+		addrs, cookies := make([]uint64, len(offs)), make([]uint64, len(offs))
+		for i, o := range offs {
+			addrs[i], cookies[i] = o.Offset, o.Cookie
+		}
+		ex, err := link.OpenExecutable(um.File)
+		if err != nil {
+			detach()
+			return nil, fmt.Errorf("attach again: %w", err)
+		}
+		again, err := ex.UprobeMulti(nil, prog, &link.UprobeMultiOptions{Addresses: addrs, Cookies: cookies})
+		if err != nil {
+			detach()
+			return nil, fmt.Errorf("attach again to %s: %w", um.File, err)
+		}
+		links = append(links, again)
+	}
+	if len(links) == 0 {
+		return nil, fmt.Errorf("attach again: no uprobe_multi link of program %d", id)
+	}
+	return detach, nil
 }
 
 // emptyProgram loads the program that does nothing (bpf/empty.bpf.c), in the flavour the

@@ -74,3 +74,20 @@ func TestNsAtMost(t *testing.T) {
 		}
 	}
 }
+
+func TestSecondRun(t *testing.T) {
+	// Attached once, a hit costs the first run; attached twice, each run is the mean of a
+	// first and a second run: the second is 2 × twice − once, round by round.
+	runs := map[string]samples{"b": {800, 1000, 900}, "b2": {450, 520}}
+	perHit := func(k string) samples { return runs[k] }
+	got := secondRun(perHit, "b", "b2")
+	if len(got) != 2 || got[0] != 100 || got[1] != 40 {
+		t.Errorf("secondRun = %v, want [100 40] (rounds paired, the shorter list's length)", got)
+	}
+	if w := secondRunOf(perHit, "b"); w != "70 ns" {
+		t.Errorf("secondRunOf = %q, want the median, 70 ns", w)
+	}
+	if w := secondRunOf(perHit, "c"); w != "" {
+		t.Errorf("secondRunOf without twice-attached runs = %q, want empty", w)
+	}
+}

@@ -20,6 +20,9 @@ type Verdict struct {
 	Unit  string  `json:"unit"`
 	Met   bool    `json:"met"`
 	Why   string  `json:"why,omitempty"`
+	// Warm is what a machine whose TLB survives the trap would pay, measured here as the
+	// program's second run in the same trap (bench overhead); empty for other figures.
+	Warm string `json:"warm,omitempty"`
 }
 
 // Append adds vs to the JSON-lines file at path, creating it if needed.
