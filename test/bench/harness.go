@@ -511,6 +511,21 @@ func emptyProgram() (*ebpf.Program, bool, error) {
 	return p, multi, nil
 }
 
+// attachEmptyTimes is attachEmpty, done a second time at the same offsets when twice: each hit
+// then runs prog twice in one trap (attachAgain).
+func attachEmptyTimes(prog *ebpf.Program, multi bool, exe string, offsets []uint64, twice bool) (func() error, error) {
+	detach, err := attachEmpty(prog, multi, exe, offsets)
+	if err != nil || !twice {
+		return detach, err
+	}
+	again, err := attachEmpty(prog, multi, exe, offsets)
+	if err != nil {
+		detach()
+		return nil, err
+	}
+	return func() error { return errors.Join(again(), detach()) }, nil
+}
+
 // attachEmpty puts prog on the file offsets of exe, the way the collector attaches its own.
 func attachEmpty(prog *ebpf.Program, multi bool, exe string, offsets []uint64) (func() error, error) {
 	ex, err := link.OpenExecutable(exe)
