@@ -679,7 +679,7 @@ func warmWhy(perHit func(string) samples, what, once, twice string) string {
 	if len(w) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("measured warm second pass of %s: %s per hit (section 1, where the TLB survives the trap); a machine whose TLB survives the trap would pay about that, its cache lines warm", what, ns(w.median()))
+	return fmt.Sprintf("measured warm second pass of %s: %s per hit (section 1, where the TLB survives the trap); for that piece, a machine whose TLB survives the trap would pay about that, its cache lines warm", what, ns(w.median()))
 }
 
 // machineWhy is what the record variants show of this machine: the first touch of memory in a
