@@ -249,14 +249,8 @@ func TestRunDaemonSetMode(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("agent exit on SIGTERM: %v\n%s", err, logs.String())
 	}
-	left, err := bpftest.UprobeLinks()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range left {
-		if l.File == fixture {
-			t.Errorf("link left after the agent stopped: %+v", l)
-		}
+	for _, l := range bpftest.LinksLeftOn(t, fixture) {
+		t.Errorf("link left after the agent stopped: %+v", l)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf/link"
 )
@@ -84,4 +85,21 @@ func LinksOn(t testing.TB, bin string) []ProbeLink {
 		}
 	}
 	return out
+}
+
+// LinksLeftOn returns the uprobe links still on bin after whoever detached them is done: it
+// waits up to 10 s for none to be left. A link closed by its owner lives on while any other
+// process holds a file descriptor of it, and every lister of the kernel's links (UprobeLinks
+// here, bpftool, another test package's check running beside this one) opens each link it
+// looks at for a moment. A link that is really left behind is still there after the wait.
+func LinksLeftOn(t testing.TB, bin string) []ProbeLink {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := LinksOn(t, bin)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

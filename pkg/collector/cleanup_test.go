@@ -103,14 +103,8 @@ func TestAttachFailureLeavesNothing(t *testing.T) {
 	if got := mapLen(t, c.errs); got != filler {
 		t.Errorf("err_layouts holds %d entries after the failed Attach, want the %d the test wrote: Attach left %d of its keys", got, filler, got-filler)
 	}
-	links, err := bpftest.UprobeLinks()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range links {
-		if l.File == bin {
-			t.Errorf("link left on the executable: %+v", l)
-		}
+	for _, l := range bpftest.LinksLeftOn(t, bin) {
+		t.Errorf("link left on the executable: %+v", l)
 	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()

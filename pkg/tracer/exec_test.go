@@ -257,7 +257,7 @@ func TestTracePIDConcurrent(t *testing.T) {
 		if err := tr.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if left := bpftest.LinksOn(t, bin); len(left) != 0 {
+		if left := bpftest.LinksLeftOn(t, bin); len(left) != 0 {
 			t.Errorf("links left after Close: %+v", left)
 		}
 	})

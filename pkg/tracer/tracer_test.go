@@ -309,7 +309,7 @@ func TestAttachDetachBusy(t *testing.T) {
 			if err := tr.Close(); err != nil {
 				t.Fatalf("detach %d: %v", i, err)
 			}
-			if left := bpftest.LinksOn(t, bin); len(left) != 0 {
+			if left := bpftest.LinksLeftOn(t, bin); len(left) != 0 {
 				t.Fatalf("after detach %d, links left: %+v", i, left)
 			}
 			sawSpans += sink.Count()
