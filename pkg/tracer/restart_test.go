@@ -75,7 +75,13 @@ func newRestartBed(t *testing.T, configure func(o *tracer.Options)) *restartBed 
 // startIdle starts a fakectl process that waits for a start file that never comes, and traces it.
 func (b *restartBed) startIdle(t *testing.T, bin string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bin, "-start", filepath.Join(t.TempDir(), "never"))
+	return b.startTraced(t, bin, "-start", filepath.Join(t.TempDir(), "never"))
+}
+
+// startTraced starts fakectl with args and traces it.
+func (b *restartBed) startTraced(t *testing.T, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -236,4 +242,33 @@ func TestIdleExecutableMakesRoom(t *testing.T) {
 		t.Errorf("the early detach is not logged with its reason:\n%s", b.log.String())
 	}
 	t.Logf("site table of %d slots; the copy's process %d traced", n+n/2, two.Process.Pid)
+}
+
+// TestExecOtherProgramUntraced: a traced process that execs another program (not attached) is
+// no longer traced, though it lives on; its executable, left without a process, is idle.
+func TestExecOtherProgramUntraced(t *testing.T) {
+	bpftest.Require(t)
+	bin := testkit.Build(t, "./test/fakectl")
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skipf("no sleep program to exec: %v", err)
+	}
+	b := newRestartBed(t, nil)
+	startFile := filepath.Join(t.TempDir(), "start")
+	a := b.startTraced(t, bin, "-start", startFile, "-n", "3", "-exec", sleep+" 60")
+	pid := a.Process.Pid
+	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the process to exec sleep", 10*time.Second, func() (bool, string) {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		return exe == sleep, "its executable: " + exe
+	})
+	testkit.WaitFor(t, "the tracer to stop tracing it", 10*time.Second, func() (bool, string) {
+		st := b.tr.Stats()
+		return st.Processes == 0 && st.Idle == 1, fmt.Sprintf("%d processes traced, %d idle executables", st.Processes, st.Idle)
+	})
+	if strings.Contains(b.log.String(), fmt.Sprintf(`msg="process exited" pid=%d`, pid)) {
+		t.Errorf("the process is alive, yet logged as exited")
+	}
 }

@@ -8,6 +8,7 @@
 // -gc-every), a call on the reconcile's goroutine (-list) and from a goroutine it starts
 // (-spawn), and ways to break things on purpose: a reconcile that never returns (-hang), names,
 // controller name and error messages of any length (-name-len, -controller-len, -error-len).
+// With -exec it becomes another program once done, as a process that execs does.
 //
 // Reconcile i works on object ns/obj-i- and ends, by i modulo 7, in success, an
 // *errors.errorString, a *fmt.wrapError, a *main.customError, Requeue, RequeueAfter (i+1) ms,
@@ -24,6 +25,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/reconscope/reconscope/test/fakectl/controller"
@@ -97,6 +99,7 @@ func main() {
 	gcEvery := flag.Int("gc-every", 0, "force a GC every N reconciles")
 	spawn := flag.Bool("spawn", false, "every reconcile starts a goroutine that lists from the cache ((*informerCache).List) and waits for it")
 	list := flag.Bool("list", false, "every reconcile lists from the cache ((*informerCache).List) on its own goroutine, before -spawn's")
+	execAfter := flag.String("exec", "", "once done, exec this command line (a program's path and its arguments, space-separated) in place of this process")
 	flag.Parse()
 
 	if *start != "" {
@@ -196,4 +199,10 @@ func main() {
 	}
 	close(next)
 	wg.Wait()
+	if *execAfter != "" {
+		argv := strings.Fields(*execAfter)
+		err := syscall.Exec(argv[0], argv, os.Environ())
+		fmt.Fprintf(os.Stderr, "exec %s: %v\n", argv[0], err)
+		os.Exit(1)
+	}
 }
