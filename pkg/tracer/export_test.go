@@ -1,5 +1,7 @@
 package tracer
 
+import "time"
+
 // HoldInspections takes every inspection slot, so that executables wait to be inspected until
 // the returned function is called.
 func (t *Tracer) HoldInspections() (release func()) {
@@ -25,4 +27,12 @@ func (t *Tracer) Users(pid int) int {
 		return e.users
 	}
 	return 0
+}
+
+// SetGrace changes Options.Grace while the tracer runs: an executable idle for longer than d
+// is detached at the next housekeeping.
+func (t *Tracer) SetGrace(d time.Duration) {
+	t.mu.Lock()
+	t.opts.Grace = d
+	t.mu.Unlock()
 }

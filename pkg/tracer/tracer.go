@@ -542,15 +542,15 @@ func (t *Tracer) releaseIfUnused(e *exe) {
 		return
 	}
 	why := "no process of it left"
-	if t.opts.Grace > 0 && !t.closing {
+	if grace := t.opts.Grace; grace > 0 && !t.closing {
 		if e.idle.IsZero() {
 			e.idle = time.Now()
 			t.mu.Unlock()
-			t.log.Info("no process of it left: stays attached for a restart", "exe", e.path, "for", t.opts.Grace)
+			t.log.Info("no process of it left: stays attached for a restart", "exe", e.path, "for", grace)
 			return
 		}
 		idle := time.Since(e.idle)
-		if idle < t.opts.Grace {
+		if idle < grace {
 			t.mu.Unlock()
 			return
 		}
