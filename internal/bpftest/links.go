@@ -65,12 +65,18 @@ func UprobeLinks() ([]ProbeLink, error) {
 
 // LinksOn returns the uprobe links the kernel holds on the executable bin: those attached by its
 // path, by the deleted file it became ("bin (deleted)"), or through a process's /proc/PID/exe
-// link that leads to it (single uprobes keep the path they were given).
-func LinksOn(t testing.TB, bin string) []ProbeLink {
+// link that leads to it (single uprobes keep the path they were given). That link no longer
+// leads anywhere once its process exited: exited names processes of bin that did, whose
+// /proc/PID/exe counts as bin.
+func LinksOn(t testing.TB, bin string, exited ...int) []ProbeLink {
 	t.Helper()
 	all, err := UprobeLinks()
 	if err != nil {
 		t.Fatal(err)
+	}
+	gone := map[string]bool{}
+	for _, pid := range exited {
+		gone[fmt.Sprintf("/proc/%d/exe", pid)] = true
 	}
 	var out []ProbeLink
 	for _, l := range all {
@@ -78,6 +84,8 @@ func LinksOn(t testing.TB, bin string) []ProbeLink {
 		if strings.HasPrefix(file, "/proc/") && strings.HasSuffix(file, "/exe") {
 			if target, err := os.Readlink(file); err == nil {
 				file = target
+			} else if gone[file] {
+				file = bin
 			}
 		}
 		if file == bin || file == bin+" (deleted)" {
@@ -92,11 +100,12 @@ func LinksOn(t testing.TB, bin string) []ProbeLink {
 // process holds a file descriptor of it, and every lister of the kernel's links (UprobeLinks
 // here, bpftool, another test package's check running beside this one) opens each link it
 // looks at for a moment. A link that is really left behind is still there after the wait.
-func LinksLeftOn(t testing.TB, bin string) []ProbeLink {
+// exited is as for LinksOn.
+func LinksLeftOn(t testing.TB, bin string, exited ...int) []ProbeLink {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		left := LinksOn(t, bin)
+		left := LinksOn(t, bin, exited...)
 		if len(left) == 0 || time.Now().After(deadline) {
 			return left
 		}

@@ -104,36 +104,6 @@ func (b *restartBed) exit(t *testing.T, cmd *exec.Cmd) {
 	})
 }
 
-// linksOf counts the uprobe links on bin, also those attached through the /proc/PID/exe of
-// process pid (single uprobes keep that path, which no longer resolves once pid exited).
-func linksOf(t *testing.T, bin string, pid int) int {
-	t.Helper()
-	all, err := bpftest.UprobeLinks()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, l := range all {
-		if l.File == bin || l.File == fmt.Sprintf("/proc/%d/exe", pid) {
-			n++
-		}
-	}
-	return n
-}
-
-// waitNoLinks waits until the kernel lists no link on bin (see linksOf) for processes pids: a
-// closed link stays listed while anyone else holds it (another program listing links, say).
-func waitNoLinks(t *testing.T, what, bin string, pids ...int) {
-	t.Helper()
-	testkit.WaitFor(t, what, 10*time.Second, func() (bool, string) {
-		n := 0
-		for _, pid := range pids {
-			n += linksOf(t, bin, pid)
-		}
-		return n == 0, fmt.Sprintf("%d links", n)
-	})
-}
-
 // TestRestartTracedFromExec: process A of an executable is traced, then exits, and only then
 // does process B of the same executable start, as when a pod restarts or crash-loops. B's very
 // first reconciles must all be spans matching its ground truth: the executable stayed attached
@@ -161,7 +131,9 @@ func TestRestartTracedFromExec(t *testing.T) {
 		if err := b.close(); err != nil {
 			t.Fatal(err)
 		}
-		waitNoLinks(t, "no link left on the executable after Close", bin, a.Process.Pid, two.Process.Pid)
+		if left := bpftest.LinksLeftOn(t, bin, a.Process.Pid, two.Process.Pid); len(left) != 0 {
+			t.Errorf("links left on the executable after Close: %+v", left)
+		}
 	})
 }
 
@@ -180,12 +152,12 @@ func TestIdleExecutableDetached(t *testing.T) {
 		})
 		a := b.startIdle(t, bin)
 		sites := b.tr.Stats().Sites
-		linked := linksOf(t, bin, a.Process.Pid)
+		linked := len(bpftest.LinksOn(t, bin))
 		b.exit(t, a)
 		if st := b.tr.Stats(); st.Sites != sites || st.Idle != 1 {
 			t.Errorf("within the grace period: %d sites attached and %d idle executables, want %d and 1", st.Sites, st.Idle, sites)
 		}
-		if n := linksOf(t, bin, a.Process.Pid); n != linked {
+		if n := len(bpftest.LinksOn(t, bin, a.Process.Pid)); n != linked {
 			t.Errorf("within the grace period: %d links on the executable, want %d", n, linked)
 		}
 		if strings.Contains(b.log.String(), "msg=detached") {
@@ -195,7 +167,7 @@ func TestIdleExecutableDetached(t *testing.T) {
 		// Once the grace is over: no site counted, no link, and the log says it is detached.
 		b.tr.SetGrace(time.Millisecond)
 		testkit.WaitFor(t, "the idle executable to be detached", 10*time.Second, func() (bool, string) {
-			st, n, log := b.tr.Stats(), linksOf(t, bin, a.Process.Pid), b.log.String()
+			st, n, log := b.tr.Stats(), len(bpftest.LinksOn(t, bin, a.Process.Pid)), b.log.String()
 			return st.Sites == 0 && st.Idle == 0 && n == 0 && strings.Contains(log, "msg=detached"),
 				fmt.Sprintf("%d sites, %d idle, %d links; log:\n%s", st.Sites, st.Idle, n, log)
 		})
@@ -244,7 +216,9 @@ func TestIdleExecutableMakesRoom(t *testing.T) {
 		t.Fatalf("%d idle executables after its process exited, want 1", st.Idle)
 	}
 	two := b.startIdle(t, other) // fails unless the idle one makes room
-	waitNoLinks(t, "no link left on the idle executable that made room", bin, a.Process.Pid)
+	if left := bpftest.LinksLeftOn(t, bin, a.Process.Pid); len(left) != 0 {
+		t.Errorf("links left on the idle executable that made room: %+v", left)
+	}
 	if st := b.tr.Stats(); st.Sites != n || st.Idle != 0 || st.Processes != 1 {
 		t.Errorf("after the other executable was attached: %d sites, %d idle, %d processes; want %d, 0, 1", st.Sites, st.Idle, st.Processes, n)
 	}
