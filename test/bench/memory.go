@@ -94,8 +94,9 @@ func rss(args []string) error {
 written as JSON lines to a discarding writer) traces %d fakectl processes (TracePID each), each
 reconciling every %s, for %s; then it reads its own VmHWM (peak RSS) and VmRSS from
 /proc/self/status and Go's heap figures. Median (min–max) over %d runs. fakectl is a %s
-executable; the agent keeps each attached executable's symbols open, so with distinct real
-controllers (tens of MiB each) the per-executable share of the heap grows with their size.
+executable; once an executable is attached the agent drops the tables it read to plan its
+probes (symbols.Binary.Release) and keeps its file open, its module data and its plan, so the
+per-executable share of the heap stays small even for real controllers of tens of MiB.
 
 `, *procs, *interval, *duration, *runs, mib(float64(st.Size())))
 	fmt.Println("| traced | executables attached | probe sites | spans in the run | peak RSS (VmHWM) | RSS at the end | Go heap in use | Go runtime total (Sys) |")
@@ -125,7 +126,7 @@ controllers (tens of MiB each) the per-executable share of the heap grows with t
 		return h.median()
 	}
 	perExe := (heapOf(1) - heapOf(0)) / float64(*procs-1)
-	fmt.Printf("Each further attached executable costs about %s of Go heap here (%s executable, its\nsymbols and plan kept while attached).\n\n", mib(perExe), mib(float64(st.Size())))
+	fmt.Printf("Each further attached executable costs about %s of Go heap here (%s executable, its\nmodule data and plan kept while attached).\n\n", mib(perExe), mib(float64(st.Size())))
 	v := Verdict{
 		Figure:   fmt.Sprintf("agent peak RSS tracing %d processes (worst variant)", *procs),
 		Goal:     "< 64 MiB",
@@ -135,7 +136,7 @@ controllers (tens of MiB each) the per-executable share of the heap grows with t
 		Met:      worst.median() < 64<<20,
 	}
 	if !v.Met {
-		v.Why = fmt.Sprintf("each attached executable keeps about %s of Go heap (its symbols and plan) on top of the tracer's fixed cost (section 4)", mib(perExe))
+		v.Why = fmt.Sprintf("each attached executable keeps about %s of Go heap (its module data and plan) on top of the tracer's fixed cost (section 4)", mib(perExe))
 	}
 	return c.verdict(v)
 }
