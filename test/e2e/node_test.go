@@ -180,6 +180,10 @@ func TestDaemonSetOnNode(t *testing.T) {
 	truth, _ := groundtruth.ReadFile(truthPath)
 	checkJaegerTrace(t, jaeger, src, fixturePod, "calls", truth)
 	checkJaegerTrace(t, jaeger, src, fixturePod, "fail", truth)
+	if t.Failed() {
+		// What the agent attached and traced, for the failures above.
+		kubectl(t, env, "logs", "--namespace", "reconscope", agentPod.Name, "--tail", "400")
+	}
 	waitScraped(t, prom, fixturePod)
 	agentUse.report(t, "tracing kube-controller-manager and the fixture")
 	// Causality between two controllers, in the trace backend: a Deployment created now (kube-
