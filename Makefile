@@ -12,6 +12,8 @@ PKGS     := ./...
 # kernels `make kernels` boots (SERIES-ARCH, comma-separated), and the file whose table it rewrites.
 KERNELS  ?= 6.1-amd64,6.12-amd64,6.1-arm64,6.12-arm64
 KERNELS_DOC ?= docs/compatibility.md
+# qemu's accelerator for `make kernels`: auto (KVM where a KVM guest is seen to print, else TCG), kvm or tcg.
+KERNELS_ACCEL ?= auto
 # go test flags for `make test`; RUN=TestName runs one test.
 TESTFLAGS ?= -count=1 -timeout 40m
 RUN      ?=
@@ -70,9 +72,9 @@ bench: $(if $(filter 1,$(BENCH_SHORT)),,controlplane) ## run the benchmarks, rew
 soak: ## 1 M traced reconciles (stack growth, GC, panics, 8 workers); rewrites test/soak/RESULT.md (root, ~minutes)
 	$(SUDO) env SOAK_RESULT=1 RECONSCOPE_REQUIRE_BPF=1 $(GO) test -tags soak -run '^TestSoak$$' -count=1 -timeout 2h -v ./test/soak/
 
-kernels: ## boot Debian's kernels under qemu, run the guest tests in each, rewrite docs/compatibility.md's table (KERNELS=6.1-amd64 for one; root: apt-get)
+kernels: ## boot Debian's kernels under qemu, run the guest tests in each, rewrite docs/compatibility.md's table (KERNELS=6.1-amd64 for one; KERNELS_ACCEL=auto|kvm|tcg; root: apt-get)
 	@[ -z "$(SUDO)" ] || echo "make kernels: not root: running through sudo (apt-get download, eBPF in the guest)"
-	$(SUDO) $(GO) run ./test/kernels -kernels '$(KERNELS)' $(if $(KERNELS_DOC),-doc $(KERNELS_DOC))
+	$(SUDO) $(GO) run ./test/kernels -kernels '$(KERNELS)' -accel '$(KERNELS_ACCEL)' $(if $(KERNELS_DOC),-doc $(KERNELS_DOC))
 
 # The controller-runtime releases of the compatibility matrix (test/compat.CRVersions).
 COMPAT_CR     := v0.15.3,v0.16.1,v0.17.2,v0.18.5,v0.19.4,v0.20.4,v0.21.0,v0.22.5,v0.23.3,v0.24.1,v0.25.3

@@ -9,8 +9,12 @@
 //     and stripped, hitloop) for that architecture;
 //  3. packs them with busybox into an initramfs whose /init mounts proc, sysfs, devtmpfs and
 //     a tmpfs, runs the tests and powers off;
-//  4. boots it with qemu-system-x86_64 or qemu-system-aarch64 (-M virt -cpu max; TCG when
-//     there is no /dev/kvm), the serial console written to a file;
+//  4. boots it with qemu-system-x86_64 or qemu-system-aarch64 (-M virt -cpu max), the serial
+//     console written to a file, under the accelerator -accel chooses (accel.go): auto tries
+//     KVM where /dev/kvm exists and the guest is the host's architecture, and boots the guest
+//     again under TCG when a KVM guest prints nothing within -kvm-bound (hosts exist whose
+//     /dev/kvm runs no guest); a guest that prints nothing for -silent, or nothing new for
+//     -stall, is stopped early with the console's last bytes;
 //  5. reads the tests' result line from the console and, with -doc, rewrites the kernels
 //     table of docs/compatibility.md (between <!-- kernels:begin --> and <!-- kernels:end -->),
 //     keeping the rows of kernels not run this time.
@@ -31,7 +35,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,7 +64,17 @@ func main() {
 	list := flag.String("kernels", allKernels, "comma-separated kernels to boot: SERIES-ARCH (6.1-amd64, 6.12-amd64, 6.1-arm64, 6.12-arm64)")
 	doc := flag.String("doc", "", "rewrite the kernels table of this Markdown file (docs/compatibility.md)")
 	timeout := flag.Duration("timeout", 12*time.Minute, "stop a guest that runs longer than this")
+	accel := flag.String("accel", accelAuto, "qemu's accelerator: auto (KVM where a guest is seen to print within -kvm-bound, else TCG), kvm or tcg")
+	kvmDevice := flag.String("kvm-device", "/dev/kvm", "the KVM device whose presence makes auto try KVM")
+	kvmBound := flag.Duration("kvm-bound", 20*time.Second, "auto: a KVM guest that prints nothing this long is stopped and booted again under TCG")
+	silent := flag.Duration("silent", 2*time.Minute, "stop a guest that prints nothing this long")
+	stall := flag.Duration("stall", 4*time.Minute, "stop a guest whose console stops growing this long")
 	flag.Parse()
+	q, err := newQemu(*accel, *kvmDevice)
+	if err != nil {
+		fail(err)
+	}
+	q.kvmBound, q.silentBound, q.stallBound = *kvmBound, *silent, *stall
 	start := time.Now()
 	cache := filepath.Join(cacheRoot(), "kernels")
 	if err := os.MkdirAll(cache, 0o755); err != nil {
@@ -78,7 +91,7 @@ func main() {
 		if err != nil {
 			fail(err)
 		}
-		r := runKernel(k, cache, work, *timeout)
+		r := runKernel(q, k, cache, work, *timeout)
 		results = append(results, r)
 		if r.Err != "" || r.Report.Tests != "PASS" {
 			bad++
@@ -150,7 +163,7 @@ func (r result) summary() string {
 		r.Kernel, r.Package, r.Report.Kernel, r.Report.Mode, r.Report.Tests, r.Boot.Round(100*time.Millisecond), r.Guest.Round(time.Second), r.Prepare.Round(time.Second))
 }
 
-func runKernel(k kernel, cache, work string, timeout time.Duration) (r result) {
+func runKernel(q *qemu, k kernel, cache, work string, timeout time.Duration) (r result) {
 	r.Kernel = k
 	t0 := time.Now()
 	fmt.Printf("\n== %s\n", k)
@@ -188,7 +201,7 @@ func runKernel(k kernel, cache, work string, timeout time.Duration) (r result) {
 	r.Prepare = time.Since(t0)
 	r.Console = filepath.Join(work, k.String()+".console")
 	t1 := time.Now()
-	r.Accel, err = boot(k, vmlinuz, initrd, r.Console, timeout)
+	r.Accel, err = boot(q, k, vmlinuz, initrd, r.Console, timeout)
 	r.Guest = time.Since(t1)
 	if errors.Is(err, context.DeadlineExceeded) {
 		r.Timeout = true
@@ -461,29 +474,32 @@ func packInitramfs(path, busybox string, bins map[string]string) error {
 	return f.Close()
 }
 
-// boot runs the guest until it powers off; it returns the accelerator used.
-func boot(k kernel, vmlinuz, initrd, console string, timeout time.Duration) (string, error) {
-	accel := "tcg"
-	if _, err := os.Stat("/dev/kvm"); err == nil && k.Arch == runtime.GOARCH {
-		accel = "kvm"
-	}
-	args := []string{"-accel", accel, "-smp", "2", "-m", "1536", "-nodefaults", "-no-reboot",
-		"-display", "none", "-monitor", "none", "-serial", "file:" + console,
-		"-kernel", vmlinuz, "-initrd", initrd}
+// boot runs the guest until it powers off, under the accelerator q chooses; it returns the
+// accelerator that ran it.
+func boot(q *qemu, k kernel, vmlinuz, initrd, console string, timeout time.Duration) (string, error) {
 	var bin, con string
 	switch k.Arch {
 	case "amd64":
 		bin, con = "qemu-system-x86_64", "ttyS0"
-		args = append(args, "-M", "q35", "-cpu", "max")
 	case "arm64":
 		bin, con = "qemu-system-aarch64", "ttyAMA0"
-		cpu := "max"
-		if accel == "tcg" {
-			cpu = "max,pauth-impdef=on" // pointer authentication with a cheap algorithm: TCG runs faster
-		}
-		args = append(args, "-M", "virt", "-cpu", cpu)
 	}
-	args = append(args, "-append", "console="+con+" panic=-1 oops=panic loglevel=4")
+	args := func(accel string) []string {
+		a := []string{"-accel", accel, "-smp", "2", "-m", "1536", "-nodefaults", "-no-reboot",
+			"-display", "none", "-monitor", "none", "-serial", "file:" + console,
+			"-kernel", vmlinuz, "-initrd", initrd}
+		switch k.Arch {
+		case "amd64":
+			a = append(a, "-M", "q35", "-cpu", "max")
+		case "arm64":
+			cpu := "max"
+			if accel == accelTCG {
+				cpu = "max,pauth-impdef=on" // pointer authentication with a cheap algorithm: TCG runs faster
+			}
+			a = append(a, "-M", "virt", "-cpu", cpu)
+		}
+		return append(a, "-append", "console="+con+" panic=-1 oops=panic loglevel=4")
+	}
 	if _, err := exec.LookPath(bin); err != nil {
 		pkg := map[string]string{"amd64": "qemu-system-x86", "arm64": "qemu-system-arm"}[k.Arch]
 		fmt.Printf("installing %s\n", pkg)
@@ -498,21 +514,12 @@ func boot(k kernel, vmlinuz, initrd, console string, timeout time.Duration) (str
 			}
 		}
 		if err != nil {
-			return accel, fmt.Errorf("%s is missing and could not be installed (apt-get install %s): %v", bin, pkg, err)
+			return "", fmt.Errorf("%s is missing and could not be installed (apt-get install %s): %v", bin, pkg, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	fmt.Printf("booting %s (%s)\n", bin, accel)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		return accel, ctx.Err()
-	}
-	if err != nil {
-		return accel, fmt.Errorf("%s: %v: %s", bin, err, out)
-	}
-	return accel, nil
+	return q.run(ctx, k.Arch, bin, args, console)
 }
 
 // parseConsole reads the guest's boot time, exit code and Report from its console log.
