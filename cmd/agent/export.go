@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,10 +34,18 @@ type exportFlags struct {
 	slow         *time.Duration
 	hotK         *int
 	nodeName     *string
+	errMessages  *string
+	redact       *stringsFlag
 }
 
+// stringsFlag is a flag that may be given more than once; each value is kept, in order.
+type stringsFlag []string
+
+func (s *stringsFlag) String() string     { return strings.Join(*s, " ") }
+func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+
 func addExportFlags(fs *flag.FlagSet, metricsDefault string) *exportFlags {
-	return &exportFlags{
+	f := &exportFlags{
 		metricsAddr:  fs.String("metrics-addr", metricsDefault, `serve Prometheus /metrics, /healthz and /readyz on this address ("" disables)`),
 		otlpEndpoint: fs.String("otlp-endpoint", "", "send spans over OTLP to this collector (URL or host:port); also OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
 		otlpProtocol: fs.String("otlp-protocol", "", "OTLP protocol: grpc, http/protobuf or http/json (default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, else grpc for an endpoint on port 4317 and http/protobuf otherwise)"),
@@ -46,7 +55,11 @@ func addExportFlags(fs *flag.FlagSet, metricsDefault string) *exportFlags {
 		slow:         fs.Duration("slow-threshold", time.Second, "reconciles at least this long are always sent as traces (0: no slow rule)"),
 		hotK:         fs.Int("hot-objects", 10, "objects per controller in the reconscope_hot_objects gauge"),
 		nodeName:     fs.String("node-name", os.Getenv("NODE_NAME"), "k8s.node.name of the spans (default: $NODE_NAME)"),
+		errMessages:  fs.String("error-messages", "keep", "reconcile error messages in every output: keep, or drop (the error's type and the result stay; SECURITY.md)"),
+		redact:       &stringsFlag{},
 	}
+	fs.Var(f.redact, "redact-errors", "replace every match of this regular expression (RE2) in error messages with [redacted], in every output; repeatable")
+	return f
 }
 
 // exporters is what the agent writes spans to, and how to stop it.
@@ -59,7 +72,10 @@ type exporters struct {
 	metrics *exporter.Metrics
 	otlp    *exporter.OTLPExporter
 	sampler *exporter.Sampler
-	server  *http.Server
+	// redactor drops or redacts error messages before any writer sees them; nil when
+	// --error-messages keep and no --redact-errors.
+	redactor *exporter.Redactor
+	server   *http.Server
 	// spanExporters names where spans go (otlp, console); none: no span export.
 	spanExporters []string
 	// tracer is the tracer whose statistics the self-metrics report, once it exists (setTracer).
@@ -139,8 +155,34 @@ func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock ktime.C
 		chain = append(chain, e.metrics)
 	}
 	e.writer = chain
+	ro, err := f.redactOptions()
+	if err != nil {
+		return nil, err
+	}
+	if ro.Enabled() {
+		e.redactor = exporter.NewRedactor(ro, chain)
+		e.writer = e.redactor
+	}
 	e.spanExporters = names
 	return e, nil
+}
+
+// redactOptions reads --error-messages and --redact-errors.
+func (f *exportFlags) redactOptions() (exporter.RedactOptions, error) {
+	var o exporter.RedactOptions
+	switch *f.errMessages {
+	case "keep":
+	case "drop":
+		o.DropErrorMessages = true
+	default:
+		return o, fmt.Errorf("--error-messages %q: want keep or drop", *f.errMessages)
+	}
+	res, err := exporter.ParseRedactPatterns(*f.redact)
+	if err != nil {
+		return o, fmt.Errorf("--redact-errors: %w", err)
+	}
+	o.Patterns = res
+	return o, nil
 }
 
 // agentStats reads the self-metrics at a scrape.
@@ -158,6 +200,9 @@ func (e *exporters) agentStats(t *tracer.Tracer) exporter.AgentStats {
 	}
 	if e.output != nil {
 		a.OutputSpansDropped = e.output.Dropped()
+	}
+	if e.redactor != nil {
+		a.ErrorMessagesRedacted = e.redactor.RedactedMessages()
 	}
 	return a
 }

@@ -60,6 +60,9 @@ type AgentStats struct {
 	// OutputSpansDropped counts spans not written to the agent's own output (--output json or
 	// tree on standard output) because it did not keep up (Queue.Dropped).
 	OutputSpansDropped uint64
+	// ErrorMessagesRedacted counts reconcile error messages dropped or redacted before export
+	// (Redactor.RedactedMessages): a choice, not a loss.
+	ErrorMessagesRedacted uint64
 }
 
 // MetricsOptions configures NewMetrics.
@@ -297,8 +300,8 @@ func workloadValues(s *span.Span) [6]string {
 // agentCollector exposes AgentStats, calling the callback once per scrape so the values are
 // one consistent snapshot. A scrape only reads: it sets nothing another collector reports.
 type agentCollector struct {
-	stats                                                                         func() AgentStats
-	inFlight, eventsLost, probes, processes, exported, dropped, unsam, outputLost *prometheus.Desc
+	stats                                                                                   func() AgentStats
+	inFlight, eventsLost, probes, processes, exported, dropped, unsam, outputLost, redacted *prometheus.Desc
 }
 
 func newAgentCollector(stats func() AgentStats) *agentCollector {
@@ -316,11 +319,13 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 		unsam:     d("reconscope_spans_sampled_out_total", "Reconciles not exported by choice of the sampler (not a loss)."),
 		outputLost: d("reconscope_output_spans_dropped_total",
 			"Spans not written to the agent's standard output (--output) because it did not keep up: its queue was full."),
+		redacted: d("reconscope_error_messages_redacted_total",
+			"Reconcile error messages dropped (--error-messages drop) or changed by a redaction pattern (--redact-errors) before any output saw them."),
 	}
 }
 
 func (a *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost} {
+	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost, a.redacted} {
 		ch <- d
 	}
 }
@@ -336,6 +341,7 @@ func (a *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(a.dropped, prometheus.CounterValue, float64(s.SpansDropped))
 	ch <- prometheus.MustNewConstMetric(a.unsam, prometheus.CounterValue, float64(s.SpansSampledOut))
 	ch <- prometheus.MustNewConstMetric(a.outputLost, prometheus.CounterValue, float64(s.OutputSpansDropped))
+	ch <- prometheus.MustNewConstMetric(a.redacted, prometheus.CounterValue, float64(s.ErrorMessagesRedacted))
 }
 
 // hotObjects counts reconciles per object over a sliding window and exposes, at each scrape,

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/test/groundtruth"
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+// rawReceiver is an OTLP/gRPC trace server that keeps every request as the bytes it received.
+type rawReceiver struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu   sync.Mutex
+	reqs [][]byte
+}
+
+func (r *rawReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	b, err := proto.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.reqs = append(r.reqs, b)
+	r.mu.Unlock()
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+func (r *rawReceiver) all() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return bytes.Join(r.reqs, nil)
+}
+
+// TestSecretSpansCarryNamesNotData: a controller reconciling Secrets (the fixture with --kind
+// secret) is traced by the agent with JSON output and OTLP export. Its spans name each Secret
+// (namespace, name, UID) and never carry its data, in plain or base64, in either output; and an
+// error message that quotes a sensitive word is redacted by --redact-errors in both, its type
+// kept. A bad --error-messages value is refused.
+func TestSecretSpansCarryNamesNotData(t *testing.T) {
+	agent, env, fixture := agentWithFixture(t, testenv.Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := &rawReceiver{}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, recv)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+
+	if out, err := exec.Command(agent, "trace", "--exe", fixture, "--error-messages", "hide").CombinedOutput(); err == nil || !strings.Contains(string(out), `--error-messages "hide": want keep or drop`) {
+		t.Errorf("--error-messages hide: %v, %s", err, out)
+	}
+
+	cmd := exec.Command(agent, "trace", "--exe", fixture, "--output", "json",
+		"--otlp-endpoint", ln.Addr().String(), "--otlp-insecure", "--redact-errors", `token-[a-z0-9]+`)
+	var out, logs testkit.LogBuffer
+	cmd.Stdout, cmd.Stderr = &out, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitLogged(t, &logs, "trace to attach the executable", func() bool { return strings.Contains(logs.String(), "attached") })
+
+	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
+	testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig, "--kind", "secret", "--ground-truth", truthFile))
+	const value = "pa55-w0rd-5ecret-value-7f3a91" // the Secret's data: in no output, plain or encoded
+	ctx := context.Background()
+	secrets := map[string]string{"db-creds": "success", "token-q7x2": "times:1;error-status"}
+	uids := map[string]string{}
+	for name, script := range secrets {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
+			Annotations: map[string]string{"scripted.reconscope.io/script": script}},
+			Data: map[string][]byte{"password": []byte(value)}}
+		if err := env.Client.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		uids[name] = string(s.UID)
+	}
+	var truths []groundtruth.Record
+	waitLogged(t, &logs, "a span of every reconcile of the ground truth, the error's exported", func() bool {
+		truths, _ = groundtruth.ReadFile(truthFile)
+		return len(truths) >= 3 && spansOfTruth(out.String(), truths) && bytes.Contains(recv.all(), []byte("token-q7x2"))
+	})
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+
+	for _, r := range truths {
+		s := spanByID(out.String(), r.ReconcileID)
+		if s.Controller != "scripted" || s.Namespace != "default" || s.Name != r.Name || s.UID != uids[r.Name] || string(s.Result) != r.MetricResult() {
+			t.Errorf("reconcile %s of Secret %s (%s, uid %s): span %s %s/%s uid %s %s", r.ReconcileID, r.Name, r.Outcome, uids[r.Name], s.Controller, s.Namespace, s.Name, s.UID, s.Result)
+		}
+		if r.Outcome != groundtruth.OutcomeError {
+			continue
+		}
+		if !strings.Contains(r.Error, "token-q7x2") {
+			t.Fatalf("the fixture's error %q does not quote the Secret's name: the redaction is not tested", r.Error)
+		}
+		want := strings.ReplaceAll(r.Error, "token-q7x2", exporter.Redacted)
+		if s.Error != want || s.ErrorType != r.ErrorType {
+			t.Errorf("error span of %s: %s %q, want %s %q", r.Name, s.ErrorType, s.Error, r.ErrorType, want)
+		}
+		if otlp := recv.all(); !bytes.Contains(otlp, []byte(want)) || bytes.Contains(otlp, []byte(r.Error)) {
+			t.Errorf("the OTLP export lacks the redacted message %q or holds the original", want)
+		}
+	}
+	outputs := map[string][]byte{"JSON output": []byte(out.String()), "OTLP export": recv.all(), "agent log": []byte(logs.String())}
+	for what, b := range outputs {
+		for _, v := range []string{value, base64.StdEncoding.EncodeToString([]byte(value))} {
+			if bytes.Contains(b, []byte(v)) {
+				t.Errorf("the %s holds the Secret's data (%q)", what, v)
+			}
+		}
+	}
+	if !bytes.Contains(recv.all(), []byte("db-creds")) {
+		t.Error("the OTLP export does not name the Secret db-creds")
+	}
+}
+
+// spansOfTruth says whether the JSON output holds a span for every reconcile in truths.
+func spansOfTruth(out string, truths []groundtruth.Record) bool {
+	for _, r := range truths {
+		if spanByID(out, r.ReconcileID).ReconcileID == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// spanByID is the JSON span with reconcile ID id, zero when there is none.
+func spanByID(out, id string) exporter.JSONSpan {
+	for _, line := range strings.Split(out, "\n") {
+		var s exporter.JSONSpan
+		if json.Unmarshal([]byte(line), &s) == nil && s.ReconcileID == id {
+			return s
+		}
+	}
+	return exporter.JSONSpan{}
+}
