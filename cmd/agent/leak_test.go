@@ -5,17 +5,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -25,30 +20,6 @@ import (
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
-// rawReceiver is an OTLP/gRPC trace server that keeps every request as the bytes it received.
-type rawReceiver struct {
-	coltracepb.UnimplementedTraceServiceServer
-	mu   sync.Mutex
-	reqs [][]byte
-}
-
-func (r *rawReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	b, err := proto.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.reqs = append(r.reqs, b)
-	r.mu.Unlock()
-	return &coltracepb.ExportTraceServiceResponse{}, nil
-}
-
-func (r *rawReceiver) all() []byte {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return bytes.Join(r.reqs, nil)
-}
-
 // TestSecretSpansCarryNamesNotData: a controller reconciling Secrets (the fixture with --kind
 // secret) is traced by the agent with JSON output and OTLP export. Its spans name each Secret
 // (namespace, name, UID) and never carry its data, in plain or base64, in either output; and an
@@ -56,22 +27,14 @@ func (r *rawReceiver) all() []byte {
 // kept. A bad --error-messages value is refused.
 func TestSecretSpansCarryNamesNotData(t *testing.T) {
 	agent, env, fixture := agentWithFixture(t, testenv.Options{})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	recv := &rawReceiver{}
-	srv := grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(srv, recv)
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(srv.Stop)
+	recv := testkit.StartOTLPReceiver(t)
 
 	if out, err := exec.Command(agent, "trace", "--exe", fixture, "--error-messages", "hide").CombinedOutput(); err == nil || !strings.Contains(string(out), `--error-messages "hide": want keep or drop`) {
 		t.Errorf("--error-messages hide: %v, %s", err, out)
 	}
 
 	cmd := exec.Command(agent, "trace", "--exe", fixture, "--output", "json",
-		"--otlp-endpoint", ln.Addr().String(), "--otlp-insecure", "--redact-errors", `token-[a-z0-9]+`)
+		"--otlp-endpoint", recv.Addr, "--otlp-insecure", "--redact-errors", `token-[a-z0-9]+`)
 	var out, logs testkit.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &logs
 	if err := cmd.Start(); err != nil {
@@ -98,7 +61,7 @@ func TestSecretSpansCarryNamesNotData(t *testing.T) {
 	var truths []groundtruth.Record
 	waitLogged(t, &logs, "a span of every reconcile of the ground truth, the error's exported", func() bool {
 		truths, _ = groundtruth.ReadFile(truthFile)
-		return len(truths) >= 3 && spansOfTruth(out.String(), truths) && bytes.Contains(recv.all(), []byte("token-q7x2"))
+		return len(truths) >= 3 && spansOfTruth(out.String(), truths) && bytes.Contains(recv.Raw(), []byte("token-q7x2"))
 	})
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
@@ -118,11 +81,11 @@ func TestSecretSpansCarryNamesNotData(t *testing.T) {
 		if s.Error != want || s.ErrorType != r.ErrorType {
 			t.Errorf("error span of %s: %s %q, want %s %q", r.Name, s.ErrorType, s.Error, r.ErrorType, want)
 		}
-		if otlp := recv.all(); !bytes.Contains(otlp, []byte(want)) || bytes.Contains(otlp, []byte(r.Error)) {
+		if otlp := recv.Raw(); !bytes.Contains(otlp, []byte(want)) || bytes.Contains(otlp, []byte(r.Error)) {
 			t.Errorf("the OTLP export lacks the redacted message %q or holds the original", want)
 		}
 	}
-	outputs := map[string][]byte{"JSON output": []byte(out.String()), "OTLP export": recv.all(), "agent log": []byte(logs.String())}
+	outputs := map[string][]byte{"JSON output": []byte(out.String()), "OTLP export": recv.Raw(), "agent log": []byte(logs.String())}
 	for what, b := range outputs {
 		for _, v := range []string{value, base64.StdEncoding.EncodeToString([]byte(value))} {
 			if bytes.Contains(b, []byte(v)) {
@@ -130,7 +93,7 @@ func TestSecretSpansCarryNamesNotData(t *testing.T) {
 			}
 		}
 	}
-	if !bytes.Contains(recv.all(), []byte("db-creds")) {
+	if !bytes.Contains(recv.Raw(), []byte("db-creds")) {
 		t.Error("the OTLP export does not name the Secret db-creds")
 	}
 }

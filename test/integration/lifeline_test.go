@@ -6,17 +6,13 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,38 +26,6 @@ import (
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/testenv"
 )
-
-// otlpReceiver is an OTLP/gRPC trace server that keeps every span it receives.
-type otlpReceiver struct {
-	coltracepb.UnimplementedTraceServiceServer
-	mu    sync.Mutex
-	spans []*tracepb.Span
-}
-
-func (r *otlpReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, rs := range req.GetResourceSpans() {
-		for _, ss := range rs.GetScopeSpans() {
-			r.spans = append(r.spans, ss.GetSpans()...)
-		}
-	}
-	return &coltracepb.ExportTraceServiceResponse{}, nil
-}
-
-func startReceiver(t *testing.T) (*otlpReceiver, string) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &otlpReceiver{}
-	s := grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(s, r)
-	go func() { _ = s.Serve(l) }()
-	t.Cleanup(s.Stop)
-	return r, l.Addr().String()
-}
 
 // tee writes each span to every writer.
 type tee []exporter.Writer
@@ -121,9 +85,7 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 	}
 	rsUID := string(rsList.Items[0].UID)
 
-	recv.mu.Lock()
-	got := append([]*tracepb.Span(nil), recv.spans...)
-	recv.mu.Unlock()
+	got := recv.Spans()
 	byID := map[string]*tracepb.Span{}
 	for _, sp := range got {
 		byID[hex.EncodeToString(sp.GetSpanId())] = sp
@@ -257,14 +219,15 @@ func childrenOf(all []*tracepb.Span, sp *tracepb.Span) []*tracepb.Span {
 // lifelineTracer is a tracer of the given processes exporting over OTLP to a real gRPC receiver,
 // its spans also kept in a sink.
 type lifelineTracer struct {
-	recv *otlpReceiver
+	recv *testkit.OTLPReceiver
 	sink *testkit.Sink
 	stop func(t *testing.T) // stops tracing and flushes OTLP
 }
 
 func startLifelineTracer(t *testing.T, pids ...int) lifelineTracer {
 	t.Helper()
-	recv, addr := startReceiver(t)
+	recv := testkit.StartOTLPReceiver(t)
+	addr := recv.Addr
 	s := &testkit.Sink{}
 	var w tee
 	quiet := testkit.Quiet()
@@ -362,9 +325,7 @@ func TestLifelineFromOperatorToControllerManager(t *testing.T) {
 		t.Fatalf("no traced create of deployments/made by the fixture")
 	}
 	recv := lt.recv
-	recv.mu.Lock()
-	got := append([]*tracepb.Span(nil), recv.spans...)
-	recv.mu.Unlock()
+	got := recv.Spans()
 	want := lifeline.Version(string(dep.UID), created)
 	var lifelineSpan *tracepb.Span
 	for _, sp := range got {
