@@ -289,15 +289,15 @@ func TestVersionOfRealBuild(t *testing.T) {
 		t.Skip("builds the agent")
 	}
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("no git: go build records no VCS revision")
+		bpftest.SkipOrFail(t, "no git: go build records no VCS revision")
 	}
 	rev, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
-		t.Skipf("not a git checkout: %v", err)
+		bpftest.SkipOrFail(t, "not a git checkout: %v", err)
 	}
 	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
 	if err != nil {
-		t.Skipf("no git work tree: %v", err)
+		bpftest.SkipOrFail(t, "no git work tree: %v", err)
 	}
 	if fi, err := os.Stat(filepath.Join(strings.TrimSpace(string(top)), ".git")); err != nil || !fi.IsDir() {
 		t.Skip("a linked git worktree (.git is a file): go build records VCS information only in a clone")

@@ -89,7 +89,7 @@ func fakeContainer(t *testing.T, pid int, podUID, containerID string) {
 	t.Helper()
 	dir := filepath.Join("/sys/fs/cgroup/pids/kubepods/burstable", "pod"+podUID, containerID)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Skipf("cannot make a cgroup to stand for a container (%v): skipping", err)
+		bpftest.SkipOrFail(t, "cannot make a cgroup to stand for a container: %v", err)
 	}
 	t.Cleanup(func() {
 		// The process is gone by now (cleanups run last-in first-out); remove the folders.
@@ -566,7 +566,7 @@ func TestRunProcRoot(t *testing.T) {
 	bpftest.Require(t)
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
-		t.Skipf("needs util-linux's unshare for a PID namespace: %v", err)
+		bpftest.SkipOrFail(t, "needs util-linux's unshare for a PID namespace: %v", err)
 	}
 	agent, err := agentBinary()
 	if err != nil {
@@ -581,7 +581,7 @@ func TestRunProcRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := syscall.Mount("proc", hostProc, "proc", 0, ""); err != nil {
-		t.Skipf("cannot mount proc elsewhere: %v", err)
+		bpftest.SkipOrFail(t, "cannot mount proc elsewhere: %v", err)
 	}
 	t.Cleanup(func() { _ = syscall.Unmount(hostProc, syscall.MNT_DETACH) })
 

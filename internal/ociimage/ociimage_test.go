@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/ociimage"
 )
 
@@ -330,16 +331,10 @@ func TestContainerdImport(t *testing.T) {
 	containerd, err1 := exec.LookPath("containerd")
 	ctr, err2 := exec.LookPath("ctr")
 	if err := errors.Join(err1, err2); err != nil {
-		if os.Getenv("RECONSCOPE_REQUIRE_BPF") == "1" {
-			t.Fatalf("containerd and ctr are required (RECONSCOPE_REQUIRE_BPF=1): %v", err)
-		}
-		t.Skipf("no containerd: %v", err)
+		bpftest.SkipOrFail(t, "no containerd and ctr: %v", err)
 	}
 	if os.Geteuid() != 0 {
-		if os.Getenv("RECONSCOPE_REQUIRE_BPF") == "1" {
-			t.Fatal("containerd needs root (RECONSCOPE_REQUIRE_BPF=1)")
-		}
-		t.Skip("containerd needs root")
+		bpftest.SkipOrFail(t, "containerd needs root")
 	}
 	dir, err := os.MkdirTemp("", "ctd") // short: the socket path must fit in 108 bytes
 	if err != nil {

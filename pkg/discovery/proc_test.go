@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/pkg/proc"
 )
 
@@ -195,7 +196,7 @@ func TestReadProcessDeletedExe(t *testing.T) {
 // TestReadProcessSelf reads this test process from the real /proc.
 func TestReadProcessSelf(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("no /proc here")
+		bpftest.SkipOrFail(t, "no /proc here")
 	}
 	p, err := ReadProcess(DefaultProcRoot, os.Getpid())
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/span"
@@ -790,7 +791,7 @@ func TestOTLPCollectorDown(t *testing.T) {
 			// The collector comes up at the same address: spans flow again.
 			l, err = net.Listen("tcp", addr)
 			if err != nil {
-				t.Skipf("cannot listen again on %s: %v", addr, err)
+				bpftest.SkipOrFail(t, "cannot listen again on %s (another process took the port?): %v", addr, err)
 			}
 			c, _ := startCollector(t, p, l)
 			i := n

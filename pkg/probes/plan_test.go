@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
@@ -247,7 +248,7 @@ func TestStrippedSitesKubeControllerManager(t *testing.T) {
 		home, _ := os.UserCacheDir()
 		matches, _ := filepath.Glob(filepath.Join(home, "reconscope", "controlplane-*", "kube-controller-manager-stripped"))
 		if len(matches) == 0 {
-			t.Skip("no test-bed kube-controller-manager built (make controlplane)")
+			bpftest.SkipOrFail(t, "no test-bed kube-controller-manager built (make controlplane)")
 		}
 		dir = filepath.Dir(matches[0])
 	}

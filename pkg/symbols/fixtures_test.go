@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
 )
 
 // fixture is one build of a testdata program.
@@ -74,7 +76,7 @@ func goTool(t testing.TB) string {
 	}
 	p := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	if _, err := os.Stat(p); err != nil {
-		t.Skip("the go command is not available to build fixtures")
+		bpftest.SkipOrFail(t, "the go command is not available to build fixtures")
 	}
 	return p
 }
@@ -94,7 +96,7 @@ func build(t testing.TB, name string) string {
 	fx := findFixture(name)
 	if fx.cgo {
 		if _, err := exec.LookPath("gcc"); err != nil {
-			t.Skip("cgo fixture needs gcc")
+			bpftest.SkipOrFail(t, "the cgo fixture needs gcc (apt-get install gcc)")
 		}
 	}
 	fixtureDirOnce.Do(func() {

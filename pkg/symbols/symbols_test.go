@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
 )
 
 var (
@@ -821,7 +823,7 @@ func TestBadInput(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if c.path == "/bin/ls" {
 				if _, err := os.Stat(c.path); err != nil {
-					t.Skip("no /bin/ls here")
+					bpftest.SkipOrFail(t, "no /bin/ls here")
 				}
 			}
 			b, err := Open(c.path)

@@ -47,7 +47,7 @@ func overlayCopies(t *testing.T, bin string) (string, string) {
 			}
 		}
 		if err := unix.Mount("overlay", merged, "overlay", 0, "lowerdir="+lower+",upperdir="+up+",workdir="+work); err != nil {
-			t.Skipf("cannot mount overlayfs here (%v): skipping the container case", err)
+			bpftest.SkipOrFail(t, "cannot mount overlayfs here, so not the container case: %v", err)
 		}
 		t.Cleanup(func() { _ = unix.Unmount(merged, unix.MNT_DETACH) })
 		paths = append(paths, filepath.Join(merged, "fakectl"))

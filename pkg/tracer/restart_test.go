@@ -235,7 +235,7 @@ func TestExecOtherProgramUntraced(t *testing.T) {
 	bin := testkit.Build(t, "./test/fakectl")
 	sleep, err := exec.LookPath("sleep")
 	if err != nil {
-		t.Skipf("no sleep program to exec: %v", err)
+		bpftest.SkipOrFail(t, "no sleep program to exec: %v", err)
 	}
 	b := newRestartBed(t, nil)
 	startFile := filepath.Join(t.TempDir(), "start")

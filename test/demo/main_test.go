@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 )
 
@@ -70,7 +71,7 @@ func alive(pid int) bool {
 // (SIGTERM), it stops etcd, kube-apiserver and everything else it started, as on Ctrl-C.
 func TestDemoStopsOnHangup(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("the demo needs root (it traces)")
+		bpftest.SkipOrFail(t, "the demo needs root (it traces)")
 	}
 	bin := testkit.Build(t, "./test/demo")
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM} {

@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
 )
 
 // TestNodeRunsPod starts the test bed with a node and runs a pod on it: the node registers
@@ -18,10 +20,7 @@ import (
 // node's teardown fails the test otherwise).
 func TestNodeRunsPod(t *testing.T) {
 	if os.Geteuid() != 0 {
-		if os.Getenv("RECONSCOPE_REQUIRE_BPF") == "1" {
-			t.Fatal("a node needs root (RECONSCOPE_REQUIRE_BPF=1 requires privileged tests to run)")
-		}
-		t.Skip("skipping: a node needs root (containerd, runc, mounts, cgroups); set RECONSCOPE_REQUIRE_BPF=1 to fail instead")
+		bpftest.SkipOrFail(t, "a node needs root (containerd, runc, mounts, cgroups)")
 	}
 	t.Cleanup(func() { CheckNoLeftovers(t) })
 	env := Start(t, Options{Node: true})
