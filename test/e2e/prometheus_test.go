@@ -5,6 +5,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -129,20 +131,17 @@ func promQuery(base, q string) ([]promSample, error) {
 	return out, nil
 }
 
-// promScalar runs q, which must return at most one sample, and returns its value (0 when
-// empty).
+// promScalar runs q, which must return exactly one sample, and returns its value. An empty
+// result is an error, never 0: a metric renamed or gone must not read as "nothing lost".
 func promScalar(base, q string) (float64, error) {
 	s, err := promQuery(base, q)
 	if err != nil {
 		return 0, err
 	}
-	switch len(s) {
-	case 0:
-		return 0, nil
-	case 1:
-		return s[0].Value, nil
+	if len(s) != 1 {
+		return 0, fmt.Errorf("query %q: %d samples, want one (a missing series is not 0: is the metric renamed or gone?)", q, len(s))
 	}
-	return 0, fmt.Errorf("query %q: %d samples, want one", q, len(s))
+	return s[0].Value, nil
 }
 
 // counts is a count per label key (labels joined by '|').
@@ -175,11 +174,16 @@ func diffCounts(got, want counts) []string {
 	return out
 }
 
-// promCounts runs q (a sum by the given labels) and returns its samples as counts.
+// promCounts runs q (a sum by the given labels) and returns its samples as counts. An empty
+// result is an error: a metric renamed or gone must not read as zero counts. Zero-valued
+// samples are left out of the counts (diffCounts reads a missing key as 0).
 func promCounts(base, q string, labels ...string) (counts, error) {
 	s, err := promQuery(base, q)
 	if err != nil {
 		return nil, err
+	}
+	if len(s) == 0 {
+		return nil, fmt.Errorf("query %q: no series (is the metric renamed or gone?)", q)
 	}
 	out := counts{}
 	for _, x := range s {
@@ -230,14 +234,21 @@ func controllerRuntimeTotals(metricsURL, controller string) (counts, int, error)
 	} else {
 		return nil, 0, fmt.Errorf("%s has no controller_runtime_reconcile_total", metricsURL)
 	}
-	if f := fams["controller_runtime_reconcile_panics_total"]; f != nil {
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controller {
-					panics += int(m.GetCounter().GetValue())
-				}
+	f := fams["controller_runtime_reconcile_panics_total"]
+	if f == nil {
+		return nil, 0, fmt.Errorf("%s has no controller_runtime_reconcile_panics_total (a missing series is not 0 panics)", metricsURL)
+	}
+	seen := false
+	for _, m := range f.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "controller" && l.GetValue() == controller {
+				panics += int(m.GetCounter().GetValue())
+				seen = true
 			}
 		}
+	}
+	if !seen {
+		return nil, 0, fmt.Errorf("%s: controller_runtime_reconcile_panics_total has no series of controller %q", metricsURL, controller)
 	}
 	return out, panics, nil
 }
@@ -251,5 +262,41 @@ func TestPrometheusRequiredByItsOwnVariable(t *testing.T) {
 	}
 	if !prometheusRequired(env(map[string]string{requirePrometheusEnv: "1"})) {
 		t.Errorf("%s=1 does not require Prometheus", requirePrometheusEnv)
+	}
+}
+
+// TestPromHelpersMissingSeries: a query whose metric is gone returns an empty vector from
+// Prometheus's HTTP API; promScalar and promCounts fail on it instead of reading 0, and read
+// a present series as it is. Against a server that answers as Prometheus's /api/v1/query does.
+func TestPromHelpersMissingSeries(t *testing.T) {
+	answers := map[string]string{
+		"gone":    `[]`,
+		"present": `[{"metric":{},"value":[1700000000.5,"0"]}]`,
+		"two":     `[{"metric":{"result":"success"},"value":[1700000000.5,"3"]},{"metric":{"result":"error"},"value":[1700000000.5,"0"]}]`,
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res, ok := answers[r.URL.Query().Get("query")]
+		if r.URL.Path != "/api/v1/query" || !ok {
+			http.Error(w, "unexpected "+r.URL.String(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":%s}}`, res)
+	}))
+	defer srv.Close()
+
+	if v, err := promScalar(srv.URL, "gone"); err == nil {
+		t.Errorf("promScalar of a missing series = %v, nil error; want an error", v)
+	}
+	if v, err := promScalar(srv.URL, "present"); err != nil || v != 0 {
+		t.Errorf("promScalar of a present 0 = %v, %v; want 0, nil", v, err)
+	}
+	if _, err := promScalar(srv.URL, "two"); err == nil {
+		t.Error("promScalar of two samples: no error")
+	}
+	if c, err := promCounts(srv.URL, "gone", "result"); err == nil {
+		t.Errorf("promCounts of a missing series = %v, nil error; want an error", c)
+	}
+	if c, err := promCounts(srv.URL, "two", "result"); err != nil || c.String() != "success=3" {
+		t.Errorf("promCounts = %v, %v; want success=3", c, err)
 	}
 }

@@ -274,8 +274,14 @@ func TestOTLPUnreachable(t *testing.T) {
 		}
 		lines = len(agentSpans(t, a))
 	}
-	exported, _ := scrape(t, metrics, "reconscope_spans_exported_total")
-	reconciles, _ := scrape(t, metrics, `reconscope_reconcile_total{controller="fake",k8s_container_name="",k8s_namespace_name="",k8s_pod_name="",k8s_workload_kind="",k8s_workload_name="",result="success",service_name=""}`)
+	exported, ok := scrape(t, metrics, "reconscope_spans_exported_total")
+	if !ok {
+		t.Error("no reconscope_spans_exported_total on the agent's /metrics (a missing series is not 0)")
+	}
+	reconciles, ok := scrape(t, metrics, `reconscope_reconcile_total{controller="fake",k8s_container_name="",k8s_namespace_name="",k8s_pod_name="",k8s_workload_kind="",k8s_workload_name="",result="success",service_name=""}`)
+	if !ok || reconciles == 0 {
+		t.Errorf("reconscope_reconcile_total of fake's successes on the agent's /metrics: %v (present: %v), want a count", reconciles, ok)
+	}
 	if exported != 0 {
 		t.Errorf("%v spans exported to a port nothing listens on", exported)
 	}
