@@ -92,10 +92,16 @@ fuzz: ## run each fuzz target briefly (FUZZTIME=10s, or a count like 30000x)
 	  echo "fuzz $$t in ./$$pkg"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $${FUZZTIME:-10s} ./$$pkg || exit 1; \
 	done
 
-lint: ## gofmt, go vet, and staticcheck
+# Every build tag of this module's files (internal/testkit's TestLintTagsCoverEveryBuildTag
+# fails when a file's //go:build names one that is missing here): vet and staticcheck read the
+# files behind them too, and test/soak is compiled and linked.
+LINT_TAGS := e2e,compat,soak
+
+lint: ## gofmt, go vet and staticcheck with every build tag, and test/soak compiled
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt would change:"; echo "$$out"; exit 1; }
-	$(GO) vet ./...
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	$(GO) vet -tags $(LINT_TAGS) ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags $(LINT_TAGS) ./...
+	$(GO) test -tags soak -count=1 -run '^$$' ./test/soak/
 
 demo: build controlplane ## a real controller on a local control plane, traced live (needs root)
 	@[ -z "$(SUDO)" ] || echo "make demo: not root: running the traced demo through sudo (eBPF needs it)"
