@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/test/bench/verdict"
 	"github.com/reconscope/reconscope/test/testenv"
@@ -138,7 +139,7 @@ func BenchmarkAtScale(b *testing.B) {
 		agent:       os.Getenv("RECONSCOPE_BENCH_AGENT"),
 	}
 	if os.Geteuid() != 0 {
-		b.Skip("needs root: the traced runs attach eBPF uprobes")
+		bpftest.SkipOrFail(b, "needs root: the traced runs attach eBPF uprobes")
 	}
 	if cfg.agent == "" {
 		cfg.agent = testkit.Build(b, "./cmd/agent")
