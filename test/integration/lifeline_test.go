@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,9 +22,9 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
-	"github.com/reconscope/reconscope/pkg/lifeline"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -287,7 +288,8 @@ func TestLifelineFromOperatorToControllerManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := testkit.Build(t, fixturePkg)
-	op := testenv.StartProcess(t, "scripted", exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--namespace", ns))
+	truth := filepath.Join(t.TempDir(), "truth.jsonl")
+	op := testenv.StartProcess(t, "scripted", exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--namespace", ns, "--ground-truth", truth))
 	lt := startLifelineTracer(t, env.ControllerManagerPID, op.PID())
 	if err := c.Create(bg, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "maker",
 		Annotations: map[string]string{"scripted.reconscope.io/script": "times:1;create:deployment/made"}}}); err != nil {
@@ -309,33 +311,54 @@ func TestLifelineFromOperatorToControllerManager(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond)
 	lt.stop(t)
 
-	// The fixture's create, as the agent saw it: the version it made.
+	// The version the fixture's create made, from its own record (the API server's response),
+	// not from the agent's spans.
+	recs, err := groundtruth.ReadFile(truth)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var created string
-	for _, sp := range lt.sink.Snapshot() {
-		for _, cl := range sp.Calls {
-			if sp.Controller == "scripted" && cl.Kind == span.CallAPI && cl.Verb == "POST" && cl.Resource == "deployments" && cl.Status == 201 {
-				if cl.UID != string(dep.UID) {
-					t.Errorf("the fixture's create of deployments/made: uid %q, the API server's is %q", cl.UID, dep.UID)
+	for _, r := range recs {
+		for _, c := range r.Calls {
+			if c.Verb == "create" && c.Kind == "deployment" && c.Name == "made" && c.ResourceVersion != "" {
+				if c.UID != string(dep.UID) {
+					t.Errorf("the fixture's record of its create of deployments/made: uid %q, the API server's is %q", c.UID, dep.UID)
 				}
-				created = cl.ResourceVersion
+				created = c.ResourceVersion
 			}
 		}
 	}
 	if created == "" {
+		t.Fatalf("the fixture's ground truth (%d reconciles) has no successful create of deployments/made", len(recs))
+	}
+	// The agent saw that create: its span's call names the same UID and version.
+	traced := false
+	for _, sp := range lt.sink.Snapshot() {
+		for _, cl := range sp.Calls {
+			if sp.Controller == "scripted" && cl.Kind == span.CallAPI && cl.Verb == "POST" && cl.Resource == "deployments" && cl.Status == 201 {
+				if cl.UID != string(dep.UID) || cl.ResourceVersion != created {
+					t.Errorf("the traced create of deployments/made: %s@%s, the fixture's record says %s@%s", cl.UID, cl.ResourceVersion, dep.UID, created)
+				}
+				traced = true
+			}
+		}
+	}
+	if !traced {
 		t.Fatalf("no traced create of deployments/made by the fixture")
 	}
 	recv := lt.recv
 	got := recv.Spans()
-	want := lifeline.Version(string(dep.UID), created)
+	// The IDs by the documented derivation, computed here, not by pkg/lifeline (the code under
+	// test): an agent that derives them otherwise fails here.
+	wantTrace, wantSpan := lifelineTraceID(string(dep.UID)), versionSpanID(string(dep.UID), created)
 	var lifelineSpan *tracepb.Span
 	for _, sp := range got {
-		tid, sid := want.TraceID(), want.SpanID()
-		if sp.GetKind() == tracepb.Span_SPAN_KIND_PRODUCER && bytes.Equal(sp.GetTraceId(), tid[:]) && bytes.Equal(sp.GetSpanId(), sid[:]) {
+		if sp.GetKind() == tracepb.Span_SPAN_KIND_PRODUCER && hex.EncodeToString(sp.GetTraceId()) == wantTrace && hex.EncodeToString(sp.GetSpanId()) == wantSpan {
 			lifelineSpan = sp
 		}
 	}
 	if lifelineSpan == nil {
-		t.Fatalf("no lifeline span %s/%s for the fixture's create of Deployment %s@%s", want.TraceID(), want.SpanID(), dep.UID, created)
+		t.Fatalf("no lifeline span %s/%s (docs/lifelines.md's derivation) for the fixture's create of Deployment %s@%s", wantTrace, wantSpan, dep.UID, created)
 	}
 	if w := attrs(lifelineSpan.GetAttributes())["reconscope.lifeline.writer"]; w != "scripted" {
 		t.Errorf("the lifeline span of the create names writer %q, want scripted", w)
