@@ -60,8 +60,13 @@ test: controlplane ## unit and privileged integration tests (real eBPF, real kub
 	@[ -z "$(SUDO)" ] || echo "make test: not root: running the tests through sudo (eBPF needs it)"
 	$(SUDO) $(GO) test $(TESTFLAGS) $(if $(RUN),-run '$(RUN)') $(PKGS)
 
-e2e: controlplane ## end-to-end tests (build tag e2e)
-	$(SUDO) $(GO) test -tags e2e $(TESTFLAGS) -v ./test/e2e/...
+# The tests that need containerd 2, the OpenTelemetry Collector or Jaeger (built from source on
+# first use, the heavy third-party builds) are all behind the e2e tag: make test never builds
+# them. One package at a time (-p 1): each starts its own control plane, node or backends.
+E2E_PKGS := ./test/e2e/... ./test/otlp/ ./test/testenv/
+
+e2e: controlplane ## end-to-end tests (build tag e2e): test/e2e, the collector's tests (test/otlp), the test bed's node
+	$(SUDO) $(GO) test -tags e2e -p 1 $(TESTFLAGS) -v $(if $(RUN),-run '$(RUN)') $(E2E_PKGS)
 
 # make bench BENCH_SHORT=1: CI's short run (cost per reconcile and decode only, fewer rounds): it prints
 # the comparison with the committed BENCHMARKS.json and writes nothing; it does not fail on the figures.

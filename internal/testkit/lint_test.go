@@ -116,3 +116,56 @@ func tagsOf(e constraint.Expr) []string {
 	}
 	return nil
 }
+
+// TestHeavyToolsOnlyBehindE2E: the tests that start containerd 2, the OpenTelemetry Collector
+// or Jaeger (each built from source on first use) are behind the e2e build tag, so make test
+// (go test ./... without tags) never builds them; make e2e runs them.
+func TestHeavyToolsOnlyBehindE2E(t *testing.T) {
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	heavy := regexp.MustCompile(`\b(StartNode|StartCollector|StartJaeger)\(`)
+	checked := 0
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (d.Name() == "testdata" || d.Name() == "bin" || strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		checked++
+		if !heavy.Match(src) {
+			return nil
+		}
+		for _, line := range strings.Split(string(src), "\n") {
+			if strings.HasPrefix(line, "package ") {
+				break
+			}
+			if constraint.IsGoBuild(line) {
+				if expr, err := constraint.Parse(line); err == nil && !expr.Eval(func(tag string) bool { return tag != "e2e" }) {
+					return nil // not built without the e2e tag
+				}
+			}
+		}
+		rel, _ := filepath.Rel(root, path)
+		t.Errorf("%s starts a node, a collector or Jaeger without the e2e build tag: make test would build containerd, otelcol or Jaeger", rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked == 0 {
+		t.Fatal("no test file found")
+	}
+}

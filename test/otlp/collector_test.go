@@ -1,7 +1,12 @@
+//go:build e2e
+
 // Package otlp tests the agent's OTLP export (pkg/exporter, configured as the agent and the
 // Helm chart configure it) against a real OpenTelemetry Collector (test/tools/otelcol) that
 // forwards to a real Jaeger, where the test reads what arrived: mutual TLS that the collector
 // requires, and the k8sattributes processor associating spans with their pod by k8s.pod.uid.
+//
+// Build tag e2e: the collector and Jaeger are built from source on first use (the heavy
+// third-party builds), so these tests run in make e2e, not make test.
 package otlp
 
 import (

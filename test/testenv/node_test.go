@@ -1,3 +1,8 @@
+//go:build e2e
+
+// TestNodeRunsPod builds containerd 2 from source on first use (a heavy third-party build):
+// it runs in make e2e, not make test.
+
 package testenv
 
 import (
