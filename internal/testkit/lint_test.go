@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"bufio"
 	"go/build/constraint"
 	"io/fs"
 	"os"
@@ -18,6 +17,72 @@ import (
 var platformTags = map[string]bool{
 	"386": true, "amd64": true, "arm": true, "arm64": true, "linux": true, "darwin": true,
 	"windows": true, "unix": true, "cgo": true, "ignore": true,
+}
+
+// moduleGoFile is one .go file of this module as go ./... sees it (no testdata, no nested
+// module), with its build constraint (nil when it has none).
+type moduleGoFile struct {
+	rel   string // path from the module root
+	src   []byte
+	build constraint.Expr
+}
+
+// moduleGoFiles reads every .go file of this module outside testdata and the nested tool
+// modules.
+func moduleGoFiles(t *testing.T) []moduleGoFile {
+	t.Helper()
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []moduleGoFile
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path == root {
+				return nil
+			}
+			if name := d.Name(); name == "testdata" || name == "bin" || strings.HasPrefix(name, ".") {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+				return filepath.SkipDir // another module: not in ./...
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		f := moduleGoFile{src: src}
+		f.rel, _ = filepath.Rel(root, path)
+		for _, line := range strings.Split(string(src), "\n") {
+			line = strings.TrimSpace(line)
+			if strings.HasPrefix(line, "package ") {
+				break
+			}
+			if constraint.IsGoBuild(line) {
+				if f.build, err = constraint.Parse(line); err != nil {
+					t.Errorf("%s: %v", f.rel, err)
+				}
+				break
+			}
+		}
+		out = append(out, f)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) == 0 {
+		t.Fatal("no .go file found under the module root")
+	}
+	return out
 }
 
 // TestLintTagsCoverEveryBuildTag: every build tag that a //go:build line of this module names
@@ -39,53 +104,12 @@ func TestLintTagsCoverEveryBuildTag(t *testing.T) {
 	lint := strings.Split(string(m[1]), ",")
 
 	used := map[string][]string{} // tag -> files naming it
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			name := d.Name()
-			if path != root && (name == "testdata" || name == "bin" || strings.HasPrefix(name, ".")) {
-				return filepath.SkipDir
-			}
-			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && path != root {
-				return filepath.SkipDir // another module: not in ./...
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if strings.HasPrefix(line, "package ") {
-				break
-			}
-			if !constraint.IsGoBuild(line) {
-				continue
-			}
-			expr, err := constraint.Parse(line)
-			if err != nil {
-				t.Errorf("%s: %v", path, err)
-				break
-			}
-			rel, _ := filepath.Rel(root, path)
-			for _, tag := range tagsOf(expr) {
-				if !platformTags[tag] && !strings.HasPrefix(tag, "go1.") {
-					used[tag] = append(used[tag], rel)
-				}
+	for _, f := range moduleGoFiles(t) {
+		for _, tag := range tagsOf(f.build) {
+			if !platformTags[tag] && !strings.HasPrefix(tag, "go1.") {
+				used[tag] = append(used[tag], f.rel)
 			}
 		}
-		return sc.Err()
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	if len(used) == 0 {
 		t.Fatal("no build tag found: the walk missed the module's files")
@@ -121,51 +145,14 @@ func tagsOf(e constraint.Expr) []string {
 // or Jaeger (each built from source on first use) are behind the e2e build tag, so make test
 // (go test ./... without tags) never builds them; make e2e runs them.
 func TestHeavyToolsOnlyBehindE2E(t *testing.T) {
-	root, err := ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	heavy := regexp.MustCompile(`\b(StartNode|StartCollector|StartJaeger)\(`)
-	checked := 0
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	for _, f := range moduleGoFiles(t) {
+		if !strings.HasSuffix(f.rel, "_test.go") || !heavy.Match(f.src) {
+			continue
 		}
-		if d.IsDir() {
-			if path != root && (d.Name() == "testdata" || d.Name() == "bin" || strings.HasPrefix(d.Name(), ".")) {
-				return filepath.SkipDir
-			}
-			return nil
+		if f.build != nil && !f.build.Eval(func(tag string) bool { return tag != "e2e" }) {
+			continue // not built without the e2e tag
 		}
-		if !strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		checked++
-		if !heavy.Match(src) {
-			return nil
-		}
-		for _, line := range strings.Split(string(src), "\n") {
-			if strings.HasPrefix(line, "package ") {
-				break
-			}
-			if constraint.IsGoBuild(line) {
-				if expr, err := constraint.Parse(line); err == nil && !expr.Eval(func(tag string) bool { return tag != "e2e" }) {
-					return nil // not built without the e2e tag
-				}
-			}
-		}
-		rel, _ := filepath.Rel(root, path)
-		t.Errorf("%s starts a node, a collector or Jaeger without the e2e build tag: make test would build containerd, otelcol or Jaeger", rel)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if checked == 0 {
-		t.Fatal("no test file found")
+		t.Errorf("%s starts a node, a collector or Jaeger without the e2e build tag: make test would build containerd, otelcol or Jaeger", f.rel)
 	}
 }
