@@ -34,7 +34,7 @@ func TestSecretSpansCarryNamesNotData(t *testing.T) {
 	}
 
 	cmd := exec.Command(agent, "trace", "--exe", fixture, "--output", "json",
-		"--otlp-endpoint", recv.Addr, "--otlp-insecure", "--redact-errors", `token-[a-z0-9]+`)
+		"--otlp-endpoint", recv.Addr, "--otlp-protocol", "grpc", "--otlp-insecure", "--redact-errors", `token-[a-z0-9]+`)
 	var out, logs testkit.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &logs
 	if err := cmd.Start(); err != nil {
