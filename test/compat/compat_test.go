@@ -46,7 +46,8 @@ var CRVersions = []string{"v0.15.3", "v0.16.1", "v0.17.2", "v0.18.5", "v0.19.4",
 const (
 	// GoCellsEnv: toolchain cells "local" and/or Go127 (default both), each plain and stripped.
 	GoCellsEnv = "RECONSCOPE_COMPAT_GO"
-	// CRCellsEnv: controller-runtime versions (default: the oldest and the newest).
+	// CRCellsEnv: controller-runtime versions (default: the oldest and the newest), or
+	// "rotate" (CI): the newest and one other in rotation (rotatedCR).
 	CRCellsEnv = "RECONSCOPE_COMPAT_CR"
 	// ReportEnv: a file each finished cell appends its result to (JSON lines, Cell).
 	ReportEnv = "RECONSCOPE_COMPAT_REPORT"
@@ -64,6 +65,64 @@ func pick(env string, all, def []string) []string {
 		return all
 	}
 	return strings.Split(v, ",")
+}
+
+// rotatedCR picks the controller-runtime releases one CI run covers: the newest, every run,
+// and one of the others in turn, from the counter in counterFile (the next run's turn is written
+// back). Without a readable counter (an empty cache) the turn is the number of days since
+// 1970 (UTC), so runs from empty caches rotate too, a cell a day. With the cache kept, every
+// release of CRVersions is covered within len(CRVersions)-1 consecutive runs (10).
+func rotatedCR(counterFile string, now time.Time) (versions []string, turn int, err error) {
+	n := len(CRVersions) - 1 // the rotating cells: all but the newest
+	turn = int(now.Unix()/86400) % n
+	if b, err := os.ReadFile(counterFile); err == nil {
+		if i, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && i >= 0 {
+			turn = i % n
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(counterFile), 0o755); err != nil {
+		return nil, 0, err
+	}
+	if err := os.WriteFile(counterFile, []byte(strconv.Itoa((turn+1)%n)+"\n"), 0o644); err != nil {
+		return nil, 0, err
+	}
+	return []string{CRVersions[turn], CRVersions[n]}, turn, nil
+}
+
+// TestCRRotation: CI's rotation covers every controller-runtime release within
+// len(CRVersions)-1 runs that keep the counter, the newest in each, and starts from the date
+// without one.
+func TestCRRotation(t *testing.T) {
+	counter := filepath.Join(t.TempDir(), "compat", "cr-rotation")
+	day := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	n := len(CRVersions) - 1
+	covered := map[string]int{}
+	for run := range n {
+		vs, turn, err := rotatedCR(counter, day)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run == 0 && turn != int(day.Unix()/86400)%n {
+			t.Errorf("first run without a counter: turn %d, want the date's %d", turn, int(day.Unix()/86400)%n)
+		}
+		if len(vs) != 2 || vs[1] != CRVersions[n] {
+			t.Errorf("run %d: %v, want a rotating release and the newest %s", run, vs, CRVersions[n])
+		}
+		for _, v := range vs {
+			covered[v]++
+		}
+	}
+	for _, v := range CRVersions {
+		if covered[v] == 0 {
+			t.Errorf("%s not covered in %d runs: %v", v, n, covered)
+		}
+	}
+	if err := os.WriteFile(counter, []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, turn, err := rotatedCR(counter, day); err != nil || turn != int(day.Unix()/86400)%n {
+		t.Errorf("unreadable counter: turn %d (%v), want the date's", turn, err)
+	}
 }
 
 var reportMu sync.Mutex
@@ -424,6 +483,16 @@ var crObjects = map[string]map[string]string{
 func TestControllerRuntime(t *testing.T) {
 	bpftest.Require(t)
 	versions := pick(CRCellsEnv, CRVersions, []string{CRVersions[0], CRVersions[len(CRVersions)-1]})
+	if os.Getenv(CRCellsEnv) == "rotate" {
+		var turn int
+		var err error
+		if versions, turn, err = rotatedCR(filepath.Join(cacheDir(t), "cr-rotation"), time.Now()); err != nil {
+			t.Fatalf("compat rotation: %v", err)
+		}
+		n := len(CRVersions) - 1
+		t.Logf("compat rotation: controller-runtime %s (turn %d of %d; the next run takes %s) and the newest, %s, every run",
+			versions[0], turn+1, n, CRVersions[(turn+1)%n], versions[1])
+	}
 	for _, v := range versions {
 		t.Run(v, func(t *testing.T) {
 			bin, took := buildCRCell(t, v)

@@ -113,7 +113,7 @@ func run(reportPath, docPath, tablePath string, crAll, goTraced []string) error 
 			fmt.Fprintf(&b, "| %s | – | – | – | – | – | %s |\n", v, *notRunCR)
 		}
 	}
-	b.WriteString("\nCI (`.ci/run`) runs a sample: Go 1.27 plain and stripped, and the oldest and newest controller-runtime.\n")
+	b.WriteString("\nCI (`.ci/run`) runs a sample: Go 1.27 plain and stripped, the newest controller-runtime, and one other release in rotation (every release within 10 runs that keep the compat cache; the run prints which).\n")
 	b.WriteString(end + "\n")
 	return replaceRegion(docPath, b.String())
 }
