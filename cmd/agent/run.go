@@ -195,7 +195,7 @@ type attached struct {
 // for another's.
 func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, index *discovery.PodIndex, filter *discovery.Filter, log *slog.Logger) {
 	self := os.Getpid()
-	untraceable := map[proc.FileID]bool{} // executables with nothing to trace: skip quickly
+	untraceable := map[proc.StatFileID]bool{} // executables with nothing to trace: skip quickly
 	// Traced processes whose container the pod index did not know yet (the kubelet writes a
 	// container's ID into the pod status after the container starts): looked up again.
 	unnamed := map[int]discovery.Container{}

@@ -117,7 +117,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return usageError(stderr, "trace", "--exe: %v", err)
 		}
-		want, err := proc.StatFileID(path)
+		want, err := proc.StatFile(path)
 		if err != nil {
 			return failed(log, "--exe", err)
 		}
@@ -155,7 +155,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 // traceExe traces every process running the executable want (as stat identifies it), now and
 // as they start: the discovery watcher that run uses finds them, scanning /proc every half
 // second and at each exec.
-func traceExe(ctx context.Context, t *tracer.Tracer, want proc.FileID, execs <-chan int, log *slog.Logger) {
+func traceExe(ctx context.Context, t *tracer.Tracer, want proc.StatFileID, execs <-chan int, log *slog.Logger) {
 	w := discovery.NewWatcher(discovery.WatcherOptions{Interval: 500 * time.Millisecond, Execs: execs, Logger: log})
 	go func() {
 		if err := w.Run(ctx); err != nil {

@@ -288,8 +288,8 @@ type Attachment struct {
 	links []link.Link
 	once  sync.Once
 
-	id   proc.FileID // the file as the kernel identifies it (Collector.FileID)
-	base uint64      // page-aligned address of the first PT_LOAD segment, for PIE load biases
+	id   proc.KernelFileID // the file as the kernel identifies it (Collector.FileID)
+	base uint64            // page-aligned address of the first PT_LOAD segment, for PIE load biases
 
 	mu      sync.Mutex
 	errKeys []rbpf.TraceErrKey
@@ -407,7 +407,7 @@ func (a *Attachment) writeErrorLayouts() error {
 
 // ID returns the executable's identity as the kernel sees it (Collector.FileID): every process
 // whose code is mapped from this file, in any container, runs this attachment's probes.
-func (a *Attachment) ID() proc.FileID { return a.id }
+func (a *Attachment) ID() proc.KernelFileID { return a.id }
 
 // AdmitExecs makes the kernel trace every process that execs this executable from its first
 // instruction, while WatchExecs runs; its notifications report each process admitted.

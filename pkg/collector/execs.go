@@ -25,7 +25,7 @@ type Exec struct {
 	// admitted (Attachment.AdmitExecs): the kernel traces the process from its first instruction.
 	Admitted bool
 	// Exe identifies the exec'd file as the kernel does (see Collector.FileID).
-	Exe proc.FileID
+	Exe proc.KernelFileID
 }
 
 const execFlagAdmitted = uint32(rbpf.TraceExecFlagEXEC_F_ADMITTED)
@@ -80,10 +80,10 @@ func (c *Collector) loadExecPrograms() (*ebpf.Collection, error) {
 // overlay's device, different in each container. So the file is mapped here for a moment and
 // the kernel asked what the mapping maps. Without the exec programs (an old kernel, no BTF), it
 // falls back to what stat reports.
-func (c *Collector) FileID(name string) (proc.FileID, error) {
+func (c *Collector) FileID(name string) (proc.KernelFileID, error) {
 	f, err := os.Open(name)
 	if err != nil {
-		return proc.FileID{}, fmt.Errorf("identify executable: %w", err)
+		return proc.KernelFileID{}, fmt.Errorf("identify executable: %w", err)
 	}
 	defer f.Close()
 	coll, lerr := c.loadExecPrograms()
@@ -92,7 +92,7 @@ func (c *Collector) FileID(name string) (proc.FileID, error) {
 	}
 	m, err := mmapPage(f)
 	if err != nil {
-		return proc.FileID{}, fmt.Errorf("identify executable %s: %w", name, err)
+		return proc.KernelFileID{}, fmt.Errorf("identify executable %s: %w", name, err)
 	}
 	defer munmap(m)
 	c.execProgs.identify.Lock()
@@ -103,7 +103,7 @@ func (c *Collector) FileID(name string) (proc.FileID, error) {
 	for attempt := 0; ; attempt++ {
 		ret, err = coll.Programs[rbpf.TraceProgIdentify].Run(&ebpf.RunOptions{Context: []uint64{uint64(uintptr(unsafe.Pointer(&m[0])))}})
 		if err != nil {
-			return proc.FileID{}, fmt.Errorf("identify executable %s: %w", name, err)
+			return proc.KernelFileID{}, fmt.Errorf("identify executable %s: %w", name, err)
 		}
 		if ret == 0 || attempt == 50 {
 			break
@@ -111,13 +111,13 @@ func (c *Collector) FileID(name string) (proc.FileID, error) {
 		time.Sleep(time.Millisecond)
 	}
 	if ret != 0 {
-		return proc.FileID{}, fmt.Errorf("identify executable %s: the kernel found no mapping of it", name)
+		return proc.KernelFileID{}, fmt.Errorf("identify executable %s: the kernel found no mapping of it", name)
 	}
 	var id rbpf.TraceExeId
 	if err := c.coll.Maps[rbpf.TraceMapFileIds].Lookup(uint32(0), &id); err != nil {
-		return proc.FileID{}, fmt.Errorf("identify executable %s: %w", name, err)
+		return proc.KernelFileID{}, fmt.Errorf("identify executable %s: %w", name, err)
 	}
-	return proc.FileID{Dev: id.Dev, Ino: id.Ino}, nil
+	return proc.KernelFileID{Dev: id.Dev, Ino: id.Ino}, nil
 }
 
 // WatchExecs reports every execve on this host, from the raw tracepoint sched_process_exec
@@ -157,7 +157,7 @@ func (c *Collector) WatchExecs(ctx context.Context) (<-chan Exec, error) {
 				continue
 			}
 			e := (*rbpf.TraceExecEvent)(unsafe.Pointer(&rec.RawSample[0]))
-			ex := Exec{PID: int(e.Pid), Admitted: e.Flags&execFlagAdmitted != 0, Exe: proc.FileID{Dev: e.Dev, Ino: e.Ino}}
+			ex := Exec{PID: int(e.Pid), Admitted: e.Flags&execFlagAdmitted != 0, Exe: proc.KernelFileID{Dev: e.Dev, Ino: e.Ino}}
 			if ex.Admitted {
 				select {
 				case out <- ex:

@@ -10,12 +10,12 @@ import (
 )
 
 // statFileID is a file's identity from stat, with the device in the kernel's dev_t encoding.
-func statFileID(f *os.File) (proc.FileID, error) {
+func statFileID(f *os.File) (proc.KernelFileID, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return proc.FileID{}, fmt.Errorf("identify executable: %w", err)
+		return proc.KernelFileID{}, fmt.Errorf("identify executable: %w", err)
 	}
-	return proc.FileID{Dev: KernelDev(uint64(st.Dev)), Ino: st.Ino}, nil
+	return proc.KernelFileID{Dev: KernelDev(uint64(st.Dev)), Ino: st.Ino}, nil
 }
 
 // KernelDev turns a device number as stat reports it (glibc's new_encode_dev) into the kernel's

@@ -28,7 +28,7 @@ type Process struct {
 	// agent's mount namespace.
 	Exe string
 	// ExeID is the executable's device and inode, as stat reports them.
-	ExeID proc.FileID
+	ExeID proc.StatFileID
 	// Container is what the cgroup file says about the process's container; zero for a
 	// process that runs in no container (or one whose cgroup path names none).
 	Container Container
@@ -77,7 +77,7 @@ func ReadProcess(procRoot string, pid int) (Process, error) {
 	if err != nil {
 		return Process{}, fmt.Errorf("process %d: %w", pid, err)
 	}
-	id, err := proc.StatFileID(pfs.ExeLink(pid))
+	id, err := proc.StatFile(pfs.ExeLink(pid))
 	if err != nil {
 		return Process{}, fmt.Errorf("process %d: %w", pid, err)
 	}
@@ -92,7 +92,7 @@ func ReadProcess(procRoot string, pid int) (Process, error) {
 // program before it: start time and executable.
 type identity struct {
 	start uint64
-	exe   proc.FileID
+	exe   proc.StatFileID
 }
 
 // readIdentity reads only what identity needs: cheaper than ReadProcess for known PIDs.
@@ -102,7 +102,7 @@ func readIdentity(procRoot string, pid int) (identity, error) {
 	if err != nil {
 		return identity{}, err
 	}
-	id, err := proc.StatFileID(pfs.ExeLink(pid))
+	id, err := proc.StatFile(pfs.ExeLink(pid))
 	if err != nil {
 		return identity{}, err
 	}

@@ -83,14 +83,14 @@ func (f *fakeProc) remove(pid int) {
 	}
 }
 
-func fileID(t *testing.T, path string) proc.FileID {
+func fileID(t *testing.T, path string) proc.StatFileID {
 	t.Helper()
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st := fi.Sys().(*syscall.Stat_t)
-	return proc.FileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}
+	return proc.StatFileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}
 }
 
 const (

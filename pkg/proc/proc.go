@@ -2,7 +2,8 @@
 // be /proc: a DaemonSet pod without hostPID mounts the host's /proc elsewhere (run --proc-root),
 // and its own /proc then shows only its own PID namespace. Every read of another process's
 // files (its executable, stat, memory maps, memory) goes through an FS, so none can bypass the
-// root. It also holds FileID, the one type that names an executable file by device and inode.
+// root. It also holds the two types that name an executable file by device and inode (StatFileID,
+// KernelFileID).
 package proc
 
 import (
@@ -150,28 +151,40 @@ func (fs FS) Maps(pid int) ([]*procfs.ProcMap, error) {
 	return maps, nil
 }
 
-// FileID names a file by the device it is on and its inode number: every process running one
-// executable, whatever path each sees it under, has the same FileID. Which device depends on
-// who tells: stat reports an overlay mount's own device (one per container), the kernel's exec
-// hook and uprobes the file's in the layer it is mapped from (collector.Collector.FileID,
-// shared by every container of one image). Compare FileIDs of one source only.
-type FileID struct {
-	Dev uint64 // the device, as the source encodes it
+// A file is named by the device it is on and its inode number: every process running one
+// executable, whatever path each sees it under, has the same name. Which device depends on who
+// tells, so there are two types, and the compiler keeps them apart:
+//
+//   - StatFileID: what stat reports, an overlay mount's own device (one per container): what
+//     discovery and `trace --exe` see from /proc and the file system (StatFile).
+//   - KernelFileID: the device of the layer the file is mapped from, as the kernel's exec hook
+//     and uprobes see it (collector.Collector.FileID), shared by every container of one image:
+//     what the tracer's executable table and the kernel's records are keyed by.
+
+// StatFileID names a file as stat does: device (st_dev, the C library's encoding) and inode.
+type StatFileID struct {
+	Dev uint64 // st_dev
 	Ino uint64 // the inode number on that device
 }
 
-// StatFileID returns the device (st_dev, the C library's encoding) and inode of the file name,
-// following links.
-func StatFileID(name string) (FileID, error) {
+// KernelFileID names a file as the kernel's exec hook and uprobes do: the device of the file
+// in the layer it is mapped from (the kernel's dev_t encoding) and its inode.
+type KernelFileID struct {
+	Dev uint64 // the kernel's dev_t of the file's super block
+	Ino uint64 // the inode number on that device
+}
+
+// StatFile returns the device and inode of the file name as stat reports them, following links.
+func StatFile(name string) (StatFileID, error) {
 	fi, err := os.Stat(name)
 	if err != nil {
-		return FileID{}, fmt.Errorf("stat executable: %w", err)
+		return StatFileID{}, fmt.Errorf("stat executable: %w", err)
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return FileID{}, fmt.Errorf("stat executable: no device and inode on this platform")
+		return StatFileID{}, fmt.Errorf("stat executable: no device and inode on this platform")
 	}
-	return FileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}, nil
+	return StatFileID{Dev: uint64(st.Dev), Ino: uint64(st.Ino)}, nil
 }
 
 func truncate(b []byte, n int) []byte {

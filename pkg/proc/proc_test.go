@@ -60,12 +60,12 @@ func TestFSReadsItsRoot(t *testing.T) {
 	if exe, err := fs.Exe(pid); err != nil || exe != self {
 		t.Errorf("Exe = %q, %v; want %q", exe, err, self)
 	}
-	want, err := StatFileID(self)
+	want, err := StatFile(self)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, err := StatFileID(fs.ExeLink(pid)); err != nil || id != want {
-		t.Errorf("StatFileID(ExeLink) = %+v, %v; want %+v", id, err, want)
+	if id, err := StatFile(fs.ExeLink(pid)); err != nil || id != want {
+		t.Errorf("StatFile(ExeLink) = %+v, %v; want %+v", id, err, want)
 	}
 	maps, err := fs.Maps(pid)
 	if err != nil {

@@ -93,7 +93,7 @@ type Stats struct {
 
 // exe is one executable: inspected and attached once (ready closed), or failed (err).
 type exe struct {
-	key    proc.FileID // as the kernel identifies the file (collector.Collector.FileID)
+	key    proc.KernelFileID // as the kernel identifies the file (collector.Collector.FileID)
 	ready  chan struct{}
 	err    error
 	plan   *probes.Plan
@@ -133,7 +133,7 @@ type Tracer struct {
 	inspect chan struct{} // semaphore: inspections at once
 
 	mu          sync.Mutex
-	exes        map[proc.FileID]*exe // every process of one file, in any container, shares one
+	exes        map[proc.KernelFileID]*exe // every process of one file, in any container, shares one
 	procs       map[int]*process
 	meta        map[int]ProcessMeta
 	held        map[int][]span.Span // spans of admitted processes awaiting Admit's verdict
@@ -185,7 +185,7 @@ func New(opts Options) (*Tracer, error) {
 		clock:   opts.Clock,
 		proc:    proc.New(opts.ProcRoot),
 		inspect: make(chan struct{}, opts.Inspections),
-		exes:    map[proc.FileID]*exe{},
+		exes:    map[proc.KernelFileID]*exe{},
 		procs:   map[int]*process{},
 		dying:   map[int]bool{},
 		meta:    map[int]ProcessMeta{},
@@ -361,7 +361,7 @@ func permanent(err error) bool {
 // A caller that waited for another's inspection and got a failure of the moment (not of the
 // file: the other process exited mid-inspection, say) tries again with its own open: the
 // failure was the other process's, and this one would otherwise never be traced.
-func (t *Tracer) acquire(key proc.FileID, path string, open func() (*symbols.Binary, error), attachPath string) (*exe, error) {
+func (t *Tracer) acquire(key proc.KernelFileID, path string, open func() (*symbols.Binary, error), attachPath string) (*exe, error) {
 	for {
 		t.mu.Lock()
 		e := t.exes[key]
