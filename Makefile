@@ -4,7 +4,10 @@
 # when you are not root and sudo exists; as root they run directly.
 
 GO       ?= go
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# The release version: one source, the file VERSION (the chart's appVersion and image tag, and
+# deploy/'s image tag, are the same; a deploy/ test checks it). The agent also reports its VCS
+# revision and whether the tree was dirty (reconscope_build_info, `reconscope-agent version`).
+VERSION  ?= $(shell cat VERSION)
 BIN      := bin/reconscope-agent
 LDFLAGS  := -X main.version=$(VERSION)
 SUDO     := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then echo "sudo -E env PATH=$$PATH"; fi)

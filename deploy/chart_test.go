@@ -22,8 +22,8 @@ import (
 const chartDir = "helm/reconscope"
 
 // helmOnlyLabels are the labels the chart adds to every object (Helm's conventions) and to the
-// DaemonSet's selector (app.kubernetes.io/instance, so that releases stay apart). They are the
-// documented difference between the chart's default render and deploy/.
+// DaemonSet's selector and pod template (app.kubernetes.io/instance, so that releases stay
+// apart). They are the documented difference between the chart's default render and deploy/.
 var helmOnlyLabels = []string{"app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by", "helm.sh/chart"}
 
 // helmBinary returns Helm, built (once, cached) by test/tools/build-helm.sh.
@@ -114,13 +114,18 @@ func convert(t *testing.T, u *unstructured.Unstructured, into any) {
 	}
 }
 
+// grafanaDir is the kustomize component that adds the Grafana dashboard as a ConfigMap for
+// Grafana's dashboard sidecar (the chart's dashboard.enabled).
+const grafanaDir = "grafana"
+
 // TestChartMatchesKustomize: the chart's default render (release "reconscope" in namespace
 // reconscope) and `kubectl kustomize deploy/` make the same agent: DaemonSet, ServiceAccount,
 // ClusterRole and binding, ConfigMap. The only differences are documented ones: Helm's labels
 // (helmOnlyLabels) and the config checksum annotation; the chart adds a headless metrics
 // Service; the kustomization creates the namespace (the chart does with namespace.create).
 // Likewise metrics.secure=true and an overlay of deploy/ with the metrics-auth component make
-// the same agent and the same RBAC.
+// the same agent and the same RBAC, and dashboard.enabled=true and the grafana component the
+// same dashboard ConfigMap.
 func TestChartMatchesKustomize(t *testing.T) {
 	helm := helmBinary(t)
 	kubectl := kubectlBinary(t)
@@ -132,6 +137,7 @@ func TestChartMatchesKustomize(t *testing.T) {
 	}{
 		{name: "default", compared: 5},
 		{name: "metrics.secure", helmArgs: []string{"--set", "metrics.secure=true"}, components: []string{metricsAuthDir}, compared: 8},
+		{name: "dashboard", helmArgs: []string{"--set", "dashboard.enabled=true"}, components: []string{grafanaDir}, compared: 6},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			chart := helmTemplate(t, helm, tt.helmArgs...)
@@ -303,6 +309,12 @@ func TestChartOptions(t *testing.T) {
 		ca, _, _ := unstructured.NestedString(ep, "tlsConfig", "ca", "secret", "name")
 		if scheme != "https" || cred != "prometheus-token" || ca != "agent-metrics-tls" {
 			t.Errorf("%s endpoint: scheme %q, token Secret %q, CA Secret %q; want https, prometheus-token, agent-metrics-tls", k, scheme, cred, ca)
+		}
+	}
+	// A PodMonitor and a ServiceMonitor scrape the agents: no prometheus.io annotations too.
+	for a := range ds.Spec.Template.Annotations {
+		if strings.HasPrefix(a, "prometheus.io/") {
+			t.Errorf("pod annotation %s beside the PodMonitor and ServiceMonitor: a double scrape", a)
 		}
 	}
 	if pod.PriorityClassName != "" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "dedicated" {

@@ -155,7 +155,7 @@ func TestManifestsParse(t *testing.T) {
 
 // kustomizations are the folders users apply with kubectl apply -k: the agent, and the
 // example collector, separately.
-var kustomizations = []string{".", "otel-collector", metricsAuthDir}
+var kustomizations = []string{".", "otel-collector", metricsAuthDir, grafanaDir}
 
 // metricsAuthDir is the kustomize component that turns on --metrics-secure and adds the RBAC
 // it needs (off unless a user's overlay names it).

@@ -56,6 +56,11 @@ func TestRunBelowFloor(t *testing.T) {
 	if code, body := get("/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d %q, want 200 (stay up, no restart loop)", code, body)
 	}
+	// /metrics answers, so the node shows as not tracing instead of vanishing from Prometheus.
+	if code, body := get("/metrics"); code != http.StatusOK || !strings.Contains(body, `reconscope_tracing{reason="kernel_below_floor"} 0`) ||
+		!strings.Contains(body, "reconscope_build_info{") {
+		t.Errorf("/metrics: %d, want 200 with reconscope_tracing{reason=\"kernel_below_floor\"} 0 and reconscope_build_info:\n%s", code, body)
+	}
 	time.Sleep(500 * time.Millisecond)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("the agent did not stay up: %v", err)

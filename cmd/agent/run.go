@@ -42,7 +42,8 @@ over OTLP when an endpoint is configured (--otlp-endpoint or the OTEL_EXPORTER_O
 variables; an endpoint on port 4317 means gRPC unless a protocol is set;
 OTEL_TRACES_EXPORTER=otlp|console|none and OTEL_SDK_DISABLED=true are honoured). SIGTERM detaches every probe, flushes spans and exits 0. On a kernel below
 reconscope's floor (Linux 5.15) it traces nothing, says which feature is missing once, and
-stays up with /readyz answering 503 and the reason.
+stays up with /readyz answering 503 and the reason, and /metrics serving
+reconscope_tracing{reason="kernel_below_floor"} 0 (1 when it traces).
 
 Every flag can also be set in the environment as RECONSCOPE_<FLAG>, upper case with '_' for
 '-' (RECONSCOPE_METRICS_ADDR=:9464); a flag on the command line wins. Which processes are
@@ -132,12 +133,15 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		}
 	})
 	if errors.Is(err, collector.ErrBelowFloor) {
-		return waitBelowFloor(ctx, err, *ef.metricsAddr, sec, log)
+		return waitBelowFloor(ctx, err, *ef.metricsAddr, sec, exp.metrics, log)
 	}
 	if err != nil {
 		return failed(log, "load eBPF programs", err)
 	}
 	exp.setTracer(t)
+	if exp.metrics != nil {
+		exp.metrics.SetTracing("")
+	}
 	defer t.Close()
 	if err := exp.serve(*ef.metricsAddr, sec, log); err != nil {
 		return failed(log, "serve metrics", err)

@@ -108,7 +108,12 @@ type Metrics struct {
 	triggerLag *prometheus.HistogramVec
 	fights     *prometheus.CounterVec
 	hot        *hotObjects
+	tracing    *prometheus.GaugeVec
 }
+
+// NotTracingBelowFloor is the reason of reconscope_tracing on a node whose kernel lacks a
+// feature reconscope cannot work without (collector.ErrBelowFloor).
+const NotTracingBelowFloor = "kernel_below_floor"
 
 // NewMetrics registers the reconscope metric set on a new registry.
 func NewMetrics(opts MetricsOptions) *Metrics {
@@ -160,6 +165,10 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			Help: "Controller fight episodes seen on this node: writers alternately changing one object's resource[/subresource] (see --fight-alternations, --fight-window), once per episode for each writer and each opponent.",
 		}, []string{"controller", "opponent", "resource"}),
 		hot: newHotObjects(opts),
+		tracing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "reconscope_tracing",
+			Help: "1 when the agent's eBPF programs are loaded and it traces this node; 0 when it does not, with the reason (kernel_below_floor: /readyz and the log name the missing kernel feature). No series before the agent has tried to load its programs.",
+		}, []string{"reason"}),
 	}
 	if b := opts.BuildInfo; b != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -173,7 +182,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.hot,
+		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.hot, m.tracing,
 	)
 	if opts.AgentStats != nil {
 		reg.MustRegister(newAgentCollector(opts.AgentStats))
@@ -212,6 +221,17 @@ func (m *Metrics) Handler() http.Handler { return m.handler }
 
 // SetReady sets what /readyz answers.
 func (m *Metrics) SetReady(ready bool) { m.ready.Store(ready) }
+
+// SetTracing sets reconscope_tracing: reason "" says the agent traces (1), any other reason
+// says it does not and why (0, labelled reason). The previous series goes.
+func (m *Metrics) SetTracing(reason string) {
+	m.tracing.Reset()
+	v := 0.0
+	if reason == "" {
+		v = 1
+	}
+	m.tracing.WithLabelValues(reason).Set(v)
+}
 
 // Write implements Writer: it observes one finished reconcile.
 func (m *Metrics) Write(s *span.Span) error {

@@ -539,3 +539,34 @@ func TestMetricsTriggerLag(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsTracing: reconscope_tracing has no series until SetTracing, then one: 1 while
+// tracing, 0 with the reason when not, the previous state gone.
+func TestMetricsTracing(t *testing.T) {
+	m, srv, _ := newTestMetrics(t, MetricsOptions{})
+	state := func() []string {
+		t.Helper()
+		fams, _ := scrape(t, srv.URL+"/metrics", "")
+		var out []string
+		for _, mt := range fams["reconscope_tracing"].GetMetric() {
+			out = append(out, fmt.Sprintf("%s=%v", labelsOf(mt), mt.GetGauge().GetValue()))
+		}
+		return out
+	}
+	if got := state(); len(got) != 0 {
+		t.Errorf("before SetTracing: %v, want no series", got)
+	}
+	for _, tt := range []struct {
+		reason string
+		want   string
+	}{
+		{NotTracingBelowFloor, "reason=kernel_below_floor=0"},
+		{"", "=1"},
+		{NotTracingBelowFloor, "reason=kernel_below_floor=0"},
+	} {
+		m.SetTracing(tt.reason)
+		if got := state(); len(got) != 1 || got[0] != tt.want {
+			t.Errorf("SetTracing(%q): %v, want [%s]", tt.reason, got, tt.want)
+		}
+	}
+}

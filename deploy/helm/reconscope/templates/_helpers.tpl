@@ -1,17 +1,39 @@
-{{/* The agent's objects: RELEASE-agent (reconscope-agent for a release named reconscope). */}}
+{{/* The agent's objects: RELEASE-agent (reconscope-agent for a release named reconscope), or
+fullnameOverride; nameOverride replaces "agent". */}}
 {{- define "reconscope.fullname" -}}
-{{- printf "%s-agent" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (.Values.nameOverride | default "agent") | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "reconscope.configName" -}}
+{{- if .Values.fullnameOverride -}}
+{{- printf "%s-config" .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
 {{- printf "%s-config" .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
+{{- end -}}
 
+{{/* The ServiceAccount the agent runs as: the chart's (serviceAccount.create), or yours. */}}
+{{- define "reconscope.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "reconscope.fullname" .) -}}
+{{- else -}}
+{{- required "serviceAccount.create=false needs serviceAccount.name: the ServiceAccount the agent runs as" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The selector: stable for a release's life (a DaemonSet's selector cannot change). */}}
 {{- define "reconscope.selectorLabels" -}}
 app.kubernetes.io/name: reconscope-agent
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* Labels of every object but the pod template: with the chart's version, which changes at
+each chart release. The pod template has only the selector labels (and podLabels), so that an
+upgrade that changes nothing in the pod does not roll every agent. */}}
 {{- define "reconscope.labels" -}}
 {{ include "reconscope.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
@@ -25,4 +47,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
+{{- end -}}
+
+{{/* The discovery config file (config.yaml of the ConfigMap). Its checksum, and nothing
+else, is the pod template's checksum/config annotation. */}}
+{{- define "reconscope.configYAML" -}}
+include: {{- toYaml (.Values.config.include | default list) | nindent 2 }}
+exclude: {{- toYaml (.Values.config.exclude | default list) | nindent 2 }}
 {{- end -}}
