@@ -23,6 +23,8 @@ var otherPrograms = map[string]string{
 	"enable-feature":   "prometheus",
 	"stat":             "git show",
 	"spec":             "mkimage",
+	"raw":              "kubectl get",
+	"previous":         "kubectl logs",
 	"selector":         "the scripted fixture",
 	"ground-truth":     "the scripted fixture",
 }
