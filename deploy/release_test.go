@@ -448,6 +448,7 @@ prometheusRule:
   enabled: true
   disabled: [ReconscopeReconcileSlow]
   additionalLabels: {team: platform}
+  thresholds: {errorRatio: 0.25}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -555,6 +556,9 @@ prometheusRule:
 			if team, _, _ := unstructured.NestedString(m, "labels", "team"); team != "platform" {
 				t.Errorf("alert %s: labels %v, want team: platform added", m["alert"], m["labels"])
 			}
+			if m["alert"] == "ReconscopeReconcileErrors" && !strings.HasSuffix(strings.TrimSpace(m["expr"].(string)), "> 0.25") {
+				t.Errorf("alert ReconscopeReconcileErrors: %s, want the threshold 0.25", m["expr"])
+			}
 			if expr := m["expr"].(string); strings.Contains(expr, "reconscope-agent-") || strings.Contains(expr, "pod=") && !strings.Contains(expr, `pod=~"rs-.*"`) {
 				t.Errorf("alert %s: %s selects another release's pods", m["alert"], expr)
 			}
@@ -583,6 +587,40 @@ func keysOfObjects(objs map[string]*unstructured.Unstructured) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestChartAlertThresholds: prometheusRule.thresholds change the two thresholds of the rule
+// file, in the expression and in the text (the defaults render the file unchanged:
+// TestChartOptions; TestChartKnobs runs promtool on rules rendered with a threshold).
+func TestChartAlertThresholds(t *testing.T) {
+	helm := helmBinary(t)
+	objs := helmTemplate(t, helm, "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.thresholds.errorRatio=0.3",
+		"--set", "prometheusRule.thresholds.reconcileP99Seconds=2.5")
+	groups, _, _ := unstructured.NestedSlice(objs["PrometheusRule/reconscope/reconscope-agent"].Object, "spec", "groups")
+	found := 0
+	for _, g := range groups {
+		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, r := range rules {
+			m := r.(map[string]any)
+			expr := strings.TrimSpace(m["expr"].(string))
+			desc, _, _ := unstructured.NestedString(m, "annotations", "description")
+			switch m["alert"] {
+			case "ReconscopeReconcileErrors":
+				found++
+				if !strings.HasSuffix(expr, "> 0.3") {
+					t.Errorf("ReconscopeReconcileErrors: %s, want > 0.3", expr)
+				}
+			case "ReconscopeReconcileSlow":
+				found++
+				if !strings.HasSuffix(expr, ") > 2.5") || !strings.Contains(desc, "(threshold 2.5s)") {
+					t.Errorf("ReconscopeReconcileSlow: %s / %s, want > 2.5 and threshold 2.5s", expr, desc)
+				}
+			}
+		}
+	}
+	if found != 2 {
+		t.Errorf("found %d of the two threshold alerts", found)
+	}
 }
 
 // TestRunbook: every alert has a runbook_url into docs/runbook.md whose section exists, and
