@@ -232,7 +232,7 @@ func TestRunDaemonSetMode(t *testing.T) {
 	}
 	for _, want := range []string{
 		"reconscope_processes_traced 2",
-		"reconscope_tracing 1",
+		`reconscope_tracing{reason=""} 1`,
 		`reconscope_events_lost_total{cause="ring_buffer_full"} 0`,
 		`reconscope_events_lost_total{cause="state"} 0`,
 	} {
