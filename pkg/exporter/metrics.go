@@ -109,7 +109,17 @@ type Metrics struct {
 	fights     *prometheus.CounterVec
 	hot        *hotObjects
 	tracing    *prometheus.GaugeVec
+
+	// seenMu guards seen: the controllers (with their workload labels, the values of
+	// workloadValues) whose reconscope_reconcile_total series of every result exist.
+	seenMu sync.Mutex
+	seen   map[[7]string]bool
 }
+
+// reconcileResults are the results whose reconscope_reconcile_total series start at 0 when a
+// controller is first seen, as controller-runtime's controller_runtime_reconcile_total does,
+// so that a ratio over them (the dashboard's error ratio) is 0 rather than no data.
+var reconcileResults = []span.Result{span.ResultSuccess, span.ResultError, span.ResultRequeue, span.ResultRequeueAfter, span.ResultAbandoned}
 
 // NotTracingBelowFloor is the reason of reconscope_tracing on a node whose kernel lacks a
 // feature reconscope cannot work without (collector.ErrBelowFloor).
@@ -211,6 +221,26 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	return m
 }
 
+// initResults makes the reconscope_reconcile_total series of every result of a controller
+// seen for the first time (value 0 until one is counted).
+func (m *Metrics) initResults(controller string, wv [6]string) {
+	var key [7]string
+	key[0] = controller
+	copy(key[1:], wv[:])
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	if m.seen[key] {
+		return
+	}
+	if m.seen == nil {
+		m.seen = map[[7]string]bool{}
+	}
+	m.seen[key] = true
+	for _, r := range reconcileResults {
+		m.reconciles.WithLabelValues(append(key[:], string(r))...)
+	}
+}
+
 // Registry is the registry the metrics are on, for the agent to add its own collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
@@ -252,6 +282,7 @@ func (m *Metrics) Write(s *span.Span) error {
 		h.Observe(v)
 	}
 	m.reconciles.WithLabelValues(lv(result)...).Inc()
+	m.initResults(s.Controller, wv)
 	if s.Noop {
 		m.noops.WithLabelValues(lv()...).Inc()
 	}

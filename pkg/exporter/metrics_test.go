@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -204,14 +205,14 @@ func TestMetricsScrape(t *testing.T) {
 	if ct := hdr.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
 		t.Errorf("Content-Type %q, want text/plain", ct)
 	}
-	wantValues(t, fams, "reconscope_reconcile_total", map[string]float64{
+	wantValues(t, fams, "reconscope_reconcile_total", withZeroResults(map[string]float64{
 		"controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,result=success":        1,
 		"controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,result=error":          1,
 		"controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,result=requeue":        1,
 		"controller=deployment,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,result=requeue_after": 1,
 		"controller=deployment,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,result=abandoned":     1,
 		"controller=job,result=success": 1,
-	})
+	}))
 	wantValues(t, fams, "reconscope_api_requests_total", map[string]float64{
 		"code=200,controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,resource=configmaps,verb=PUT":        1,
 		"code=409,controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,resource=configmaps/status,verb=PUT": 1,
@@ -442,10 +443,10 @@ func TestMetricsWorkloadLabels(t *testing.T) {
 			Workload: &span.Workload{Kind: "Deployment", Name: op + "-controller", ServiceName: op}})
 	}
 	fams, _ := scrape(t, srv.URL+"/metrics", "text/plain")
-	wantValues(t, fams, "reconscope_reconcile_total", map[string]float64{
+	wantValues(t, fams, "reconscope_reconcile_total", withZeroResults(map[string]float64{
 		"controller=secret,k8s_container_name=manager,k8s_namespace_name=alpha-system,k8s_pod_name=alpha-7d9f-x,k8s_workload_kind=Deployment,k8s_workload_name=alpha-controller,result=success,service_name=alpha": 1,
 		"controller=secret,k8s_container_name=manager,k8s_namespace_name=beta-system,k8s_pod_name=beta-7d9f-x,k8s_workload_kind=Deployment,k8s_workload_name=beta-controller,result=success,service_name=beta":     1,
-	})
+	}))
 	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
 		"controller=secret,k8s_namespace_name=alpha-system,k8s_workload_name=alpha-controller,object_name=s1,object_namespace=ns": 1,
 		"controller=secret,k8s_namespace_name=beta-system,k8s_workload_name=beta-controller,object_name=s1,object_namespace=ns":   1,
@@ -569,4 +570,41 @@ func TestMetricsTracing(t *testing.T) {
 			t.Errorf("SetTracing(%q): %v, want [%s]", tt.reason, got, tt.want)
 		}
 	}
+}
+
+// withZeroResults adds to want, for each series of reconscope_reconcile_total it names, the
+// series of the same controller and workload for every other result, at 0 (Metrics.Write
+// makes them when it first sees a controller).
+func withZeroResults(want map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for labels, v := range want {
+		out[labels] = v
+	}
+	for labels := range want {
+		for _, r := range []string{"success", "error", "requeue", "requeue_after", "abandoned"} {
+			l := regexp.MustCompile(`result=[a-z_]+`).ReplaceAllString(labels, "result="+r)
+			if _, ok := out[l]; !ok {
+				out[l] = 0
+			}
+		}
+	}
+	return out
+}
+
+// TestMetricsResultsStartAtZero: a controller's first reconcile makes its
+// reconscope_reconcile_total series of every result, the others at 0, as controller-runtime's
+// controller_runtime_reconcile_total does: an error ratio over a window without errors is 0,
+// not no data. Another workload's controller of the same name gets its own.
+func TestMetricsResultsStartAtZero(t *testing.T) {
+	m, srv, _ := newTestMetrics(t, MetricsOptions{})
+	_ = m.Write(&span.Span{Controller: "widget", Namespace: "ns", Name: "a", Result: span.ResultSuccess, Duration: time.Millisecond, Pod: "team-a/op-1", Container: "manager"})
+	_ = m.Write(&span.Span{Controller: "widget", Namespace: "ns", Name: "a", Result: span.ResultSuccess, Duration: time.Millisecond, Pod: "team-a/op-1", Container: "manager"})
+	_ = m.Write(&span.Span{Controller: "widget", Namespace: "ns", Name: "b", Result: span.ResultError, Duration: time.Millisecond, Pod: "team-b/op-1", Container: "manager"})
+	fams, _ := scrape(t, srv.URL+"/metrics", "text/plain")
+	a := "controller=widget,k8s_container_name=manager,k8s_namespace_name=team-a,k8s_pod_name=op-1,result="
+	b := "controller=widget,k8s_container_name=manager,k8s_namespace_name=team-b,k8s_pod_name=op-1,result="
+	wantValues(t, fams, "reconscope_reconcile_total", map[string]float64{
+		a + "success": 2, a + "error": 0, a + "requeue": 0, a + "requeue_after": 0, a + "abandoned": 0,
+		b + "success": 0, b + "error": 1, b + "requeue": 0, b + "requeue_after": 0, b + "abandoned": 0,
+	})
 }
