@@ -611,7 +611,9 @@ func TestRunProcRoot(t *testing.T) {
 	// Still traced a while later: liveness is read from --proc-root too, not from the agent's
 	// own PID namespace (where the fixture does not exist).
 	time.Sleep(2 * time.Second)
-	if strings.Contains(logs.String(), `"msg":"process exited"`) {
+	// The fixture's pid only: the agent traces every process of the machine, and another
+	// test's controller on it may exit meanwhile.
+	if strings.Contains(logs.String(), fmt.Sprintf(`"msg":"process exited","pid":%d}`, ctl.PID())) {
 		t.Errorf("the agent took the fixture for exited:\n%s", logs.String())
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
