@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -15,10 +16,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/reconscope/reconscope/pkg/discovery"
+	"github.com/reconscope/reconscope/test/testenv"
 )
 
 // agentRepository is the image name `make image` gives the agent's image, deploy/ runs and the
@@ -668,5 +671,45 @@ func TestChartDashboardCopy(t *testing.T) {
 	b := mustRead(t, filepath.Join(chartDir, "dashboards", "reconscope-dashboard.json"))
 	if !bytes.Equal(a, b) {
 		t.Error("deploy/grafana/reconscope-dashboard.json and the chart's dashboards/reconscope-dashboard.json differ: copy one onto the other")
+	}
+}
+
+// TestChartInstallOnAPIServer runs `helm install` as a user would, against a real
+// kube-apiserver (--dry-run=server: every object goes through the API server's admission and
+// validation, nothing is created; no kubelet here): a typo in the values fails the install
+// naming the key; the notes Helm prints warn that the namespace lacks the Pod Security label
+// the agent needs, and stop warning once it has it.
+func TestChartInstallOnAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd and kube-apiserver; skipped with -short")
+	}
+	helm := helmBinary(t)
+	env := testenv.Start(t, testenv.Options{})
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "reconscope"}}
+	if err := env.Client.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	install := func(args ...string) (string, error) {
+		out, err := exec.Command(helm, append([]string{"install", "reconscope", chartDir, "--namespace", "reconscope",
+			"--kubeconfig", env.Kubeconfig, "--dry-run=server"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := install("--set", "config.include[0].namespace=team-a"); err == nil || !strings.Contains(out, "'namespace' not allowed") {
+		t.Errorf("helm install with config.include[0].namespace: %v\n%s\nwant a failure naming namespace", err, out)
+	}
+	const warning = "Pod Security: namespace reconscope is not labelled pod-security.kubernetes.io/enforce=privileged"
+	out, err := install()
+	if err != nil {
+		t.Fatalf("helm install --dry-run=server: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "NOTES:") || !strings.Contains(out, warning) || !strings.Contains(out, "kind: DaemonSet") {
+		t.Errorf("helm install into an unlabelled namespace: want the DaemonSet and notes warning %q:\n%s", warning, out)
+	}
+	ns.Labels = map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}
+	if err := env.Client.Update(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := install(); err != nil || strings.Contains(out, "Pod Security:") || !strings.Contains(out, "NOTES:") {
+		t.Errorf("helm install into a namespace labelled privileged: %v; want notes without the Pod Security warning:\n%s", err, out)
 	}
 }
