@@ -18,6 +18,7 @@ var otherPrograms = map[string]string{
 	"set":              "helm install",
 	"namespace":        "helm install",
 	"create-namespace": "helm install",
+	"dry-run":          "helm install",
 	"clusterrole":      "kubectl create clusterrolebinding",
 	"serviceaccount":   "kubectl create clusterrolebinding",
 	"enable-feature":   "prometheus",
