@@ -111,6 +111,7 @@ func (c *Collector) decode(b []byte, raw *probes.Raw) (*probes.Site, bool) {
 		p = c.adopt(e.Pid, owner) // admitted at exec, its notification not handled yet
 	}
 	DecodeEvent(b, raw)
+	raw.Function = site.Function.Name
 	if errSlot := site.Layout().Err; site.Kind == probes.SiteReturn && errSlot >= 0 {
 		if itab := e.Args[errSlot]; itab != 0 {
 			raw.ErrorType = "unknown"

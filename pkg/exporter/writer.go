@@ -26,7 +26,9 @@ type JSONSpan struct {
 	Controller string `json:"controller"`
 	Namespace  string `json:"namespace"`
 	Name       string `json:"name"`
-	UID        string `json:"uid"`
+	// ItemType is the Go type of a work-queue item that is not a key (no namespace nor name).
+	ItemType string `json:"item_type,omitempty"`
+	UID      string `json:"uid"`
 	// ResourceVersion is the object's resourceVersion as the reconcile first read it.
 	ResourceVersion string     `json:"resource_version"`
 	ReconcileID     string     `json:"reconcile_id"`
@@ -105,7 +107,7 @@ type JSONCall struct {
 // ToJSON converts a span to its JSON form.
 func ToJSON(s *span.Span, clock ktime.Clock) JSONSpan {
 	j := JSONSpan{
-		Controller: s.Controller, Namespace: s.Namespace, Name: s.Name, UID: s.UID, ResourceVersion: s.ResourceVersion,
+		Controller: s.Controller, Namespace: s.Namespace, Name: s.Name, ItemType: s.ItemType, UID: s.UID, ResourceVersion: s.ResourceVersion,
 		ReconcileID: s.ReconcileID, Start: clock.Wall(s.Start), DurationNS: int64(s.Duration),
 		Result: string(s.Result), RequeueAfterNS: int64(s.RequeueAfter), ErrorType: s.ErrorType,
 		Error: s.Error, PID: s.PID, Goid: s.Goid, Exe: s.Exe, Pod: s.Pod, Container: s.Container,
@@ -175,6 +177,9 @@ func (t *TreeWriter) Write(s *span.Span) error {
 	obj := s.Name
 	if s.Namespace != "" {
 		obj = s.Namespace + "/" + s.Name
+	}
+	if obj == "" && s.ItemType != "" {
+		obj = "(" + s.ItemType + ")"
 	}
 	fmt.Fprintf(&b, "%s %-12s %-32s %-13s %9s", t.clock.Wall(s.Start).Local().Format("15:04:05.000"), s.Controller, obj, s.Result, round(s.Duration))
 	switch {

@@ -137,6 +137,12 @@ type Probe struct {
 	// instructions is one the kernel emulates and no branch of a caller targets one; otherwise
 	// the RETs. (On arm64 the kernel simulates RET: the RETs stay.)
 	ReturnCallers *regexp.Regexp
+	// Bracket, when set, puts the probe's two sites in two functions: the entry site at the
+	// single direct call, in each function Symbol matches, of a function Bracket.Call matches,
+	// and the return site at the entry of the sibling method Bracket.End (a work queue's Get
+	// hands an item to a worker, its Done ends the item). Both or neither are attached: where
+	// the function has not exactly one such call, the probe does not apply to it.
+	Bracket *Bracket
 	// Fallback probes are used only when no earlier catalog entry with the same ID found
 	// sites: a Calls probe's shape is looked for first, the plain sites are the fallback.
 	Fallback bool
@@ -154,6 +160,16 @@ type Probe struct {
 // direct call of each, in that order; otherwise the probe does not apply (its Fallback does).
 type CallPair struct {
 	Entry, Return string
+}
+
+// Bracket names the two sites of a span that begins inside one method and ends at the entry
+// of another of the same type (Probe.Bracket).
+type Bracket struct {
+	// Call matches the callee whose direct call in the probed function opens the span.
+	Call *regexp.Regexp
+	// End is the name of the method whose entry ends the span, in place of the probed
+	// function's last name element (".Done" for ".Get").
+	End string
 }
 
 // ResultSize names a result type by an interface method that returns it (symbols.Binary.
@@ -437,6 +453,7 @@ func init() {
 	}
 	Catalog = append(Catalog, GoroutineProbes...)
 	Catalog = append(Catalog, QueueProbes...)
+	Catalog = append(Catalog, WorkQueueProbes...)
 }
 
 // SyncProbe is a span probe on a client-go style sync handler whose entry reads the key

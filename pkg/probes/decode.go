@@ -31,6 +31,9 @@ type Raw struct {
 	ItabType string
 	// Incomplete marks fields that could not be read (unknown offsets, truncated strings).
 	Incomplete bool
+	// Function is the probed function the site belongs to (a generic shape body's name says
+	// its shape).
+	Function string
 }
 
 func base(r *Raw, kind span.EventKind) span.Event {

@@ -171,6 +171,18 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 			}
 		}
 		for _, fn := range fns {
+			if pr.Bracket != nil {
+				entry, end, ret, err := bracketSites(bin, funcs, fn, pr.Bracket)
+				if err != nil {
+					p.missing(pr.ID, fmt.Sprintf("%s: queue layout unknown: %v; nothing attached for it", fn.Name, err))
+					continue
+				}
+				p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteEntry, Site: entry},
+					Site{Probe: pr, Function: fn, Kind: SiteReturn, Site: ret, In: end})
+				p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: fmt.Sprintf("%s's `%s` (the item handed to the worker) and %s's entry `%s` (the worker is done with it)", fn.Name, entry.Insn, end.Name, ret.Insn)})
+				matched[pr.ID] = true
+				continue
+			}
 			if pr.Calls != nil {
 				entry, ret, err := callPairSites(bin, fn, pr.Calls)
 				if err != nil {
@@ -353,6 +365,35 @@ func callPairSites(bin *symbols.Binary, fn symbols.Function, c *CallPair) (entry
 	return entry, ret, nil
 }
 
+// bracketSites finds the sites of a Bracket probe in fn: the single direct call of a function
+// b.Call matches (the entry site), and the entry of the method b.End of fn's receiver (the
+// return site).
+func bracketSites(bin *symbols.Binary, funcs []symbols.Function, fn symbols.Function, b *Bracket) (entry symbols.Site, end symbols.Function, ret symbols.Site, err error) {
+	calls, err := bin.Calls(fn)
+	if err != nil {
+		return entry, end, ret, err
+	}
+	var sites []symbols.Site
+	for _, c := range calls {
+		if callee, ok := funcContaining(funcs, c.Target); ok && callee.Entry == c.Target && b.Call.MatchString(callee.Name) {
+			sites = append(sites, c.Site)
+		}
+	}
+	if len(sites) != 1 {
+		return entry, end, ret, fmt.Errorf("%d direct calls of a function matching %s, not one", len(sites), b.Call)
+	}
+	i := strings.LastIndexByte(fn.Name, '.')
+	end, err = bin.Lookup(fn.Name[:i+1] + b.End)
+	if err != nil {
+		return entry, end, ret, err
+	}
+	ret, err = bin.EntrySite(end)
+	if err != nil {
+		return entry, end, ret, fmt.Errorf("find entry site of %s: %w", end.Name, err)
+	}
+	return sites[0], end, ret, nil
+}
+
 // candidate is a probe of the catalog and the functions it applies to.
 type candidate struct {
 	probe *Probe
@@ -375,7 +416,11 @@ func (p *Plan) match(bin *symbols.Binary, funcs []symbols.Function, catalog []*P
 			if !semver.IsValid(v) {
 				unknown[pr] = v
 			} else if !inRange(v, pr.MinVersion, pr.MaxVersion) {
-				p.missing(pr.ID, fmt.Sprintf("%s %s is outside this layout's range [%s, %s]", pr.Module, v, orAny(pr.MinVersion), orAny(pr.MaxVersion)))
+				why := fmt.Sprintf("%s %s is outside this layout's range [%s, %s]", pr.Module, v, orAny(pr.MinVersion), orAny(pr.MaxVersion))
+				if pr.Bracket != nil {
+					why = "queue layout unknown: " + why + "; nothing attached for it"
+				}
+				p.missing(pr.ID, why)
 				continue
 			}
 		}

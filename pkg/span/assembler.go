@@ -64,6 +64,25 @@ type openSpan struct {
 	// last is, per goroutine, the index in span.Calls of the call that ended last, while no
 	// other call has begun since (the call a CallObject event describes).
 	last map[goroutineKey]int
+	// at is the span's entry time as the kernel knows it (byStart's key, the SpanStartTime of
+	// its events), which a handler inside a work-queue item moves span.Start from.
+	at uint64
+	// queue: a work-queue item's span (Get handed the item, Done ends it). handler: a handler
+	// probe's span (a sync handler, controller-runtime's Reconcile) ran inside it and gives it
+	// its fields, its times and, when it returned (handlerEnd), its result.
+	queue      bool
+	handler    bool
+	handlerEnd *Event
+	// What the worker did with the item before Done: retried it (AddRateLimited), or
+	// requeued it after a delay (requeueAfter; -1: not read).
+	retry        bool
+	requeued     bool
+	requeueAfter time.Duration
+}
+
+type queueKey struct {
+	pid uint32
+	id  uint64
 }
 
 type objectKey struct {
@@ -132,6 +151,10 @@ type Assembler struct {
 	// fights: the recent writers of each object's subresources, to detect fights.
 	fights     map[fightKey]*fightState
 	fightOrder []fightKey
+	// queueNames are the names of the work queues seen made, by process and queue; naming is
+	// the name of the queue being made on a goroutine (QueueNamed, until its QueueMade).
+	queueNames map[queueKey]string
+	naming     map[goroutineKey]string
 	stats      Stats
 	emit       func(Span)
 }
@@ -169,6 +192,9 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 		versions: make(map[version]written),
 		fights:   make(map[fightKey]*fightState),
 		emit:     emit,
+
+		queueNames: make(map[queueKey]string),
+		naming:     make(map[goroutineKey]string),
 	}
 }
 
@@ -221,6 +247,25 @@ func (a *Assembler) Add(e Event) {
 			q.limited--
 			q.readyAt(e.Time + uint64(max(e.RequeueAfter, 0)))
 		}
+	case QueueNamed:
+		if len(a.naming) < a.opts.MaxOpen {
+			a.naming[k] = e.Controller
+		}
+	case QueueMade:
+		name, ok := a.naming[k]
+		delete(a.naming, k)
+		if ok && name != "" && (len(a.queueNames) < a.opts.MaxOpen || a.queueNames[queueKey{e.PID, e.QueueID}] != "") {
+			a.queueNames[queueKey{e.PID, e.QueueID}] = name
+		}
+	case QueueRequeue:
+		if o := a.open[k]; o != nil && o.queue {
+			switch {
+			case e.RateLimited:
+				o.retry = true
+			case !o.retry: // AddRateLimited's own AddAfter is its backoff, not a requeue
+				o.requeued, o.requeueAfter = true, e.RequeueAfter
+			}
+		}
 	case CallObject:
 		if o := a.spanOf(k, &e); o != nil {
 			a.callObject(o, k, e.Call)
@@ -247,6 +292,9 @@ func (a *Assembler) spanOf(k goroutineKey, e *Event) *openSpan {
 func (a *Assembler) start(k goroutineKey, e Event) {
 	if o := a.open[k]; o != nil {
 		if e.Nested {
+			if o.queue && !o.handler && !e.Queue && o.depth == 1 {
+				a.enrich(o, e)
+			}
 			o.depth++
 			return
 		}
@@ -265,7 +313,9 @@ func (a *Assembler) start(k goroutineKey, e Event) {
 	}
 	o := a.newOpen(e)
 	o.key = k
-	a.serve(&o.span, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+	if !e.Queue { // a work-queue item's object is known at its Done
+		a.serve(&o.span, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+	}
 	a.open[k] = o
 	a.byStart[spanKey{pid: e.PID, start: e.Time}] = o
 }
@@ -318,8 +368,21 @@ func (a *Assembler) serve(s *Span, ok objectKey) {
 	delete(a.queued, ok)
 }
 
+// enrich makes the work-queue item o the span of the handler whose entry e is, which runs
+// inside it: the handler's controller, object, reconcile ID and times are the span's, and its
+// result when it returns. It is one span, not two.
+func (a *Assembler) enrich(o *openSpan, e Event) {
+	o.handler = true
+	o.span.Controller, o.span.Namespace, o.span.Name, o.span.ReconcileID = e.Controller, e.Namespace, e.Name, e.ReconcileID
+	o.span.Start = e.Time
+	o.span.Incomplete = o.span.Incomplete || e.Incomplete
+	a.serve(&o.span, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+}
+
 func (a *Assembler) newOpen(e Event) *openSpan {
 	return &openSpan{
+		at:    e.Time,
+		queue: e.Queue,
 		depth: 1,
 		calls: map[goroutineKey][]openCall{},
 		last:  map[goroutineKey]int{},
@@ -338,11 +401,16 @@ func (a *Assembler) newOpen(e Event) *openSpan {
 
 func (a *Assembler) end(k goroutineKey, e Event) {
 	o := a.open[k]
-	if o != nil && e.SpanStartTime != 0 && e.SpanStartTime != o.span.Start {
+	if o != nil && e.SpanStartTime != 0 && e.SpanStartTime != o.at {
 		// The kernel says this return's span began at another time than the open one: the
 		// open span's return and this one's entry were lost. Do not pair them.
 		a.abandon(k, o)
 		o = nil
+	}
+	if o == nil && e.Queue && e.NoEntry {
+		// Done for an item whose Get was not seen (handed before the probes were attached).
+		a.stats.OrphanReturns++
+		return
 	}
 	if o == nil {
 		if e.SpanStartTime == 0 {
@@ -367,11 +435,56 @@ func (a *Assembler) end(k goroutineKey, e Event) {
 	}
 	if o.depth > 1 {
 		o.depth--
+		if o.handler && o.depth == 1 && !e.Queue {
+			o.handlerEnd = &e // the handler returned: its result is the item's
+		}
 		return
 	}
 	a.remove(k, o)
+	if o.queue {
+		e = a.queueEnd(o, e)
+	}
 	a.finish(o, e)
 }
+
+// queueEnd completes a work-queue item's span at its Done (e): the queue's name is its
+// controller, the item its object, and its result what the worker did with it, unless a
+// handler ran inside it, whose fields and return are the span's.
+func (a *Assembler) queueEnd(o *openSpan, e Event) Event {
+	if o.handler {
+		if o.handlerEnd != nil {
+			return *o.handlerEnd
+		}
+		e.Incomplete = true // the handler's return was not seen
+		return e
+	}
+	s := &o.span
+	s.Controller = a.queueNames[queueKey{e.PID, e.QueueID}]
+	if s.Controller == "" {
+		s.Controller = UnnamedQueue
+	}
+	s.Namespace, s.Name, s.ItemType = e.Namespace, e.Name, e.ItemType
+	if s.Name != "" {
+		a.serve(s, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+	}
+	switch {
+	case o.retry:
+		e.Result = ResultError
+	case o.requeued && o.requeueAfter > 0:
+		e.Result, e.RequeueAfter = ResultRequeueAfter, o.requeueAfter
+	case o.requeued && o.requeueAfter == 0:
+		e.Result = ResultRequeue
+	case o.requeued:
+		e.Result, e.Incomplete = ResultRequeueAfter, true // a delay not read
+	default:
+		e.Result = ResultSuccess
+	}
+	return e
+}
+
+// UnnamedQueue is the controller of a work-queue item whose queue's name is not known: a queue
+// made without a Name, or before the process was traced.
+const UnnamedQueue = "workqueue"
 
 func (a *Assembler) finish(o *openSpan, e Event) {
 	s := o.span
@@ -546,7 +659,7 @@ func mergeCallInfo(dst *CallInfo, ret CallInfo) {
 
 func (a *Assembler) remove(k goroutineKey, o *openSpan) {
 	delete(a.open, k)
-	delete(a.byStart, spanKey{pid: o.span.PID, start: o.span.Start})
+	delete(a.byStart, spanKey{pid: o.span.PID, start: o.at})
 }
 
 func (a *Assembler) abandon(k goroutineKey, o *openSpan) {
@@ -620,6 +733,16 @@ func (a *Assembler) ProcessExited(pid uint32) {
 	for k := range a.limiting {
 		if k.pid == pid {
 			delete(a.limiting, k)
+		}
+	}
+	for k := range a.queueNames {
+		if k.pid == pid {
+			delete(a.queueNames, k)
+		}
+	}
+	for k := range a.naming {
+		if k.pid == pid {
+			delete(a.naming, k)
 		}
 	}
 }

@@ -39,6 +39,14 @@ const (
 	// rate-limited add (RateLimited) its delay.
 	QueueLimitStart
 	QueueLimitEnd
+	// QueueNamed: a work queue named Controller is being made on this goroutine; QueueMade,
+	// next on the same goroutine, is the queue made (QueueID).
+	QueueNamed
+	QueueMade
+	// QueueRequeue: the worker put the item of the work-queue span open on its goroutine back
+	// in the queue: rate limited (RateLimited: a retry after an error) or after RequeueAfter
+	// (-1: a delay not read).
+	QueueRequeue
 )
 
 // CallKind names what a call inside a reconcile does.
@@ -76,6 +84,13 @@ type Event struct {
 	Namespace   string
 	Name        string
 	ReconcileID string
+
+	// Queue marks the SpanStart and SpanEnd of a work-queue item (Get handed it to the
+	// worker, Done ended it); QueueID is the queue, on SpanEnd and QueueMade.
+	Queue   bool
+	QueueID uint64
+	// ItemType is the Go type of a work-queue item that is not a key (SpanEnd of a queue).
+	ItemType string
 
 	// RateLimited marks a QueueAdd whose delay the queue's rate limiter chooses
 	// (AddRateLimited): a QueueLimitEnd gives it.
@@ -139,7 +154,10 @@ type Span struct {
 	Controller string
 	Namespace  string
 	Name       string
-	UID        string
+	// ItemType is the Go type of the work-queue item when the item is not a key (a namespace
+	// and name): the span has no object then.
+	ItemType string
+	UID      string
 	// ResourceVersion is the reconciled object's resourceVersion as the reconcile first read it
 	// (from its cache or lister), "" when no read of it was seen.
 	ResourceVersion string

@@ -1,0 +1,176 @@
+package probes
+
+import (
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/reconscope/reconscope/pkg/span"
+)
+
+// WorkQueueProbes make a span of every item a worker takes from a client-go work queue
+// (k8s.io/client-go/util/workqueue, the generic Typed queue of v0.31+, under its rate-limiting
+// and delaying wrappers), in any Go program: from the moment Get hands the item to the worker
+// to the worker's Done for it, on that goroutine. Handler probes (a sync handler, controller-
+// runtime's Reconcile) that run inside the bracket enrich the same span (span.Assembler).
+//
+// Every item costs two hits, both at instructions the kernel emulates: Get's direct call of
+// the runtime's map insert (processing.Insert(item), after the item was popped: once per item
+// handed, never while the worker waits), and Done's entry (PUSHQ BP). The item is read at
+// Done, whose arguments are the queue and the item; its layout follows the queue's shape
+// (one generic body per shape: strings, NamespacedName-like structs, pointers, other types).
+//
+// The queue's name (the Name of its config, which its workqueue_* metrics carry) is not kept
+// by the queue: it is seen when the queue is made (newQueueWithConfig's entry, its result at
+// the RETs: once per queue), so queues made before the process was traced are unnamed.
+var WorkQueueProbes = []*Probe{
+	workQueueBracket(`string`, layout().str(0, str(2, 3)), decodeQueueDoneKey),
+	// types.NamespacedName and controller-runtime's reconcile.Request{NamespacedName}: both
+	// strings in slots 2-5.
+	workQueueBracket(`struct \{ Namespace string; Name string \}`, layout().str(0, str(2, 3)).str(1, str(4, 5)), decodeQueueDoneObject),
+	workQueueBracket(`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, layout().str(0, str(2, 3)).str(1, str(4, 5)), decodeQueueDoneObject),
+	// pointers (garbage collector events and nodes, ...): the item's Go type, no key.
+	workQueueBracket(`\*[^\]]+`, layout(), decodeQueueDoneType),
+	// any other shape whose first letter tells it is not one of the above: its Go type.
+	workQueueBracket(`(?:[^s*\]][^\]]*|s[^t][^\]]*|struct \{ [^Nk][^\]]*)`, layout(), decodeQueueDoneType),
+
+	// The queue's name, once per queue: newQueueWithConfig(config TypedQueueConfig[T]{Name,
+	// ...}, updatePeriod) *Typed[T]: dict in slot 0, Name in slots 1-2; the queue in slot 0 at
+	// its RETs.
+	{ID: "client-go/workqueue-name", Module: clientGo, MinVersion: "v0.31.0", Role: RoleMark,
+		Symbol:      regexp.MustCompile(`^k8s\.io/client-go/util/workqueue\.newQueueWithConfig\[go\.shape\..*\]$`),
+		Entry:       layout().str(0, str(1, 2)),
+		Return:      layout(),
+		DecodeEntry: decodeQueueNamed, DecodeReturn: decodeQueueMade},
+
+	// What the worker did with the item before Done, on its goroutine: AddRateLimited (a
+	// retry: the handler failed) and AddAfter (a requeue after a delay; AddRateLimited calls
+	// it too, with its backoff). Forget, or nothing, is a success and costs no hit.
+	{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true,
+		Symbol:      regexp.MustCompile(`^k8s\.io/client-go/util/workqueue\.\(\*rateLimitingType\[go\.shape\..*\]\)\.AddRateLimited$`),
+		Entry:       layout(),
+		Return:      layout(),
+		DecodeEntry: decodeQueueRetry, DecodeReturn: decodeIgnore},
+	// AddAfter(item T, duration): recv, dict, item, duration: the delay's slot follows the item.
+	queueAddAfter(`string`, 4),
+	queueAddAfter(`struct \{ Namespace string; Name string \}`, 6),
+	queueAddAfter(`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, 6),
+	queueAddAfter(`\*[^\]]+`, 3),
+	queueAddAfter(`(?:[^s*\]][^\]]*|s[^t][^\]]*|struct \{ [^Nk][^\]]*)`, None),
+}
+
+const workQueue = `^k8s\.io/client-go/util/workqueue\.`
+
+// workQueueBracket is the span probe of one shape of the Typed queue: Get's direct call of the
+// runtime's map insert opens the span, Done's entry (recv, dict, item) ends it.
+func workQueueBracket(shape string, done Layout, decode Decoder) *Probe {
+	return &Probe{ID: "client-go/workqueue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleSpan,
+		Symbol:      regexp.MustCompile(workQueue + `\(\*Typed\[go\.shape\.` + shape + `\]\)\.Get$`),
+		Bracket:     &Bracket{Call: mapInsert, End: "Done"},
+		Entry:       layout(),
+		Return:      done,
+		DecodeEntry: decodeQueueGet, DecodeReturn: decode}
+}
+
+func queueAddAfter(shape string, delaySlot int) *Probe {
+	return &Probe{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true,
+		Symbol:      regexp.MustCompile(workQueue + `\(\*delayingType\[go\.shape\.` + shape + `\]\)\.AddAfter$`),
+		Entry:       layout(),
+		Return:      layout(),
+		DecodeEntry: decodeQueueAddAfter(delaySlot), DecodeReturn: decodeIgnore}
+}
+
+// mapInsert matches the runtime's map assignment functions (a set's Insert compiles to one).
+var mapInsert = regexp.MustCompile(`^(runtime\.mapassign(_fast32|_fast64|_fast64ptr|_faststr)?|internal/runtime/maps\.runtime_mapassign.*)$`)
+
+func decodeQueueGet(r *Raw) span.Event {
+	e := base(r, span.SpanStart)
+	e.Queue = true
+	return e
+}
+
+// queueDone is the end of a work-queue item: the queue (slot 0) names its controller.
+func queueDone(r *Raw) span.Event {
+	e := base(r, span.SpanEnd)
+	e.Queue = true
+	e.QueueID = r.Args[0]
+	e.Result = span.ResultSuccess
+	return e
+}
+
+func decodeQueueDoneKey(r *Raw) span.Event {
+	e := queueDone(r)
+	e.Namespace, e.Name = splitKey(r.Str[0])
+	return e
+}
+
+func decodeQueueDoneObject(r *Raw) span.Event {
+	e := queueDone(r)
+	e.Namespace, e.Name = r.Str[0], r.Str[1]
+	return e
+}
+
+// decodeQueueDoneType names the item by its Go type, from the shape of the probed function
+// (its pointer shape names the type; other shapes name their underlying type).
+func decodeQueueDoneType(r *Raw) span.Event {
+	e := queueDone(r)
+	e.ItemType = shapeOf(r.Function)
+	return e
+}
+
+// shapeOf returns the type a generic shape body was compiled for: "*garbagecollector.event"
+// of "k8s.io/client-go/util/workqueue.(*Typed[go.shape.*k8s.io/kubernetes/pkg/controller/
+// garbagecollector.event]).Done", with the package path cut to its last element as %T prints it.
+func shapeOf(fn string) string {
+	_, after, ok := strings.Cut(fn, "[go.shape.")
+	if !ok {
+		return ""
+	}
+	t, _, ok := strings.Cut(after, "])")
+	if !ok {
+		return ""
+	}
+	if t == "*uint8" {
+		return "" // the shape of every pointer type in some compilers: not this item's type
+	}
+	star := strings.HasPrefix(t, "*")
+	t = strings.TrimPrefix(t, "*")
+	if !strings.ContainsAny(t, " {") {
+		if i := strings.LastIndexByte(t, '/'); i >= 0 {
+			t = t[i+1:]
+		}
+	}
+	if star {
+		t = "*" + t
+	}
+	return t
+}
+
+func decodeQueueNamed(r *Raw) span.Event {
+	e := base(r, span.QueueNamed)
+	e.Controller = r.Str[0]
+	return e
+}
+
+func decodeQueueMade(r *Raw) span.Event {
+	e := base(r, span.QueueMade)
+	e.QueueID = r.Args[0]
+	return e
+}
+
+func decodeQueueRetry(r *Raw) span.Event {
+	e := base(r, span.QueueRequeue)
+	e.RateLimited = true
+	return e
+}
+
+func decodeQueueAddAfter(delaySlot int) Decoder {
+	return func(r *Raw) span.Event {
+		e := base(r, span.QueueRequeue)
+		e.RequeueAfter = -1 // unknown: a shape whose layout is not known
+		if delaySlot != None {
+			e.RequeueAfter = max(time.Duration(int64(r.Args[delaySlot])), 0)
+		}
+		return e
+	}
+}
