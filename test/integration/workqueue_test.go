@@ -1,0 +1,126 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+// TestWorkQueueItems traces a program that uses client-go's work queues and nothing else
+// reconscope knows (no controller-runtime, no catalogued handler), from its exec: every item
+// its workers processed is one span, of the queue's name (an unnamed queue's: "workqueue"), for
+// the item's object (string keys, NamespacedName) or type (pointers), with the result the
+// worker chose (Forget: success, AddRateLimited: error, AddAfter: requeue_after and its delay),
+// exactly as the program's own record of what it did. Plain and stripped.
+func TestWorkQueueItems(t *testing.T) {
+	bpftest.Require(t)
+	for _, stripped := range []bool{false, true} {
+		name, flags := "plain", []string{}
+		if stripped {
+			name, flags = "stripped", []string{"-ldflags=-s -w"}
+		}
+		t.Run(name, func(t *testing.T) {
+			bin := testkit.Build(t, "./test/fixtures/workqueue-controller", flags...)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			tr, s, plan := testenv.TraceExe(t, ctx, bin)
+			defer tr.Close()
+			t.Logf("attached %s", plan)
+			stop := testkit.Go(t, tr.Run)
+
+			truth := filepath.Join(t.TempDir(), "truth.jsonl")
+			cmd := exec.Command(bin, "-truth", truth, "-items", "40")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("fixture: %v\n%s", err, out)
+			}
+			want := readQueueTruth(t, truth)
+			testkit.WaitFor(t, "a span per item processed", 10*time.Second, func() (bool, string) {
+				n := s.Count()
+				return n >= len(want), fmt.Sprintf("%d spans, %d items", n, len(want))
+			})
+			time.Sleep(200 * time.Millisecond) // any extra span
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, sp := range s.Snapshot() {
+				got = append(got, queueLine(sp.Controller, sp.Namespace, sp.Name, sp.ItemType, string(sp.Result), sp.RequeueAfter))
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("spans differ from the items the program processed (%d spans, %d items):\n%s", len(got), len(want), lineDiff(want, got))
+			}
+		})
+	}
+}
+
+func queueLine(controller, ns, name, itemType, result string, after time.Duration) string {
+	return fmt.Sprintf("%s %s/%s %s %s %s", controller, ns, name, itemType, result, after)
+}
+
+// lineDiff lists the lines of want missing from got (-) and the lines of got not in want (+),
+// each as often as it is missing or extra.
+func lineDiff(want, got []string) string {
+	count := map[string]int{}
+	for _, l := range want {
+		count[l]++
+	}
+	for _, l := range got {
+		count[l]--
+	}
+	var out []string
+	for l, n := range count {
+		for ; n > 0; n-- {
+			out = append(out, "- "+l)
+		}
+		for ; n < 0; n++ {
+			out = append(out, "+ "+l)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, "\n")
+}
+
+// readQueueTruth reads the fixture's records as the lines queueLine makes of spans, sorted.
+func readQueueTruth(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r struct {
+			Queue, Namespace, Name, Result string
+			ItemType                       string `json:"item_type"`
+			AfterNS                        int64  `json:"after_ns"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Queue == "" {
+			r.Queue = span.UnnamedQueue
+		}
+		out = append(out, queueLine(r.Queue, r.Namespace, r.Name, r.ItemType, r.Result, time.Duration(r.AfterNS)))
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(out)
+	return out
+}
