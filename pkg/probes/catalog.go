@@ -143,6 +143,10 @@ type Probe struct {
 	// hands an item to a worker, its Done ends the item). Both or neither are attached: where
 	// the function has not exactly one such call, the probe does not apply to it.
 	Bracket *Bracket
+	// SupersededBy, when set, leaves the probe out of a plan that attaches the probe of that
+	// ID, whose spans already cover the functions' work at a lower cost (controller-runtime's
+	// Reconcile covers the items of its reconcile.Request queue).
+	SupersededBy string
 	// Fallback probes are used only when no earlier catalog entry with the same ID found
 	// sites: a Calls probe's shape is looked for first, the plain sites are the fallback.
 	Fallback bool

@@ -234,6 +234,7 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		}
 	}
 	p.Missing = kept
+	p.supersede()
 	// Calls and goroutine probes serve spans: without a span probe there is nothing to trace,
 	// and goroutine inheritance serves only calls.
 	roles := map[Role]bool{}
@@ -258,6 +259,32 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 	// A work queue's adds matter only to the spans of the same process, and only then.
 	sort.SliceStable(p.Sites, func(i, j int) bool { return p.Sites[i].Addr < p.Sites[j].Addr })
 	return p, nil
+}
+
+// supersede leaves out the sites of probes whose SupersededBy probe has sites, and says so.
+func (p *Plan) supersede() {
+	ids := map[string]bool{}
+	for _, s := range p.Sites {
+		ids[s.Probe.ID] = true
+	}
+	left := map[*Probe]bool{}
+	var fns []string
+	p.Sites = slices.DeleteFunc(p.Sites, func(s Site) bool {
+		if s.Probe.SupersededBy != "" && ids[s.Probe.SupersededBy] {
+			left[s.Probe] = true
+			fns = append(fns, s.Function.Name+"'s ")
+			return true
+		}
+		return false
+	})
+	p.Choices = slices.DeleteFunc(p.Choices, func(c Choice) bool {
+		return slices.ContainsFunc(fns, func(fn string) bool { return strings.HasPrefix(c.Sites, fn) })
+	})
+	for pr := range left {
+		p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: "none for the functions matching " + pr.Symbol.String(),
+			Why: pr.SupersededBy + " is attached: its spans are these queue items', at no extra probe hit"})
+	}
+	sort.SliceStable(p.Choices, func(i, j int) bool { return p.Choices[i].ProbeID < p.Choices[j].ProbeID })
 }
 
 // Choice says where the plan put the sites of a probe that has more than one way to be

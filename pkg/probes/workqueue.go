@@ -23,16 +23,18 @@ import (
 // The queue's name (the Name of its config, which its workqueue_* metrics carry) is not kept
 // by the queue: it is seen when the queue is made (newQueueWithConfig's entry, its result at
 // the RETs: once per queue), so queues made before the process was traced are unnamed.
-var WorkQueueProbes = []*Probe{
+var WorkQueueProbes = append([]*Probe{
 	workQueueBracket(`string`, layout().str(0, str(2, 3)), decodeQueueDoneKey),
 	// types.NamespacedName and controller-runtime's reconcile.Request{NamespacedName}: both
 	// strings in slots 2-5.
 	workQueueBracket(`struct \{ Namespace string; Name string \}`, layout().str(0, str(2, 3)).str(1, str(4, 5)), decodeQueueDoneObject),
-	workQueueBracket(`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, layout().str(0, str(2, 3)).str(1, str(4, 5)), decodeQueueDoneObject),
+	// controller-runtime's queue (before its priority queue, v0.23's default): its Reconcile
+	// probe makes these items' spans already; the bracket would only add two hits per item.
+	superseded(workQueueBracket(`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, layout().str(0, str(2, 3)).str(1, str(4, 5)), decodeQueueDoneObject)),
 	// pointers (garbage collector events and nodes, ...): the item's Go type, no key.
 	workQueueBracket(`\*[^\]]+`, layout(), decodeQueueDoneType),
 	// any other shape whose first letter tells it is not one of the above: its Go type.
-	workQueueBracket(`(?:[^s*\]][^\]]*|s[^t][^\]]*|struct \{ [^Nk][^\]]*)`, layout(), decodeQueueDoneType),
+	workQueueBracket(otherShapes, layout(), decodeQueueDoneType),
 
 	// The queue's name, once per queue: newQueueWithConfig(config TypedQueueConfig[T]{Name,
 	// ...}, updatePeriod) *Typed[T]: dict in slot 0, Name in slots 1-2; the queue in slot 0 at
@@ -42,22 +44,54 @@ var WorkQueueProbes = []*Probe{
 		Entry:       layout().str(0, str(1, 2)),
 		Return:      layout(),
 		DecodeEntry: decodeQueueNamed, DecodeReturn: decodeQueueMade},
+}, requeueProbes()...)
 
-	// What the worker did with the item before Done, on its goroutine: AddRateLimited (a
-	// retry: the handler failed) and AddAfter (a requeue after a delay; AddRateLimited calls
-	// it too, with its backoff). Forget, or nothing, is a success and costs no hit.
-	{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true,
-		Symbol:      regexp.MustCompile(`^k8s\.io/client-go/util/workqueue\.\(\*rateLimitingType\[go\.shape\..*\]\)\.AddRateLimited$`),
-		Entry:       layout(),
-		Return:      layout(),
-		DecodeEntry: decodeQueueRetry, DecodeReturn: decodeIgnore},
-	// AddAfter(item T, duration): recv, dict, item, duration: the delay's slot follows the item.
-	queueAddAfter(`string`, 4),
-	queueAddAfter(`struct \{ Namespace string; Name string \}`, 6),
-	queueAddAfter(`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, 6),
-	queueAddAfter(`\*[^\]]+`, 3),
-	queueAddAfter(`(?:[^s*\]][^\]]*|s[^t][^\]]*|struct \{ [^Nk][^\]]*)`, None),
+// requeueProbes see what the worker did with the item before Done, on its goroutine, per
+// shape: AddRateLimited (a retry: the handler failed) and AddAfter (a requeue after a delay;
+// AddRateLimited calls it too, with its backoff). Forget, or nothing, is a success and costs
+// no hit. AddAfter(item T, duration): recv, dict, item, duration: the delay's slot follows
+// the item's.
+func requeueProbes() []*Probe {
+	var out []*Probe
+	for _, q := range []struct {
+		shape     string
+		delaySlot int
+		cr        bool
+	}{
+		{`string`, 4, false},
+		{`struct \{ Namespace string; Name string \}`, 6, false},
+		{`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, 6, true},
+		{`\*[^\]]+`, 3, false},
+		{otherShapes, None, false},
+	} {
+		retry := &Probe{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true,
+			Symbol:      regexp.MustCompile(workQueue + `\(\*rateLimitingType\[go\.shape\.` + q.shape + `\]\)\.AddRateLimited$`),
+			Entry:       layout(),
+			Return:      layout(),
+			DecodeEntry: decodeQueueRetry, DecodeReturn: decodeIgnore}
+		after := &Probe{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true,
+			Symbol:      regexp.MustCompile(workQueue + `\(\*delayingType\[go\.shape\.` + q.shape + `\]\)\.AddAfter$`),
+			Entry:       layout(),
+			Return:      layout(),
+			DecodeEntry: decodeQueueAddAfter(q.delaySlot), DecodeReturn: decodeIgnore}
+		if q.cr {
+			superseded(retry)
+			superseded(after)
+		}
+		out = append(out, retry, after)
+	}
+	return out
 }
+
+// superseded leaves p out of plans that attach controller-runtime's Reconcile probe.
+func superseded(p *Probe) *Probe {
+	p.SupersededBy = "controller-runtime/reconcile"
+	return p
+}
+
+// otherShapes matches the shapes the others do not: its first letters tell it is neither a
+// string, nor a pointer, nor a struct whose first field is a NamespacedName or named Namespace.
+const otherShapes = `(?:[^s*\]][^\]]*|s[^t][^\]]*|struct \{ [^Nk][^\]]*)`
 
 const workQueue = `^k8s\.io/client-go/util/workqueue\.`
 
@@ -70,14 +104,6 @@ func workQueueBracket(shape string, done Layout, decode Decoder) *Probe {
 		Entry:       layout(),
 		Return:      done,
 		DecodeEntry: decodeQueueGet, DecodeReturn: decode}
-}
-
-func queueAddAfter(shape string, delaySlot int) *Probe {
-	return &Probe{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true,
-		Symbol:      regexp.MustCompile(workQueue + `\(\*delayingType\[go\.shape\.` + shape + `\]\)\.AddAfter$`),
-		Entry:       layout(),
-		Return:      layout(),
-		DecodeEntry: decodeQueueAddAfter(delaySlot), DecodeReturn: decodeIgnore}
 }
 
 // mapInsert matches the runtime's map assignment functions (a set's Insert compiles to one).
