@@ -369,8 +369,9 @@ func (a *Assembler) serve(s *Span, ok objectKey) {
 }
 
 // enrich makes the work-queue item o the span of the handler whose entry e is, which runs
-// inside it: the handler's controller, object, reconcile ID and times are the span's, and its
-// result when it returns. It is one span, not two.
+// inside it: the handler's object, reconcile ID and times are the span's, and its result when
+// it returns; its controller too, unless the queue's name is known (queueEnd). One span, not
+// two.
 func (a *Assembler) enrich(o *openSpan, e Event) {
 	o.handler = true
 	o.span.Controller, o.span.Namespace, o.span.Name, o.span.ReconcileID = e.Controller, e.Namespace, e.Name, e.ReconcileID
@@ -452,6 +453,9 @@ func (a *Assembler) end(k goroutineKey, e Event) {
 // handler ran inside it, whose fields and return are the span's.
 func (a *Assembler) queueEnd(o *openSpan, e Event) Event {
 	if o.handler {
+		if name := a.queueNames[queueKey{e.PID, e.QueueID}]; name != "" {
+			o.span.Controller = name // as the queue's workqueue_* metrics name it
+		}
 		if o.handlerEnd != nil {
 			return *o.handlerEnd
 		}

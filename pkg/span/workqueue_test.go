@@ -50,12 +50,19 @@ func TestWorkQueueSpans(t *testing.T) {
 		{
 			name: "a handler inside the item is the same span: its fields, times and result win",
 			events: [][]Event{named(1, 0xa0, "replicaset"), queueItem(7, 100, 900, 0xa0, "web-1",
-				Event{Kind: SpanStart, Time: 200, Nested: true, SpanStartTime: 100, Controller: "replicaset", Namespace: "ns", Name: "web-1", ReconcileID: "id"},
+				Event{Kind: SpanStart, Time: 200, Nested: true, SpanStartTime: 100, Controller: "rs-handler", Namespace: "ns", Name: "web-1", ReconcileID: "id"},
 				Event{Kind: CallStart, Time: 300, SpanStartTime: 100, Call: CallInfo{Kind: CallAPI, Verb: "POST"}},
 				Event{Kind: CallEnd, Time: 400, SpanStartTime: 100},
 				Event{Kind: SpanEnd, Time: 500, SpanStartTime: 100, Result: ResultError, ErrorType: "*errors.StatusError"},
 				Event{Kind: QueueRequeue, Time: 600, RateLimited: true})},
 			want: []Span{{Controller: "replicaset", Namespace: "ns", Name: "web-1", ReconcileID: "id", Result: ResultError, ErrorType: "*errors.StatusError", Start: 200, Duration: 300, Calls: make([]Call, 1)}},
+		},
+		{
+			name: "a handler inside an item of an unnamed queue names the span",
+			events: [][]Event{queueItem(7, 100, 900, 0xa0, "web-1",
+				Event{Kind: SpanStart, Time: 200, Nested: true, SpanStartTime: 100, Controller: "rs-handler", Namespace: "ns", Name: "web-1"},
+				Event{Kind: SpanEnd, Time: 500, SpanStartTime: 100, Result: ResultSuccess})},
+			want: []Span{{Controller: "rs-handler", Namespace: "ns", Name: "web-1", Result: ResultSuccess, Start: 200, Duration: 300}},
 		},
 		{
 			name: "Done whose Get was not seen makes no span",

@@ -51,6 +51,9 @@ type Options struct {
 	// ControllerManagerFlags are added to kube-controller-manager's command line, e.g.
 	// --kube-api-qps=300 for a benchmark that creates thousands of objects.
 	ControllerManagerFlags []string
+	// BeforeControllerManager, when set, is called with kube-controller-manager's binary right
+	// before it starts: a test attaches its probes there to trace it from its exec.
+	BeforeControllerManager func(path string)
 	// Node prepares kube-apiserver for a kubelet (StartNode): the ServiceAccount admission
 	// plugin on (envtest turns it off), so pods get their service account token and CA; a
 	// service IP range of this test bed's own; a serving certificate that also names the
@@ -243,6 +246,9 @@ func startControllerManager(t testing.TB, env *Env, opts Options) {
 		"--controllers="+strings.Join(opts.ControllerManager, ","),
 	)
 	cmd.Args = append(cmd.Args, opts.ControllerManagerFlags...)
+	if opts.BeforeControllerManager != nil {
+		opts.BeforeControllerManager(path)
+	}
 	start := time.Now()
 	p := StartProcess(t, "kube-controller-manager", cmd)
 	env.ControllerManager, env.ControllerManagerPID, env.ControllerManagerPath = p, p.PID(), path

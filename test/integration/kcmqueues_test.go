@@ -1,0 +1,257 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+// TestKubeControllerManagerQueues traces the test bed's stripped kube-controller-manager with
+// all its default controllers from its exec, while a workload of namespaces, service accounts,
+// Deployments, Services, Jobs, CronJobs, StatefulSets, DaemonSets, PodDisruptionBudgets,
+// quotas, aggregated ClusterRoles, volumes, an autoscaler, a Node and owner references is
+// created and deleted. Its own workqueue_work_duration_seconds_count (one sample per item a
+// worker finished) is the ground truth: for every queue with work, the spans of the controller
+// of that name are exactly as many. At least 20 queues must have work, the garbage collector's
+// among them.
+func TestKubeControllerManagerQueues(t *testing.T) {
+	bpftest.Require(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		tr   interface{ Close() error }
+		sink *testkit.Sink
+		stop func() error
+	)
+	env := testenv.Start(t, testenv.Options{
+		ControllerManager:         []string{"*"},
+		StrippedControllerManager: true,
+		ControllerManagerFlags:    []string{"--authorization-always-allow-paths=/healthz,/metrics"},
+		BeforeControllerManager: func(path string) {
+			tracer, s, plan := testenv.TraceExe(t, ctx, path)
+			t.Logf("attached %s", plan)
+			tr, sink, stop = tracer, s, testkit.Go(t, tracer.Run)
+		},
+	})
+	defer tr.Close()
+
+	kcmWorkload(t, env.Client)
+
+	// The ground truth and the spans are compared when kube-controller-manager is quiet: its
+	// counts are the same before and after the spans are read (a Done's probe hit comes right
+	// before its metric's sample).
+	var counts map[string]uint64
+	var spans map[string]int
+	testkit.WaitFor(t, "a quiet moment of kube-controller-manager's work queues", 90*time.Second, func() (bool, string) {
+		before, err := queueCounts(env.ControllerManagerURL)
+		if err != nil {
+			return false, err.Error()
+		}
+		time.Sleep(1500 * time.Millisecond) // the spans of the items done by then are read
+		spans = map[string]int{}
+		for _, sp := range sink.Snapshot() {
+			spans[sp.Controller]++
+		}
+		after, err := queueCounts(env.ControllerManagerURL)
+		if err != nil {
+			return false, err.Error()
+		}
+		counts = after
+		for q, n := range after {
+			if before[q] != n {
+				return false, fmt.Sprintf("queue %s: %d items done, then %d", q, before[q], n)
+			}
+		}
+		return true, ""
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	var busy, lines []string
+	for q, n := range counts {
+		if n == 0 {
+			continue
+		}
+		busy = append(busy, q)
+		mark := ""
+		if uint64(spans[q]) != n {
+			mark = "  MISMATCH"
+			t.Errorf("queue %s: %d items done (its workqueue_work_duration_seconds_count), %d spans of controller %s", q, n, spans[q], q)
+		}
+		lines = append(lines, fmt.Sprintf("%-55s %6d items %6d spans%s", q, n, spans[q], mark))
+	}
+	for c, n := range spans {
+		if _, ok := counts[c]; !ok {
+			t.Errorf("%d spans of controller %q, which is no queue of kube-controller-manager", n, c)
+		}
+	}
+	slices.Sort(lines)
+	t.Logf("%d queues with work:\n%s", len(busy), strings.Join(lines, "\n"))
+	if len(busy) < 20 {
+		t.Errorf("%d queues had work, want at least 20", len(busy))
+	}
+	for _, q := range []string{"garbage_collector_graph_changes", "garbage_collector_attempt_to_delete", "deployment", "replicaset"} {
+		if counts[q] == 0 {
+			t.Errorf("queue %s had no work", q)
+		}
+	}
+	if spans[span.UnnamedQueue] > 0 {
+		t.Errorf("%d spans of unnamed queues: every queue was made while traced", spans[span.UnnamedQueue])
+	}
+}
+
+// queueCounts scrapes kube-controller-manager's workqueue_work_duration_seconds_count by queue.
+func queueCounts(url string) (map[string]uint64, error) {
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, self-signed
+	resp, err := hc.Get(url + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape kube-controller-manager: %s %v", resp.Status, err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for _, m := range families["workqueue_work_duration_seconds"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "name" {
+				out[l.GetValue()] = m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return out, nil
+}
+
+// kcmWorkload creates, changes and deletes objects that keep many of kube-controller-manager's
+// controllers busy, and waits for its effects (pods, garbage collection).
+func kcmWorkload(t *testing.T, c client.Client) {
+	t.Helper()
+	bg := context.Background()
+	create := func(o client.Object) {
+		t.Helper()
+		if err := c.Create(bg, o); err != nil {
+			t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+		}
+	}
+	labels := map[string]string{"app": "web"}
+	pod := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}
+	two := int32(2)
+	for _, ns := range []string{"wq-a", "wq-b"} {
+		create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "robot"}})
+		create(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+			Spec: appsv1.DeploymentSpec{Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: pod}})
+		create(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+			Spec: corev1.ServiceSpec{Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}})
+		create(&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"},
+			Spec: appsv1.StatefulSetSpec{Replicas: &two, ServiceName: "web", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db"}}, Spec: pod.Spec}}})
+		create(&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "agent"},
+			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "agent"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "agent"}}, Spec: pod.Spec}}})
+		create(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "once"},
+			Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: pod.Spec.Containers}}}})
+		create(&batchv1.CronJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "minutely"},
+			Spec: batchv1.CronJobSpec{Schedule: "* * * * *", JobTemplate: batchv1.JobTemplateSpec{Spec: batchv1.JobSpec{
+				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: pod.Spec.Containers}}}}}})
+		create(&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &intstr.IntOrString{IntVal: 1}, Selector: &metav1.LabelSelector{MatchLabels: labels}}})
+		create(&corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "quota"},
+			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("100")}}})
+		create(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data"},
+			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}})
+		create(&autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
+			Spec: autoscalingv2.HorizontalPodAutoscalerSpec{MaxReplicas: 3,
+				ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "web"}}})
+		// A ConfigMap owning ten others: the garbage collector deletes them when it goes.
+		owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owner"}}
+		create(owner)
+		for i := range 10 {
+			create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("owned-%d", i),
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}}}})
+		}
+	}
+	create(&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "wq-aggregate"},
+		AggregationRule: &rbacv1.AggregationRule{ClusterRoleSelectors: []metav1.LabelSelector{{MatchLabels: map[string]string{"wq": "yes"}}}}})
+	create(&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "wq-part", Labels: map[string]string{"wq": "yes"}},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}})
+	create(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "wq-pv"},
+		Spec: corev1.PersistentVolumeSpec{Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/wq-pv"}}}})
+	create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "wq-node"},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "wq", Effect: corev1.TaintEffectNoExecute}}}})
+
+	waitPods(t, c, "wq-a", 2+1+1) // the Deployment's 2, the StatefulSet's first, the Job's
+	// Scale, delete the owner (the garbage collector deletes what it owned), then a whole
+	// namespace (the namespace controller and the garbage collector delete everything in it).
+	var dep appsv1.Deployment
+	if err := c.Get(bg, client.ObjectKey{Namespace: "wq-a", Name: "web"}, &dep); err != nil {
+		t.Fatal(err)
+	}
+	four := int32(4)
+	dep.Spec.Replicas = &four
+	if err := c.Update(bg, &dep); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.Object{
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "wq-a", Name: "owner"}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "wq-part"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "wq-b"}},
+	} {
+		if err := c.Delete(bg, o); err != nil {
+			t.Fatalf("delete %T %s: %v", o, o.GetName(), err)
+		}
+	}
+	testkit.Eventually(t, "the garbage collector deletes the owned ConfigMaps", 60*time.Second, func() bool {
+		var cms corev1.ConfigMapList
+		if err := c.List(bg, &cms, client.InNamespace("wq-a")); err != nil {
+			return false
+		}
+		for _, cm := range cms.Items {
+			if strings.HasPrefix(cm.Name, "owned-") {
+				return false
+			}
+		}
+		return true
+	})
+	testkit.Eventually(t, "namespace wq-b is deleted", 90*time.Second, func() bool {
+		err := c.Get(bg, client.ObjectKey{Name: "wq-b"}, &corev1.Namespace{})
+		return client.IgnoreNotFound(err) == nil && err != nil
+	})
+}
