@@ -212,8 +212,8 @@ func kcmWorkload(t *testing.T, c client.Client) {
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get"}}}})
 	create(&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "wq-pv"},
 		Spec: corev1.PersistentVolumeSpec{Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/wq-pv"}}}})
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/data/wq-pv"}}}})
 	create(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "wq-node"},
 		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "wq", Effect: corev1.TaintEffectNoExecute}}}})
 
