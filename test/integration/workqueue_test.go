@@ -67,6 +67,52 @@ func TestWorkQueueItems(t *testing.T) {
 	}
 }
 
+// TestWorkQueueHitsPerItem measures the probe hits a work-queue item costs a client-go
+// program: the kernel's count of hits in two runs of the fixture that differ only in the
+// number of items that succeed at once, per item more. Each costs two hits (Get's call of the
+// map insert, Done's entry), both at instructions the kernel emulates (TestWorkQueuePlan
+// checks the instructions); Forget costs none. An item of a string-keyed queue costs one more,
+// its Add (client-go/queue-add, for its queue wait).
+func TestWorkQueueHitsPerItem(t *testing.T) {
+	bpftest.Require(t)
+	bin := testkit.Build(t, "./test/fixtures/workqueue-controller")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr, s, _ := testenv.TraceExe(t, ctx, bin)
+	defer tr.Close()
+	stop := testkit.Go(t, tr.Run)
+	defer stop()
+	// run returns the hits of one run, its items and those of its string-keyed queues.
+	run := func(items int) (hits uint64, processed, keyed int) {
+		t.Helper()
+		before := tr.Stats().Kernel.Hits
+		spans := s.Count()
+		truth := filepath.Join(t.TempDir(), fmt.Sprintf("truth-%d.jsonl", items))
+		if out, err := exec.Command(bin, "-truth", truth, "-items", fmt.Sprint(items)).CombinedOutput(); err != nil {
+			t.Fatalf("fixture: %v\n%s", err, out)
+		}
+		lines := readQueueTruth(t, truth)
+		for _, l := range lines {
+			if strings.HasPrefix(l, "keys ") || strings.HasPrefix(l, span.UnnamedQueue+" ") {
+				keyed++
+			}
+		}
+		testkit.WaitFor(t, "the spans of the run", 10*time.Second, func() (bool, string) {
+			return s.Count()-spans >= len(lines), fmt.Sprintf("%d spans, %d items", s.Count()-spans, len(lines))
+		})
+		return tr.Stats().Kernel.Hits - before, len(lines), keyed
+	}
+	h1, n1, k1 := run(20)
+	h2, n2, k2 := run(220)
+	perItem := float64(h2-h1) / float64(n2-n1)
+	want := 2 + float64(k2-k1)/float64(n2-n1)
+	t.Logf("%d hits for %d items, %d hits for %d items: %.3f hits per item more (%d of them string-keyed), want %.3f", h1, n1, h2, n2, perItem, k2-k1, want)
+	// A run's own goroutines (timers, the runtime's) can differ by a few hits between runs.
+	if perItem < want-0.03 || perItem > want+0.03 {
+		t.Errorf("%.3f probe hits per work-queue item, want %.3f", perItem, want)
+	}
+}
+
 func queueLine(controller, ns, name, itemType, result string, after time.Duration) string {
 	return fmt.Sprintf("%s %s/%s %s %s %s", controller, ns, name, itemType, result, after)
 }
