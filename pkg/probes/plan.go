@@ -578,6 +578,18 @@ func orAny(v string) string {
 	return v
 }
 
+// QueueLayoutUnknown says, in one line, why work queues of the binary are not bracketed
+// (client-go's version, or Get's code, unknown); "" when none is.
+func (p *Plan) QueueLayoutUnknown() string {
+	var why []string
+	for _, m := range p.Missing {
+		if strings.Contains(m.Reason, "queue layout unknown") {
+			why = append(why, m.Reason)
+		}
+	}
+	return strings.Join(why, "; ")
+}
+
 // Probes returns the distinct probe IDs the plan attaches, sorted.
 func (p *Plan) Probes() []string {
 	seen := map[string]bool{}

@@ -405,6 +405,9 @@ func (t *Tracer) attach(e *exe, open func() (*symbols.Binary, error), attachPath
 		for _, c := range plan.Choices {
 			t.log.Info("sites chosen", "exe", e.path, "probe", c.ProbeID, "at", c.Sites, "why", c.Why)
 		}
+		if why := plan.QueueLayoutUnknown(); why != "" {
+			t.log.Warn("queue layout unknown: the items of these work queues are not traced", "exe", e.path, "why", why)
+		}
 	}
 }
 
