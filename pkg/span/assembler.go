@@ -1,6 +1,7 @@
 package span
 
 import (
+	"maps"
 	"sort"
 	"time"
 )
@@ -729,26 +730,10 @@ func (a *Assembler) ProcessExited(pid uint32) {
 			a.stats.OrphanReturns++
 		}
 	}
-	for k := range a.queued {
-		if k.pid == pid {
-			delete(a.queued, k)
-		}
-	}
-	for k := range a.limiting {
-		if k.pid == pid {
-			delete(a.limiting, k)
-		}
-	}
-	for k := range a.queueNames {
-		if k.pid == pid {
-			delete(a.queueNames, k)
-		}
-	}
-	for k := range a.naming {
-		if k.pid == pid {
-			delete(a.naming, k)
-		}
-	}
+	maps.DeleteFunc(a.queued, func(k objectKey, _ *queued) bool { return k.pid == pid })
+	maps.DeleteFunc(a.limiting, func(k goroutineKey, _ limiting) bool { return k.pid == pid })
+	maps.DeleteFunc(a.queueNames, func(k queueKey, _ string) bool { return k.pid == pid })
+	maps.DeleteFunc(a.naming, func(k goroutineKey, _ string) bool { return k.pid == pid })
 }
 
 // Flush closes every open span as abandoned (the agent is stopping).

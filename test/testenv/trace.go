@@ -14,15 +14,23 @@ import (
 // caller runs and closes the tracer.
 func Trace(t testing.TB, what string, pid int) (*tracer.Tracer, *testkit.Sink, *probes.Plan) {
 	t.Helper()
+	return traceWith(t, false, "trace "+what, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.TracePID(pid) })
+}
+
+// traceWith makes a tracer of the whole catalog (admitting processes at exec when admit) that
+// writes its spans into a new sink and logs nothing, and calls start with it; doing names
+// start in the failure.
+func traceWith(t testing.TB, admit bool, doing string, start func(*tracer.Tracer) (*probes.Plan, error)) (*tracer.Tracer, *testkit.Sink, *probes.Plan) {
+	t.Helper()
 	s := &testkit.Sink{}
-	tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet()})
+	tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet(), AdmitExecs: admit})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := tr.TracePID(pid)
+	plan, err := start(tr)
 	if err != nil {
 		tr.Close()
-		t.Fatalf("trace %s: %v", what, err)
+		t.Fatalf("%s: %v", doing, err)
 	}
 	return tr, s, plan
 }
@@ -33,16 +41,7 @@ func Trace(t testing.TB, what string, pid int) (*tracer.Tracer, *testkit.Sink, *
 // the tracer.
 func TraceExe(t testing.TB, ctx context.Context, path string) (*tracer.Tracer, *testkit.Sink, *probes.Plan) {
 	t.Helper()
-	s := &testkit.Sink{}
-	tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet(), AdmitExecs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := tr.AttachExe(path)
-	if err != nil {
-		tr.Close()
-		t.Fatalf("attach %s: %v", path, err)
-	}
+	tr, s, plan := traceWith(t, true, "attach "+path, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.AttachExe(path) })
 	execs, err := tr.WatchExecs(ctx)
 	if err != nil {
 		tr.Close()
