@@ -116,9 +116,9 @@ type Probe struct {
 	// MinVersion and MaxVersion bound the module versions (semver, inclusive) whose code has
 	// this layout. Empty: unbounded.
 	MinVersion, MaxVersion string
-	// Symbol matches the functions to probe.
-	Symbol *regexp.Regexp
-	Role   Role
+	// Symbol matches the functions to probe, except those Unless matches (when set).
+	Symbol, Unless *regexp.Regexp
+	Role           Role
 	// Result, when set, decides between the layouts of one probe when the module's version
 	// is unknown (a devel or replaced build): the size of a result type the layout expects.
 	// (The functions' argument sizes cannot: for ABIInternal functions .gopclntab records

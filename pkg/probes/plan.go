@@ -453,7 +453,7 @@ func (p *Plan) match(bin *symbols.Binary, funcs []symbols.Function, catalog []*P
 		}
 		var fns []symbols.Function
 		for _, f := range funcs {
-			if pr.Symbol.MatchString(f.Name) {
+			if pr.Symbol.MatchString(f.Name) && (pr.Unless == nil || !pr.Unless.MatchString(f.Name)) {
 				fns = append(fns, f)
 			}
 		}

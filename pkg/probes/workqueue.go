@@ -32,9 +32,9 @@ var WorkQueueProbes = append([]*Probe{
 	// probe makes these items' spans already; the bracket would only add two hits per item.
 	superseded(workQueueBracket(`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, layout().str(0, str(2, 3)).str(1, str(4, 5)), decodeQueueDoneObject)),
 	// pointers (garbage collector events and nodes, ...): the item's Go type, no key.
-	workQueueBracket(`\*[^\]]+`, layout(), decodeQueueDoneType),
-	// any other shape whose first letter tells it is not one of the above: its Go type.
-	workQueueBracket(otherShapes, layout(), decodeQueueDoneType),
+	workQueueBracket(`\*.*`, layout(), decodeQueueDoneType),
+	// any other shape (structs, numbers, interface {}): its Go type.
+	others(workQueueBracket(`[^*].*`, layout(), decodeQueueDoneType)),
 
 	// The queue's name, once per queue: newQueueWithConfig(config TypedQueueConfig[T]{Name,
 	// ...}, updatePeriod) *Typed[T]: dict in slot 0, Name in slots 1-2; the queue in slot 0 at
@@ -61,8 +61,8 @@ func requeueProbes() []*Probe {
 		{`string`, 4, false},
 		{`struct \{ Namespace string; Name string \}`, 6, false},
 		{`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, 6, true},
-		{`\*[^\]]+`, 3, false},
-		{otherShapes, None, false},
+		{`\*.*`, 3, false},
+		{`[^*].*`, None, false},
 	} {
 		retry := &Probe{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true,
 			Symbol:      regexp.MustCompile(workQueue + `\(\*rateLimitingType\[go\.shape\.` + q.shape + `\]\)\.AddRateLimited$`),
@@ -78,6 +78,10 @@ func requeueProbes() []*Probe {
 			superseded(retry)
 			superseded(after)
 		}
+		if q.delaySlot == None {
+			others(retry)
+			others(after)
+		}
 		out = append(out, retry, after)
 	}
 	return out
@@ -89,9 +93,14 @@ func superseded(p *Probe) *Probe {
 	return p
 }
 
-// otherShapes matches the shapes the others do not: its first letters tell it is neither a
-// string, nor a pointer, nor a struct whose first field is a NamespacedName or named Namespace.
-const otherShapes = `(?:[^s*\]][^\]]*|s[^t][^\]]*|struct \{ [^Nk][^\]]*)`
+// knownShapes are the shapes whose items have a layout of their own: others leaves them out.
+var knownShapes = regexp.MustCompile(`\[go\.shape\.(string|struct \{ Namespace string; Name string \}|struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \})\]`)
+
+// others makes p, whose Symbol matches every shape but pointers, leave out knownShapes.
+func others(p *Probe) *Probe {
+	p.Unless = knownShapes
+	return p
+}
 
 const workQueue = `^k8s\.io/client-go/util/workqueue\.`
 

