@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -161,12 +162,18 @@ func TestEndToEnd(t *testing.T) {
 	spans = readSpans(t, agent.StdoutPath(), true)
 	st.stopWatches(t)
 
-	// What the agent says must hold everywhere.
+	// What the agent says must hold everywhere. kube-controller-manager's queues the story does
+	// not drive (its serving-certificate controllers') have spans too (every work-queue item is
+	// one, issue 26): the story's checks are about its two controllers.
+	storyKCM := func(s exporter.JSONSpan) bool { return s.Controller == "deployment" || s.Controller == "replicaset" }
 	perController := counts{}
 	for _, s := range spans {
 		perController[s.Controller+"|"+s.Result]++
 		if _, ok := pids[int(s.PID)]; !ok {
 			t.Errorf("span of pid %d (%s), which the agent was told not to trace: %+v", s.PID, s.Exe, s)
+		}
+		if int(s.PID) == env.ControllerManagerPID && !storyKCM(s) {
+			continue
 		}
 		if s.Namespace != ns {
 			t.Errorf("%s span in namespace %q: nothing was reconciled outside %q", s.Controller, s.Namespace, ns)
@@ -178,7 +185,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Logf("%d spans by controller|result: %s", len(spans), perController)
 
 	checkGroundTruth(t, recs, byPID(spans, fixture.PID()), st.cmUIDs)
-	checkControllerManager(t, byPID(spans, env.ControllerManagerPID), st)
+	checkControllerManager(t, slices.DeleteFunc(byPID(spans, env.ControllerManagerPID), func(s exporter.JSONSpan) bool { return !storyKCM(s) }), st)
 	checkBuiltins(t, byPID(spans, builtins.PID()), st)
 	checkPrometheus(t, promURL, spans, settledAt, len(pids))
 	for _, m := range []struct {
