@@ -402,8 +402,10 @@ func (t *Tracer) attach(e *exe, open func() (*symbols.Binary, error), attachPath
 	t.mu.Unlock()
 	if err == nil {
 		t.log.Info("attached", "exe", e.path, "go", plan.Binary.GoVersion, "sites", len(plan.Sites), "probes", plan.Probes())
+		// One line per choice: a binary with many work-queue shapes has dozens, so they are
+		// debug detail (inspect shows them too); "attached" says what was attached.
 		for _, c := range plan.Choices {
-			t.log.Info("sites chosen", "exe", e.path, "probe", c.ProbeID, "at", c.Sites, "why", c.Why)
+			t.log.Debug("sites chosen", "exe", e.path, "probe", c.ProbeID, "at", c.Sites, "why", c.Why)
 		}
 		if why := plan.QueueLayoutUnknown(); why != "" {
 			t.log.Warn("queue layout unknown: the items of these work queues are not traced", "exe", e.path, "why", why)
