@@ -20,6 +20,14 @@ const (
 	accelTCG  = "tcg"  // qemu's emulated CPU, everywhere
 )
 
+// The bounds' defaults (-kvm-bound, -silent, -stall). A working KVM guest prints within a
+// second; a TCG guest within seconds even on a loaded machine.
+const (
+	defaultKVMBound    = 20 * time.Second
+	defaultSilentBound = 2 * time.Minute
+	defaultStallBound  = 4 * time.Minute
+)
+
 // qemu boots guests with an accelerator chosen as -accel says. Some hosts expose a /dev/kvm
 // whose guests never run (a nested kvm-pvm host logs "INTERNAL_ERROR in batch emul" and the
 // guest prints nothing), so in auto mode KVM is kept only once a guest is seen to print: a
@@ -41,8 +49,8 @@ func newQemu(accel, kvmDevice string) (*qemu, error) {
 	default:
 		return nil, fmt.Errorf("-accel %q: want auto, kvm or tcg", accel)
 	}
-	return &qemu{accel: accel, kvmDevice: kvmDevice, kvmBound: 20 * time.Second,
-		silentBound: 2 * time.Minute, stallBound: 4 * time.Minute, log: os.Stdout,
+	return &qemu{accel: accel, kvmDevice: kvmDevice, kvmBound: defaultKVMBound,
+		silentBound: defaultSilentBound, stallBound: defaultStallBound, log: os.Stdout,
 		kvmGivenUp: map[string]string{}}, nil
 }
 

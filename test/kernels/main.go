@@ -66,9 +66,9 @@ func main() {
 	timeout := flag.Duration("timeout", 12*time.Minute, "stop a guest that runs longer than this")
 	accel := flag.String("accel", accelAuto, "qemu's accelerator: auto (KVM where a guest is seen to print within -kvm-bound, else TCG), kvm or tcg")
 	kvmDevice := flag.String("kvm-device", "/dev/kvm", "the KVM device whose presence makes auto try KVM")
-	kvmBound := flag.Duration("kvm-bound", 20*time.Second, "auto: a KVM guest that prints nothing this long is stopped and booted again under TCG")
-	silent := flag.Duration("silent", 2*time.Minute, "stop a guest that prints nothing this long")
-	stall := flag.Duration("stall", 4*time.Minute, "stop a guest whose console stops growing this long")
+	kvmBound := flag.Duration("kvm-bound", defaultKVMBound, "auto: a KVM guest that prints nothing this long is stopped and booted again under TCG")
+	silent := flag.Duration("silent", defaultSilentBound, "stop a guest that prints nothing this long")
+	stall := flag.Duration("stall", defaultStallBound, "stop a guest whose console stops growing this long")
 	flag.Parse()
 	q, err := newQemu(*accel, *kvmDevice)
 	if err != nil {
