@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -44,7 +43,7 @@ func TestSecretSpansCarryNamesNotData(t *testing.T) {
 	waitLogged(t, &logs, "trace to attach the executable", func() bool { return strings.Contains(logs.String(), "attached") })
 
 	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
-	testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig, "--kind", "secret", "--ground-truth", truthFile))
+	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig, "--kind", "secret", "--ground-truth", truthFile))
 	const value = "pa55-w0rd-5ecret-value-7f3a91" // the Secret's data: in no output, plain or encoded
 	ctx := context.Background()
 	secrets := map[string]string{"db-creds": "success", "token-q7x2": "times:1;error-status"}
@@ -58,16 +57,13 @@ func TestSecretSpansCarryNamesNotData(t *testing.T) {
 		}
 		uids[name] = string(s.UID)
 	}
-	var truths []groundtruth.Record
-	waitLogged(t, &logs, "a span of every reconcile of the ground truth, the error's exported", func() bool {
-		truths, _ = groundtruth.ReadFile(truthFile)
-		return len(truths) >= 3 && spansOfTruth(out.String(), truths) && bytes.Contains(recv.Raw(), []byte("token-q7x2"))
-	})
+	truths, byID := waitSpansOfTruth(t, &logs, &out, truthFile, ctl.PID(), 3)
+	waitLogged(t, &logs, "the error's span exported", func() bool { return bytes.Contains(recv.Raw(), []byte("token-q7x2")) })
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
 
 	for _, r := range truths {
-		s := spanByID(out.String(), r.ReconcileID)
+		s := byID[r.ReconcileID]
 		if s.Controller != "scripted" || s.Namespace != "default" || s.Name != r.Name || s.UID != uids[r.Name] || string(s.Result) != r.MetricResult() {
 			t.Errorf("reconcile %s of Secret %s (%s, uid %s): span %s %s/%s uid %s %s", r.ReconcileID, r.Name, r.Outcome, uids[r.Name], s.Controller, s.Namespace, s.Name, s.UID, s.Result)
 		}
@@ -96,25 +92,4 @@ func TestSecretSpansCarryNamesNotData(t *testing.T) {
 	if !bytes.Contains(recv.Raw(), []byte("db-creds")) {
 		t.Error("the OTLP export does not name the Secret db-creds")
 	}
-}
-
-// spansOfTruth says whether the JSON output holds a span for every reconcile in truths.
-func spansOfTruth(out string, truths []groundtruth.Record) bool {
-	for _, r := range truths {
-		if spanByID(out, r.ReconcileID).ReconcileID == "" {
-			return false
-		}
-	}
-	return true
-}
-
-// spanByID is the JSON span with reconcile ID id, zero when there is none.
-func spanByID(out, id string) exporter.JSONSpan {
-	for _, line := range strings.Split(out, "\n") {
-		var s exporter.JSONSpan
-		if json.Unmarshal([]byte(line), &s) == nil && s.ReconcileID == id {
-			return s
-		}
-	}
-	return exporter.JSONSpan{}
 }
