@@ -191,6 +191,7 @@ func (e *exporters) agentStats(t *tracer.Tracer) exporter.AgentStats {
 	if t != nil {
 		st := t.Stats()
 		a.EventsLostRingBuffer, a.EventsLostState = st.Kernel.LostRingBuffer, st.Kernel.LostState
+		a.KernelProbeHits = st.Kernel.Hits
 		a.ProbesAttached, a.ProcessesTraced, a.ReconcilesInFlight = st.Sites, st.Processes, st.Open
 	}
 	if e.otlp != nil {

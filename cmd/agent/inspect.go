@@ -96,6 +96,9 @@ type InspectSite struct {
 	Offset     uint64 `json:"offset"` // from the start of the function the site is in
 	FileOffset uint64 `json:"file_offset"`
 	Insn       string `json:"insn"`
+	// Trap is what a hit there costs the traced thread: "emulated" (the kernel runs the
+	// instruction in its trap handler) or "single-stepped" (a second trap to run it out of line).
+	Trap string `json:"trap"`
 }
 
 // InspectOffset is one struct-field offset the probes read.
@@ -201,7 +204,7 @@ func fill(rep *InspectReport, plan *probes.Plan) {
 			p = &InspectProbe{Probe: s.Probe.ID, Role: role, Symbol: s.Function.Name, Address: s.Function.Entry, Size: s.Function.End - s.Function.Entry, Returns: []InspectSite{}}
 			byFn[s.Function.Name] = p
 		}
-		site := InspectSite{Address: s.Addr, Offset: s.Addr - s.Function.Entry, FileOffset: s.FileOffset, Insn: s.Insn}
+		site := InspectSite{Address: s.Addr, Offset: s.Addr - s.Function.Entry, FileOffset: s.FileOffset, Insn: s.Insn, Trap: s.Trap()}
 		if s.In.Name != "" {
 			site.In, site.Offset = s.In.Name, s.Addr-s.In.Entry
 		}
@@ -256,13 +259,13 @@ func printInspect(w io.Writer, r *InspectReport) {
 	}
 	for _, p := range r.Probes {
 		fmt.Fprintf(w, "\nprobe %s (%s)\n  %s\n  function %#x size %d\n", p.Probe, p.Role, p.Symbol, p.Address, p.Size)
-		fmt.Fprintf(w, "  entry  %#x (+%d, file %#x)  %s\n", p.Entry.Address, p.Entry.Offset, p.Entry.FileOffset, p.Entry.Insn)
+		fmt.Fprintf(w, "  entry  %#x (+%d, file %#x)  %s  [%s]\n", p.Entry.Address, p.Entry.Offset, p.Entry.FileOffset, p.Entry.Insn, p.Entry.Trap)
 		for _, s := range p.Returns {
 			if s.In != "" {
-				fmt.Fprintf(w, "  return %#x (%s+%d, file %#x)  %s\n", s.Address, s.In, s.Offset, s.FileOffset, s.Insn)
+				fmt.Fprintf(w, "  return %#x (%s+%d, file %#x)  %s  [%s]\n", s.Address, s.In, s.Offset, s.FileOffset, s.Insn, s.Trap)
 				continue
 			}
-			fmt.Fprintf(w, "  return %#x (+%d, file %#x)  %s\n", s.Address, s.Offset, s.FileOffset, s.Insn)
+			fmt.Fprintf(w, "  return %#x (+%d, file %#x)  %s  [%s]\n", s.Address, s.Offset, s.FileOffset, s.Insn, s.Trap)
 		}
 	}
 	if len(r.Choices) > 0 {

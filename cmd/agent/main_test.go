@@ -123,7 +123,7 @@ func TestInspectBadInput(t *testing.T) {
 // TestInspectJSONSnakeCase: a report with every field set, slices and nested objects
 // included, has only snake_case keys; real outputs are walked by the other inspect tests.
 func TestInspectJSONSnakeCase(t *testing.T) {
-	site := InspectSite{Address: 1, Offset: 2, FileOffset: 3, Insn: "RET"}
+	site := InspectSite{Address: 1, Offset: 2, FileOffset: 3, Insn: "RET", Trap: "single-stepped"}
 	rep := InspectReport{
 		Binary: "b", Traceable: true, Reason: "r", GoVersion: "go1.26.8", Arch: "amd64", Stripped: true, PIE: true, DWARF: true,
 		MainModule: "m", Modules: map[string]string{"sigs.k8s.io/controller-runtime": "v0.25.2"},
@@ -209,6 +209,11 @@ func TestInspectFixture(t *testing.T) {
 		found := map[string]bool{}
 		for _, p := range rep.Probes {
 			found[p.Probe] = true
+			for _, site := range append([]InspectSite{p.Entry}, p.Returns...) {
+				if want := wantTrap(rep.Arch, site.Insn); site.Trap != want {
+					t.Errorf("%s: site %#x %q is %q, want %q", p.Symbol, site.Address, site.Insn, site.Trap, want)
+				}
+			}
 			if p.Entry.Address <= p.Address || p.Entry.Insn == "" {
 				t.Errorf("%s: entry site %+v is not after the stack check of %#x", p.Symbol, p.Entry, p.Address)
 			}
@@ -341,4 +346,23 @@ func TestErrorStyle(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rec); code != 1 || err != nil || rec.Level != "ERROR" || rec.Msg != "serve metrics" || rec.Err == "" {
 		t.Errorf("run with a metrics address it cannot listen on: exit %d, last line %q; want 1 and a JSON error record", code, lines[len(lines)-1])
 	}
+}
+
+// wantTrap is what a probe hit at an instruction costs on arch, by the kernel's rules for the
+// instructions the plan puts sites at (arch/x86/kernel/uprobes.c: branches, calls and register
+// pushes are emulated, RET single-stepped; arm64: branches, BL and RET emulated): an
+// independent reading of the instruction's text, not of the disassembler's decode.
+func wantTrap(arch, insn string) string {
+	op, _, _ := strings.Cut(insn, " ")
+	switch arch {
+	case "amd64":
+		if op == "CALL" && !strings.Contains(insn, "(R") || op == "JMP" && !strings.Contains(insn, "(R") || op == "PUSHQ" && !strings.Contains(insn, "$") || op == "NOPL" || op == "NOPW" || op == "NOP" {
+			return "emulated"
+		}
+	case "arm64":
+		if op == "B" || op == "BL" || op == "RET" || op == "CBZ" || op == "CBNZ" || op == "TBZ" || op == "TBNZ" || strings.HasPrefix(op, "B") && len(op) == 3 {
+			return "emulated"
+		}
+	}
+	return "single-stepped"
 }

@@ -69,7 +69,9 @@ func (c *Collector) Run(ctx context.Context, handle func(span.Event), idle func(
 		if site.Kind == probes.SiteReturn {
 			dec = site.Probe.DecodeReturn
 		}
-		handle(dec(&raw))
+		ev := dec(&raw)
+		ev.SingleStepped = !site.Emulated
+		handle(ev)
 	}
 }
 

@@ -63,6 +63,9 @@ type AgentStats struct {
 	// ErrorMessagesRedacted counts reconcile error messages dropped or redacted before export
 	// (Redactor.RedactedMessages): a choice, not a loss.
 	ErrorMessagesRedacted uint64
+	// KernelProbeHits counts every probe hit in traced processes, as the kernel program
+	// counts them, with or without a record (reconscope_kernel_probe_hits_total).
+	KernelProbeHits uint64
 }
 
 // MetricsOptions configures NewMetrics.
@@ -107,6 +110,7 @@ type Metrics struct {
 	queueWait  *prometheus.HistogramVec
 	triggerLag *prometheus.HistogramVec
 	fights     *prometheus.CounterVec
+	hits       *prometheus.CounterVec
 	hot        *hotObjects
 	tracing    *prometheus.GaugeVec
 
@@ -174,6 +178,10 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			Name: "reconscope_controller_fights_total",
 			Help: "Controller fight episodes seen on this node: writers alternately changing one object's resource[/subresource] (see --fight-alternations, --fight-window), once per episode for each writer and each opponent.",
 		}, []string{"controller", "opponent", "resource"}),
+		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconscope_probe_hits_total",
+			Help: "Probe hits the traced process paid for its reconciles (the hits whose records joined a span: entry, return, calls, queue marks), by what each cost its thread: kind=emulated (one trap) or single_stepped (a trap and a single-step). Divide by reconscope_reconcile_total for hits per reconcile.",
+		}, wl("kind")),
 		hot: newHotObjects(opts),
 		tracing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "reconscope_tracing",
@@ -192,7 +200,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.hot, m.tracing,
+		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.hits, m.hot, m.tracing,
 	)
 	if opts.AgentStats != nil {
 		reg.MustRegister(newAgentCollector(opts.AgentStats))
@@ -286,6 +294,8 @@ func (m *Metrics) Write(s *span.Span) error {
 	if s.Noop {
 		m.noops.WithLabelValues(lv()...).Inc()
 	}
+	m.hits.WithLabelValues(lv("emulated")...).Add(float64(s.ProbeHits.Emulated))
+	m.hits.WithLabelValues(lv("single_stepped")...).Add(float64(s.ProbeHits.SingleStepped))
 	if s.QueueWait > 0 {
 		observe(m.queueWait.WithLabelValues(lv()...), s.QueueWait.Seconds())
 	}
@@ -351,8 +361,8 @@ func workloadValues(s *span.Span) [6]string {
 // agentCollector exposes AgentStats, calling the callback once per scrape so the values are
 // one consistent snapshot. A scrape only reads: it sets nothing another collector reports.
 type agentCollector struct {
-	stats                                                                                   func() AgentStats
-	inFlight, eventsLost, probes, processes, exported, dropped, unsam, outputLost, redacted *prometheus.Desc
+	stats                                                                                         func() AgentStats
+	inFlight, eventsLost, probes, processes, exported, dropped, unsam, outputLost, redacted, hits *prometheus.Desc
 }
 
 func newAgentCollector(stats func() AgentStats) *agentCollector {
@@ -372,11 +382,12 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 			"Spans not written to the agent's standard output (--output) because it did not keep up: its queue was full."),
 		redacted: d("reconscope_error_messages_redacted_total",
 			"Reconcile error messages dropped (--error-messages drop) or changed by a redaction pattern (--redact-errors) before any output saw them."),
+		hits: d("reconscope_kernel_probe_hits_total", "Probe hits in traced processes as the kernel program counts them: every hit, with or without a record (goroutine starts and exits, calls outside any reconcile). reconscope_probe_hits_total is the part that joined a reconcile."),
 	}
 }
 
 func (a *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost, a.redacted} {
+	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost, a.redacted, a.hits} {
 		ch <- d
 	}
 }
@@ -393,6 +404,7 @@ func (a *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(a.unsam, prometheus.CounterValue, float64(s.SpansSampledOut))
 	ch <- prometheus.MustNewConstMetric(a.outputLost, prometheus.CounterValue, float64(s.OutputSpansDropped))
 	ch <- prometheus.MustNewConstMetric(a.redacted, prometheus.CounterValue, float64(s.ErrorMessagesRedacted))
+	ch <- prometheus.MustNewConstMetric(a.hits, prometheus.CounterValue, float64(s.KernelProbeHits))
 }
 
 // hotObjects counts reconciles per object over a sliding window and exposes, at each scrape,

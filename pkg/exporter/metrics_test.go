@@ -192,7 +192,7 @@ func TestMetricsScrape(t *testing.T) {
 	m, srv, _ := newTestMetrics(t, MetricsOptions{
 		HotObjectsK: 2, HotObjectsWindow: time.Minute,
 		AgentStats: func() AgentStats {
-			return AgentStats{ReconcilesInFlight: 4, EventsLostRingBuffer: 3, EventsLostState: 2, ProbesAttached: 5, ProcessesTraced: 2, SpansExported: 100, SpansDropped: 7, SpansSampledOut: 11, OutputSpansDropped: 13, ErrorMessagesRedacted: 17}
+			return AgentStats{ReconcilesInFlight: 4, EventsLostRingBuffer: 3, EventsLostState: 2, ProbesAttached: 5, ProcessesTraced: 2, SpansExported: 100, SpansDropped: 7, SpansSampledOut: 11, OutputSpansDropped: 13, ErrorMessagesRedacted: 17, KernelProbeHits: 19}
 		},
 	})
 	for _, s := range testSpans() {
@@ -232,6 +232,16 @@ func TestMetricsScrape(t *testing.T) {
 	wantValues(t, fams, "reconscope_spans_sampled_out_total", map[string]float64{"": 11})
 	wantValues(t, fams, "reconscope_output_spans_dropped_total", map[string]float64{"": 13})
 	wantValues(t, fams, "reconscope_error_messages_redacted_total", map[string]float64{"": 17})
+	wantValues(t, fams, "reconscope_kernel_probe_hits_total", map[string]float64{"": 19})
+	// Each reconcile's hits by kind; both series exist for a controller seen, 0 or not.
+	wantValues(t, fams, "reconscope_probe_hits_total", map[string]float64{
+		"controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,kind=emulated":        11,
+		"controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,kind=single_stepped":  2,
+		"controller=deployment,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,kind=emulated":       2,
+		"controller=deployment,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,kind=single_stepped": 0,
+		"controller=job,kind=emulated":       0,
+		"controller=job,kind=single_stepped": 0,
+	})
 	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
 		"controller=configmap,k8s_namespace_name=ops,object_name=cm-a,object_namespace=default": 2,
 		"controller=configmap,k8s_namespace_name=ops,object_name=cm-b,object_namespace=default": 1,

@@ -221,7 +221,8 @@ func testSpans() []*span.Span {
 				{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "PUT", Resource: "configmaps", Namespace: "default", Name: "cm-a", Status: 200},
 					Start: 1001 * ms, Duration: 2 * time.Millisecond},
 			},
-			Phases: span.Phases{Fetch: 50 * time.Microsecond, Apply: 2 * time.Millisecond, Diff: 2950 * time.Microsecond},
+			Phases:    span.Phases{Fetch: 50 * time.Microsecond, Apply: 2 * time.Millisecond, Diff: 2950 * time.Microsecond},
+			ProbeHits: span.ProbeHits{Emulated: 6},
 		}),
 		manager(&span.Span{
 			Controller: "configmap", Namespace: "default", Name: "cm-b", ReconcileID: "22222222-bbbb", Goid: 319,
@@ -231,12 +232,13 @@ func testSpans() []*span.Span {
 				{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "PUT", Resource: "configmaps", Subresource: "status", Namespace: "default", Name: "cm-b", Status: 409},
 					Start: 2001 * ms, Duration: time.Millisecond},
 			},
-			Phases: span.Phases{Apply: time.Millisecond, Diff: 2 * time.Millisecond},
+			Phases:    span.Phases{Apply: time.Millisecond, Diff: 2 * time.Millisecond},
+			ProbeHits: span.ProbeHits{Emulated: 3, SingleStepped: 2},
 		}),
 		manager(&span.Span{
 			Controller: "deployment", Namespace: "apps", Name: "web", ReconcileID: "33333333-cccc", Goid: 320,
 			Start: 3000 * ms, Duration: time.Millisecond, Result: span.ResultRequeueAfter, RequeueAfter: 30 * time.Second,
-			Noop: true, Phases: span.Phases{Diff: time.Millisecond},
+			Noop: true, Phases: span.Phases{Diff: time.Millisecond}, ProbeHits: span.ProbeHits{Emulated: 2},
 		}),
 		manager(&span.Span{
 			Controller: "deployment", Namespace: "apps", Name: "stuck", Goid: 321,
@@ -252,7 +254,8 @@ func testSpans() []*span.Span {
 				{CallInfo: span.CallInfo{Kind: span.CallCacheGet, Verb: "GET", Resource: "secrets", Namespace: "default", Name: "token"},
 					Start: 5001 * ms, Duration: time.Millisecond, Depth: 0},
 			},
-			Phases: span.Phases{Fetch: time.Millisecond, Diff: 3 * time.Millisecond},
+			Phases:    span.Phases{Fetch: time.Millisecond, Diff: 3 * time.Millisecond},
+			ProbeHits: span.ProbeHits{Emulated: 2},
 		}),
 		// Another process, outside Kubernetes: service.name is the executable's base name.
 		{Controller: "job", Namespace: "batch", Name: "nightly", PID: 99, Exe: "/usr/local/bin/other-operator", Goid: 7,

@@ -327,12 +327,11 @@ func (p *Plan) returnAddresses(bin *symbols.Binary, funcs []symbols.Function, fn
 		}
 	}
 	var sites []symbols.Site
-	var emulated []bool
 	err := errors.New("no function matches " + pr.ReturnCallers.String())
 	if len(callers) > 0 {
-		sites, emulated, err = bin.ReturnAddressSites(fn, callers)
+		sites, err = bin.ReturnAddressSites(fn, callers)
 	}
-	if err == nil && !slices.Contains(emulated, true) {
+	if err == nil && !slices.ContainsFunc(sites, func(s symbols.Site) bool { return s.Emulated }) {
 		err = errors.New("the kernel single-steps the instruction at every return address, as it does a RET")
 	}
 	if err != nil {
@@ -343,11 +342,7 @@ func (p *Plan) returnAddresses(bin *symbols.Binary, funcs []symbols.Function, fn
 	var where []string
 	for i, s := range sites {
 		in[i], _ = funcContaining(callers, s.Addr)
-		mode := "single-stepped"
-		if emulated[i] {
-			mode = "emulated"
-		}
-		where = append(where, fmt.Sprintf("%s+%#x `%s` (%s)", in[i].Name, s.Addr-in[i].Entry, s.Insn, mode))
+		where = append(where, fmt.Sprintf("%s+%#x `%s` (%s)", in[i].Name, s.Addr-in[i].Entry, s.Insn, s.Trap()))
 	}
 	p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: fmt.Sprintf("%s's entry and the return addresses of its calls: %s", fn.Name, strings.Join(where, ", "))})
 	return sites, in

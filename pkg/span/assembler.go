@@ -208,6 +208,11 @@ func (a *Assembler) Open() int { return len(a.open) }
 // Add feeds one event.
 func (a *Assembler) Add(e Event) {
 	k := keyOf(&e)
+	if e.Kind != SpanStart && e.Kind != SpanEnd { // those count their hit where they pair
+		if o := a.spanOf(k, &e); o != nil {
+			o.span.ProbeHits.add(&e)
+		}
+	}
 	switch e.Kind {
 	case SpanStart:
 		a.start(k, e)
@@ -296,6 +301,7 @@ func (a *Assembler) start(k goroutineKey, e Event) {
 			if o.queue && !o.handler && !e.Queue && o.depth == 1 {
 				a.enrich(o, e)
 			}
+			o.span.ProbeHits.add(&e)
 			o.depth++
 			return
 		}
@@ -306,6 +312,7 @@ func (a *Assembler) start(k goroutineKey, e Event) {
 		delete(a.pending, k)
 		a.stats.ReorderedPaired++
 		o := a.newOpen(e)
+		o.span.ProbeHits.add(&p)
 		a.finish(o, p)
 		return
 	}
@@ -397,6 +404,7 @@ func (a *Assembler) newOpen(e Event) *openSpan {
 			Goid:        e.Goid,
 			Start:       e.Time,
 			Incomplete:  e.Incomplete,
+			ProbeHits:   ProbeHits{}.with(&e),
 		},
 	}
 }
@@ -426,6 +434,7 @@ func (a *Assembler) end(k goroutineKey, e Event) {
 		// The entry event was lost, but the kernel kept its time: a span without the
 		// entry's fields, marked incomplete.
 		o = &openSpan{depth: 1, calls: map[goroutineKey][]openCall{}, last: map[goroutineKey]int{}, span: Span{PID: e.PID, Goid: e.Goid, Start: e.SpanStartTime, Incomplete: true}}
+		o.span.ProbeHits.add(&e)
 		a.finish(o, e)
 		return
 	}
@@ -435,6 +444,7 @@ func (a *Assembler) end(k goroutineKey, e Event) {
 		a.stats.OrphanReturns++
 		return
 	}
+	o.span.ProbeHits.add(&e)
 	if o.depth > 1 {
 		o.depth--
 		if o.handler && o.depth == 1 && !e.Queue {

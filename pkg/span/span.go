@@ -108,7 +108,38 @@ type Event struct {
 	// Incomplete marks an event some of whose fields could not be read (truncated strings,
 	// unknown offsets).
 	Incomplete bool
+
+	// SingleStepped says the probe hit that made this event cost the traced thread a
+	// single-step besides its trap (its site's instruction is not one the kernel emulates).
+	SingleStepped bool
 }
+
+// ProbeHits counts the probe hits a reconcile cost its process: the hits whose records
+// joined its span (its entry and return, its calls, its queue's marks), by what each cost the
+// traced thread. Hits that write no record (a goroutine's start or exit inside the span) are
+// counted by the kernel only, not here.
+type ProbeHits struct {
+	Emulated      uint32 // one trap, the instruction run in the trap handler
+	SingleStepped uint32 // a trap and a single-step of the instruction out of line
+}
+
+// add counts the hit of e.
+func (h *ProbeHits) add(e *Event) {
+	if e.SingleStepped {
+		h.SingleStepped++
+	} else {
+		h.Emulated++
+	}
+}
+
+// with returns h with the hit of e counted.
+func (h ProbeHits) with(e *Event) ProbeHits {
+	h.add(e)
+	return h
+}
+
+// Total is the number of hits.
+func (h ProbeHits) Total() uint32 { return h.Emulated + h.SingleStepped }
 
 // CallInfo describes a call made inside a reconcile.
 type CallInfo struct {
@@ -193,6 +224,8 @@ type Span struct {
 	// limiter's backoff after an error). Backoff + QueueWait is the time since that first add.
 	Backoff time.Duration
 	Noop    bool
+	// ProbeHits are the probe hits the reconcile cost its process (see ProbeHits).
+	ProbeHits ProbeHits
 	// Incomplete is set when events of this span were lost or unreadable: fields may be missing.
 	Incomplete bool
 

@@ -18,6 +18,18 @@ type Site struct {
 	FileOffset uint64
 	// Insn is the instruction in Go assembler syntax, as `go tool objdump` prints it.
 	Insn string
+	// Emulated says the kernel runs a uprobe on this instruction in its trap handler; when
+	// false it single-steps it out of line, a second trap (see emulated).
+	Emulated bool
+}
+
+// Trap names what a probe hit at the site costs the traced thread: "emulated" (one trap) or
+// "single-stepped" (a trap and a single-step trap).
+func (s Site) Trap() string {
+	if s.Emulated {
+		return "emulated"
+	}
+	return "single-stepped"
 }
 
 // maxFuncSize bounds the code read for one function; the largest Go functions are a few
@@ -80,7 +92,7 @@ func (b *Binary) site(fn Function, code []byte, off int) (Site, error) {
 	if err != nil {
 		return Site{}, err
 	}
-	return Site{Addr: addr, FileOffset: fo, Insn: b.disasm(code[off:], addr)}, nil
+	return Site{Addr: addr, FileOffset: fo, Insn: b.disasm(code[off:], addr), Emulated: b.emulated(code[off:])}, nil
 }
 
 // disasm renders the instruction at the start of code in Go syntax.
@@ -266,13 +278,13 @@ func branchTargets(arch string, code []byte, pc uint64) []uint64 {
 // g. It fails when callers hold no call of callee, or when another instruction of a caller
 // branches to a return address (a probe there would fire on that path too). Whether the
 // callers hold every call of callee (no func value or interface reaches it) is for the caller
-// of ReturnAddressSites to know. Emulated says whether each site is an instruction the kernel
-// runs without a single-step.
-func (b *Binary) ReturnAddressSites(callee Function, callers []Function) (sites []Site, emulated []bool, err error) {
+// of ReturnAddressSites to know. Each site's Emulated says whether the kernel runs it without a
+// single-step.
+func (b *Binary) ReturnAddressSites(callee Function, callers []Function) (sites []Site, err error) {
 	for _, fn := range callers {
 		code, err := b.code(fn)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		brs := scanBranches(b.Arch, code, fn.Entry)
 		targets := map[uint64]bool{}
@@ -288,23 +300,22 @@ func (b *Binary) ReturnAddressSites(callee Function, callers []Function) (sites 
 			off := br.off + br.len
 			addr := fn.Entry + uint64(off)
 			if off >= len(code) {
-				return nil, nil, fmt.Errorf("%s: the call of %s at %#x is its last instruction", fn.Name, callee.Name, fn.Entry+uint64(br.off))
+				return nil, fmt.Errorf("%s: the call of %s at %#x is its last instruction", fn.Name, callee.Name, fn.Entry+uint64(br.off))
 			}
 			if targets[addr] {
-				return nil, nil, fmt.Errorf("%s: a branch targets %#x, the return address of its call of %s", fn.Name, addr, callee.Name)
+				return nil, fmt.Errorf("%s: a branch targets %#x, the return address of its call of %s", fn.Name, addr, callee.Name)
 			}
 			s, err := b.site(fn, code, off)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			sites = append(sites, s)
-			emulated = append(emulated, b.emulated(code[off:]))
 		}
 	}
 	if len(sites) == 0 {
-		return nil, nil, fmt.Errorf("no direct call of %s in %d callers", callee.Name, len(callers))
+		return nil, fmt.Errorf("no direct call of %s in %d callers", callee.Name, len(callers))
 	}
-	return sites, emulated, nil
+	return sites, nil
 }
 
 // emulated reports whether the kernel runs a uprobe on the instruction at the start of code

@@ -230,9 +230,41 @@ func TestReturnAddressSites(t *testing.T) {
 				if stats.Assembler.Abandoned != 0 || stats.Assembler.OrphanReturns != 0 {
 					t.Errorf("entries and returns do not pair: %+v", stats.Assembler)
 				}
+				checkProbeHits(t, plan, spans)
 			})
 		}
 	}
+}
+
+// checkProbeHits checks that every span counts the two hits a reconcile of a probe without
+// calls costs (its entry and one return site), each of the kind its site's instruction is:
+// single-stepped ones as the plan says of the sites (a RET on amd64), emulated the others.
+func checkProbeHits(t *testing.T, plan *probes.Plan, spans []span.Span) {
+	t.Helper()
+	var want span.ProbeHits
+	kinds := map[probes.SiteKind]map[bool]bool{probes.SiteEntry: {}, probes.SiteReturn: {}}
+	for _, s := range plan.Sites {
+		kinds[s.Kind][s.Emulated] = true
+	}
+	for kind, seen := range kinds {
+		if len(seen) != 1 {
+			t.Fatalf("the plan's %v sites are not all of one trap kind: %v", kind, plan.Sites)
+		}
+		if seen[true] {
+			want.Emulated++
+		} else {
+			want.SingleStepped++
+		}
+	}
+	bad := 0
+	for _, sp := range spans {
+		if sp.ProbeHits != want {
+			if bad++; bad <= 3 {
+				t.Errorf("span %s/%s counts probe hits %+v, want %+v", sp.Namespace, sp.Name, sp.ProbeHits, want)
+			}
+		}
+	}
+	t.Logf("%d spans, each %+v", len(spans), want)
 }
 
 // TestTraceStress: 8 workers, 10 000 reconciles with stack growth and forced GC inside.
