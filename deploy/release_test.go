@@ -432,6 +432,7 @@ logFormat: text
 clusterName: prod-eu-1
 sampling: {noopRate: 0.25, slowThreshold: 500ms}
 goroutineInheritance: "off"
+detail: reconcile
 errorMessages: {mode: drop, redact: ['token=[^&\s]+', 'key: "?\w+']}
 extraArgs: ["--scan-interval=5s", "--keep-attached=2m"]
 serviceAccount: {create: false, name: platform-agents}
@@ -466,7 +467,7 @@ prometheusRule:
 	c := pod.Containers[0]
 
 	wantArgs := []string{"run", "--config=/etc/reconscope/config.yaml", "--log-level=debug", "--log-format=text", "--sample-noop-rate=0.25",
-		"--slow-threshold=500ms", "--goroutine-inheritance=off", "--error-messages=drop", `--redact-errors=token=[^&\s]+`, `--redact-errors=key: "?\w+`,
+		"--slow-threshold=500ms", "--goroutine-inheritance=off", "--detail=reconcile", "--error-messages=drop", `--redact-errors=token=[^&\s]+`, `--redact-errors=key: "?\w+`,
 		"--scan-interval=5s", "--keep-attached=2m"}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("args %q, want %q", c.Args, wantArgs)

@@ -24,6 +24,7 @@ type tracerFlags struct {
 	fightWindow *time.Duration
 	extra       probeFlags
 	goroutines  probes.Inheritance
+	detail      probes.Detail
 }
 
 func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
@@ -36,6 +37,7 @@ func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
 		fightWindow: fs.Duration("fight-window", span.DefaultFightWindow, "the window of --fight-alternations"),
 	}
 	addInheritanceFlag(fs, &tf.goroutines)
+	addDetailFlag(fs, &tf.detail)
 	fs.Var(&tf.extra, "probe", "trace a sync handler of your own: 'SYMBOL=controller:NAME[,key:SLOT][,err:SLOT]' (repeatable)")
 	return tf
 }
@@ -49,7 +51,7 @@ func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock ktim
 		Writer:    w,
 		Logger:    log,
 		Clock:     clock,
-		Catalog:   tf.goroutines.Catalog(append(append([]*probes.Probe{}, probes.Catalog...), tf.extra...)),
+		Catalog:   tf.detail.Catalog(tf.goroutines.Catalog(append(append([]*probes.Probe{}, probes.Catalog...), tf.extra...))),
 	}
 	if configure != nil {
 		configure(&opts)
@@ -63,6 +65,14 @@ func addInheritanceFlag(fs *flag.FlagSet, i *probes.Inheritance) {
 		"their API calls and cache reads in it, and every goroutine created and ended in a traced process hits a probe; off attaches "+
 		"no probe at goroutine creation and exit, and calls made on goroutines a reconcile starts are then in no span (calls on its "+
 		"own goroutine are unchanged)")
+}
+
+// addDetailFlag adds --detail (trace, run and inspect).
+func addDetailFlag(fs *flag.FlagSet, d *probes.Detail) {
+	fs.Var(d, "detail", "how much of each reconcile to probe, `calls` or reconcile: calls (the default) also probes its API calls and "+
+		"cache and lister reads (children, phases, the object's UID and resourceVersion, the trigger) and goroutines it starts; reconcile "+
+		"probes only the reconcile's (or work-queue item's) start and end, its result and its queue adds: fewer traps per reconcile, "+
+		"no calls in the span (docs/probes.md, \"Detail levels\")")
 }
 
 // fightAlternations turns --fight-alternations into span.Options.FightAlternations (where 0

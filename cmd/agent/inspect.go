@@ -13,7 +13,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
-const inspectSummary = `Usage: reconscope-agent inspect BINARY | --pid PID [--json] [--goroutine-inheritance off]
+const inspectSummary = `Usage: reconscope-agent inspect BINARY | --pid PID [--json] [--goroutine-inheritance off] [--detail reconcile]
 
 Says, without privileges, what 'trace' would attach to a Go binary: Go version, arch,
 stripped or not, PIE or not, the controller module versions, each probe site (symbol, role,
@@ -21,7 +21,7 @@ entry and return addresses and file offsets), where the sites of a probe that ca
 more than one way went and why, the struct-field offsets the probes read and
 where each came from (DWARF or the offsets table), whether goroutines a reconcile starts join
 its span (with --goroutine-inheritance as trace and run would be given it), and what cannot be
-traced and why.
+traced and why. --detail shows the plan of that detail level.
 The JSON schema is in docs/inspect.md.
 
 Exit status: 0 traceable; 3 not traceable (not ELF, not Go, unsupported Go version, no
@@ -51,6 +51,8 @@ type InspectReport struct {
 	Offsets    []InspectOffset   `json:"offsets"`
 	Missing    []InspectMissing  `json:"missing"`
 	Choices    []InspectChoice   `json:"choices"`
+	// Detail is the --detail the plan was made with: calls or reconcile.
+	Detail string `json:"detail"`
 	// GoroutineInheritance says whether goroutines a reconcile starts join its span.
 	GoroutineInheritance InspectInheritance `json:"goroutine_inheritance"`
 }
@@ -118,6 +120,8 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print JSON (schema in docs/inspect.md)")
 	var inherit probes.Inheritance
 	addInheritanceFlag(fs.FlagSet, &inherit)
+	var detail probes.Detail
+	addDetailFlag(fs.FlagSet, &detail)
 	if code, exit := fs.parse(args); exit {
 		return code
 	}
@@ -131,7 +135,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "reconscope-agent inspect: give one BINARY or --pid PID (see --help)")
 		return exitUsage
 	}
-	rep, code := inspect(path, inherit)
+	rep, code := inspect(path, inherit, detail)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -145,8 +149,8 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-func inspect(path string, inherit probes.Inheritance) (*InspectReport, int) {
-	rep := &InspectReport{Binary: path, Probes: []InspectProbe{}, Offsets: []InspectOffset{}, Missing: []InspectMissing{}, Choices: []InspectChoice{}}
+func inspect(path string, inherit probes.Inheritance, detail probes.Detail) (*InspectReport, int) {
+	rep := &InspectReport{Binary: path, Detail: detail.String(), Probes: []InspectProbe{}, Offsets: []InspectOffset{}, Missing: []InspectMissing{}, Choices: []InspectChoice{}}
 	bin, err := symbols.Open(path)
 	if err != nil {
 		rep.Reason = err.Error()
@@ -162,7 +166,7 @@ func inspect(path string, inherit probes.Inheritance) (*InspectReport, int) {
 	rep.GoVersion, rep.Arch, rep.Stripped, rep.PIE, rep.DWARF = bin.GoVersion, bin.Arch, bin.Stripped, bin.PIE, bin.HasDWARF
 	rep.MainModule = bin.MainModule
 	rep.Modules = probes.ModuleVersions(bin)
-	plan, err := probes.NewPlan(bin, inherit.Catalog(probes.Catalog))
+	plan, err := probes.NewPlan(bin, detail.Catalog(inherit.Catalog(probes.Catalog)))
 	if plan != nil {
 		fill(rep, plan)
 		rep.GoroutineInheritance = inheritanceOf(plan, inherit)
@@ -252,6 +256,7 @@ func printInspect(w io.Writer, r *InspectReport) {
 	}
 	if r.Traceable {
 		fmt.Fprintln(w, "traceable:  yes")
+		fmt.Fprintf(w, "detail:     %s\n", r.Detail)
 		g := r.GoroutineInheritance
 		fmt.Fprintf(w, "goroutines: inheritance %s, probes %s: %s\n", g.Mode, map[bool]string{true: "attached", false: "not attached"}[g.Attached], g.Why)
 	} else {

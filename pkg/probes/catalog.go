@@ -147,6 +147,9 @@ type Probe struct {
 	// ID, whose spans already cover the functions' work at a lower cost (controller-runtime's
 	// Reconcile covers the items of its reconcile.Request queue).
 	SupersededBy string
+	// ItemResult marks a call probe whose hits say what a work-queue item's worker did with it
+	// (a requeue, a retry): the span's result, kept at every Detail.
+	ItemResult bool
 	// Fallback probes are used only when no earlier catalog entry with the same ID found
 	// sites: a Calls probe's shape is looked for first, the plain sites are the fallback.
 	Fallback bool

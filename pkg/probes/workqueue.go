@@ -64,12 +64,12 @@ func requeueProbes() []*Probe {
 		{`\*.*`, 3, false},
 		{`[^*].*`, None, false},
 	} {
-		retry := &Probe{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true,
+		retry := &Probe{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true, ItemResult: true,
 			Symbol:      regexp.MustCompile(workQueue + `\(\*rateLimitingType\[go\.shape\.` + q.shape + `\]\)\.AddRateLimited$`),
 			Entry:       layout(),
 			Return:      layout(),
 			DecodeEntry: decodeQueueRetry, DecodeReturn: decodeIgnore}
-		after := &Probe{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true,
+		after := &Probe{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true, ItemResult: true,
 			Symbol:      regexp.MustCompile(workQueue + `\(\*delayingType\[go\.shape\.` + q.shape + `\]\)\.AddAfter$`),
 			Entry:       layout(),
 			Return:      layout(),

@@ -17,6 +17,7 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/ktime"
+	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
@@ -48,6 +49,7 @@ type tracedFixture struct {
 	stopRun func() error // stops the tracer's Run; nil once stopped
 	clock   ktime.Clock
 	stats   tracer.Stats // final, once stopped
+	plan    *probes.Plan
 }
 
 func startTracedFixture(t *testing.T, flags ...string) *tracedFixture {
@@ -57,15 +59,21 @@ func startTracedFixture(t *testing.T, flags ...string) *tracedFixture {
 
 func startTracedFixtureArgs(t *testing.T, args []string, flags ...string) *tracedFixture {
 	t.Helper()
+	return startTracedFixtureDetail(t, probes.DetailCalls, args, flags...)
+}
+
+// startTracedFixtureDetail starts the fixture with args, built with flags, traced at detail.
+func startTracedFixtureDetail(t *testing.T, detail probes.Detail, args []string, flags ...string) *tracedFixture {
+	t.Helper()
 	env := testenv.Start(t, testenv.Options{})
 	bin := testkit.Build(t, fixturePkg, flags...)
 	truth := filepath.Join(t.TempDir(), "truth.jsonl")
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(bin, append([]string{"--kubeconfig", env.Kubeconfig,
 		"--ground-truth", truth}, args...)...))
 
-	tr, s, plan := testenv.Trace(t, "the fixture", ctl.PID())
+	tr, s, plan := testenv.TraceDetail(t, "the fixture", ctl.PID(), detail)
 	t.Logf("attached %s", plan)
-	f := &tracedFixture{env: env, ctl: ctl, truth: truth, sink: s, tracer: tr, stopRun: testkit.Go(t, tr.Run), clock: tr.Clock()}
+	f := &tracedFixture{env: env, ctl: ctl, truth: truth, sink: s, tracer: tr, stopRun: testkit.Go(t, tr.Run), clock: tr.Clock(), plan: plan}
 	t.Cleanup(func() { f.stop(t) })
 	return f
 }

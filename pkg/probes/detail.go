@@ -1,0 +1,53 @@
+package probes
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Detail says how much of a reconcile the agent probes: which probes of a catalog a plan keeps.
+// It is the agent's --detail (a flag.Value). Fewer probes are fewer traps in the traced
+// process: what a span holds at each level is in docs/probes.md ("Detail levels").
+type Detail uint8
+
+const (
+	// DetailCalls keeps every probe: the reconcile, its API calls, cache and lister reads (with
+	// the reconciled object's UID and resourceVersion, the trigger and the phases they give),
+	// and the goroutine probes that put calls made on goroutines the reconcile starts in it.
+	DetailCalls Detail = iota
+	// DetailReconcile keeps the probes that make the span itself: the reconcile's (or work-queue
+	// item's) entry and return, what its worker did with the item (Probe.ItemResult), and the
+	// queue adds that give its queue wait. No call probe and no goroutine probe: a span has no
+	// calls, phases, UID, resourceVersion or trigger.
+	DetailReconcile
+)
+
+var detailNames = []string{DetailCalls: "calls", DetailReconcile: "reconcile"}
+
+// String is the flag's value.
+func (d Detail) String() string {
+	if int(d) < len(detailNames) {
+		return detailNames[d]
+	}
+	return fmt.Sprintf("Detail(%d)", uint8(d))
+}
+
+// Set parses the flag's value.
+func (d *Detail) Set(s string) error {
+	n := slices.Index(detailNames, s)
+	if n < 0 {
+		return fmt.Errorf("want calls or reconcile, not %q", s)
+	}
+	*d = Detail(n)
+	return nil
+}
+
+// Catalog returns catalog with the probes d keeps. catalog itself is not changed.
+func (d Detail) Catalog(catalog []*Probe) []*Probe {
+	if d == DetailCalls {
+		return slices.Clone(catalog)
+	}
+	return slices.DeleteFunc(slices.Clone(catalog), func(p *Probe) bool {
+		return (p.Role == RoleCall && !p.ItemResult) || p.Role == RoleSpawn || p.Role == RoleExit
+	})
+}
