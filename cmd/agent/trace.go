@@ -140,6 +140,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	summary.Print(stderr)
 	fmt.Fprintf(stderr, "events: %d read, %d lost (ring buffer full), %d malformed; spans abandoned: %d, orphan returns: %d\n",
 		st.Reader.Events, st.Kernel.LostRingBuffer, st.Reader.Malformed, st.Assembler.Abandoned, st.Assembler.OrphanReturns)
+	fmt.Fprintf(stderr, "probe hits: %d in traced processes\n", st.Kernel.Hits)
 	if dropped > 0 {
 		fmt.Fprintf(stderr, "output: %d spans not written (standard output did not keep up)\n", dropped)
 	}

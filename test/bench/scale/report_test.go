@@ -69,9 +69,9 @@ func intro(cfg config) string {
 ` + "`reconscope-agent trace --pid`" + ` (attached when a cycle starts, stopped when it ends), side by side: a round
 runs one cycle of each kind, in an order that rotates between rounds; ratios are taken within
 each round, then their median. Traced runs as users run it (goroutine inheritance at newproc's
-calls, the default), with ` + "`--goroutine-inheritance=off`" + ` (no goroutine probe), and, for
-kube-controller-manager, with goroutine creation at newproc1's entry and RETs (the sites used
-before; ` + "`--goroutine-inheritance=newproc1`" + `). A cycle warms up (one object reconciled, and traced, its span
+calls, the default), with ` + "`--goroutine-inheritance=off`" + ` (no goroutine probe), and with
+` + "`--detail reconcile`" + ` (the reconciles' own probes and their queue adds: no call, no goroutine probe).
+A cycle warms up (one object reconciled, and traced, its span
 written), runs the workload's first step (creations), leaves the controller idle for ` + cfg.idle.String() + `
 while it watches the objects, then runs the other steps; after each step it waits until the
 controller's queues have been quiet for a second.
@@ -90,6 +90,9 @@ controller's queues have been quiet for a second.
   reconcile as the agent counts them, over the cycle's reconciles;
 - the agent's CPU per reconcile and peak RSS (VmHWM) are those of the whole trace process;
   spans per reconcile are the JSON lines it wrote over the controller's reconciles;
+- **probe hits per reconcile** are the kernel's count of probe hits in the controller over the
+  whole cycle (warm-up, steps and idle part: informer queue adds included) over its reconciles
+  in the steps and the idle part;
 - **added per goroutine** is the controller's CPU per reconcile traced with goroutine probes
   minus traced without, over the goroutines it created per reconcile ("—" where that is less
   than one).
@@ -104,7 +107,7 @@ func report(cfg config, w workload, results []cycleResult) (string, []verdict.Ve
 	p("### %s\n\n", w.title)
 
 	type agg struct {
-		reconciles, cpuPer, p50, p99, idle, created, idleCreated, inherited, agentCPU, hwm, spansPer, lost []float64
+		reconciles, cpuPer, p50, p99, idle, created, idleCreated, inherited, agentCPU, hwm, spansPer, lost, hits []float64
 	}
 	by := map[variant]*agg{}
 	perRound := map[int]map[variant]cycleResult{}
@@ -130,7 +133,8 @@ func report(cfg config, w workload, results []cycleResult) (string, []verdict.Ve
 			a.hwm = append(a.hwm, float64(r.agentHWM))
 			a.spansPer = append(a.spansPer, float64(c.spans+r.idle.spans)/all)
 			a.lost = append(a.lost, float64(r.eventsLost))
-			if r.variant != tracedOff {
+			a.hits = append(a.hits, float64(r.hits)/all)
+			if r.variant != tracedOff && r.variant.detail != "reconcile" {
 				a.inherited = append(a.inherited, float64(r.inherited)/all)
 			}
 		}
@@ -141,18 +145,18 @@ func report(cfg config, w workload, results []cycleResult) (string, []verdict.Ve
 	}
 	f3 := func(x float64) string { return fmt.Sprintf("%.3f", x) }
 	f1 := func(x float64) string { return fmt.Sprintf("%.1f", x) }
-	p("| configuration | reconciles per cycle | CPU per reconcile | p50 | p99 | idle CPU (share of a core) | goroutines created per reconcile | goroutines created per second, idle | goroutines joining a span per reconcile | agent CPU per reconcile | agent peak RSS | spans per reconcile | events lost |\n")
-	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	p("| configuration | reconciles per cycle | CPU per reconcile | p50 | p99 | idle CPU (share of a core) | goroutines created per reconcile | goroutines created per second, idle | goroutines joining a span per reconcile | probe hits per reconcile | agent CPU per reconcile | agent peak RSS | spans per reconcile | events lost |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, v := range w.variants {
 		a := by[v]
 		if a == nil {
 			continue
 		}
-		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v.name,
+		p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v.name,
 			spreadOf(a.reconciles).format(num), spreadOf(a.cpuPer).format(dur),
 			spreadOf(a.p50).format(dur), spreadOf(a.p99).format(dur), spreadOf(a.idle).format(pct),
 			spreadOf(a.created).format(f1), spreadOf(a.idleCreated).format(f1), spreadOf(a.inherited).format(f3),
-			spreadOf(a.agentCPU).format(dur), spreadOf(a.hwm).format(mib), spreadOf(a.spansPer).format(f3), spreadOf(a.lost).format(num))
+			spreadOf(a.hits).format(f1), spreadOf(a.agentCPU).format(dur), spreadOf(a.hwm).format(mib), spreadOf(a.spansPer).format(f3), spreadOf(a.lost).format(num))
 	}
 
 	rounds := make([]int, 0, len(perRound))
@@ -207,7 +211,7 @@ func report(cfg config, w workload, results []cycleResult) (string, []verdict.Ve
 
 	// What the goroutine probes cost: traced with them against traced without, per site choice.
 	if by[tracedOff] != nil {
-		with := slices.DeleteFunc(slices.Clone(tracedVariants), func(v variant) bool { return v == tracedOff })
+		with := slices.DeleteFunc(slices.Clone(tracedVariants), func(v variant) bool { return v == tracedOff || v.detail == "reconcile" })
 		table("goroutine probes: traced with them − traced with `--goroutine-inheritance=off`, within each round", with, tracedOff, []comparison{
 			{"CPU per reconcile, with / without", func(t, off cycleResult) float64 { return cpuPer(t.churn) / cpuPer(off.churn) }, ratio},
 			{"CPU added per reconcile", func(t, off cycleResult) float64 { return cpuPer(t.churn) - cpuPer(off.churn) }, dur},

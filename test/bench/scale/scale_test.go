@@ -42,19 +42,22 @@ import (
 const idleGoal = 0.01
 
 // variant is how a cycle runs the target: untraced, or traced by reconscope-agent with one
-// --goroutine-inheritance.
+// --goroutine-inheritance and one --detail.
 type variant struct {
 	name    string // as the tables say it
 	inherit string // the agent's --goroutine-inheritance; "": untraced
+	detail  string // the agent's --detail; "": its default
 }
 
 var (
-	untraced = variant{"untraced", ""}
+	untraced = variant{"untraced", "", ""}
 	// traced is the agent as users run it (the default): goroutine creation seen at newproc's calls.
-	traced    = variant{"traced by reconscope (default)", "auto"}
-	tracedOff = variant{"traced, --goroutine-inheritance=off", "off"}
+	traced    = variant{"traced by reconscope (default)", "auto", ""}
+	tracedOff = variant{"traced, --goroutine-inheritance=off", "off", ""}
 	// tracedOld sees goroutine creation where it did before: newproc1's entry and RETs.
-	tracedOld = variant{"traced, goroutine creation at newproc1's entry and RETs (before)", "newproc1"}
+	tracedOld = variant{"traced, goroutine creation at newproc1's entry and RETs (before)", "newproc1", ""}
+	// tracedReconcile probes the reconciles alone: no call, no goroutine probe.
+	tracedReconcile = variant{"traced, --detail reconcile", "auto", "reconcile"}
 )
 
 func (v variant) traced() bool { return v.inherit != "" }
@@ -126,6 +129,7 @@ type cycleResult struct {
 	idle       phase
 	agentHWM   uint64 // bytes
 	eventsLost uint64
+	hits       uint64 // probe hits in the target over the whole cycle (the kernel's count)
 	inherited  uint64 // goroutines started inside a reconcile, over the whole cycle (the agent's count)
 }
 
@@ -157,7 +161,15 @@ func BenchmarkAtScale(b *testing.B) {
 	})
 	var md strings.Builder
 	var verdicts []verdict.Verdict
-	for _, w := range []workload{kcmWorkload(b, env, cfg), managerWorkload(b, env, cfg, manager)} {
+	only := os.Getenv("RECONSCOPE_BENCH_SCALE_ONLY") // kcm or manager: that workload alone
+	var workloads []workload
+	if only != "manager" {
+		workloads = append(workloads, kcmWorkload(b, env, cfg))
+	}
+	if only != "kcm" {
+		workloads = append(workloads, managerWorkload(b, env, cfg, manager))
+	}
+	for _, w := range workloads {
 		var results []cycleResult
 		for r := 0; r < cfg.rounds; r++ {
 			// The order rotates from round to round.
@@ -247,7 +259,8 @@ func kcmWorkload(b *testing.B, env *testenv.Env, cfg config) workload {
 		watched: 5*n + 2, // Deployments, ReplicaSets and pods, with the warm-up's
 		// client-go's slowStartBatch creates and deletes pods from goroutines the sync handler
 		// starts: what goroutine inheritance costs, against its sites before and without it.
-		variants: []variant{untraced, traced, tracedOff, tracedOld},
+		// (tracedOld, goroutine creation at the sites used before: BENCHMARKS.md's earlier runs.)
+		variants: []variant{untraced, traced, tracedOff, tracedReconcile},
 	}
 }
 
@@ -324,7 +337,7 @@ func managerWorkload(b *testing.B, env *testenv.Env, cfg config, bin string) wor
 			},
 		},
 		watched:  n + 1,
-		variants: []variant{untraced, traced, tracedOff},
+		variants: []variant{untraced, traced, tracedOff, tracedReconcile},
 	}
 }
 
@@ -334,14 +347,18 @@ func runCycle(b *testing.B, env *testenv.Env, cfg config, w workload, round int,
 	b.Helper()
 	mode := "untraced"
 	if v.traced() {
-		mode = "traced-" + v.inherit
+		mode = "traced-" + v.inherit + v.detail
 	}
 	ns := fmt.Sprintf("scale-%d-%d-%s", w.target.pid, round, mode)
 	must(b, env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 
 	var agent *testenv.Process
 	if v.traced() {
-		cmd := exec.Command(cfg.agent, "trace", "--pid", strconv.Itoa(w.target.pid), "--output", "json", "--goroutine-inheritance", v.inherit)
+		args := []string{"trace", "--pid", strconv.Itoa(w.target.pid), "--output", "json", "--goroutine-inheritance", v.inherit}
+		if v.detail != "" {
+			args = append(args, "--detail", v.detail)
+		}
+		cmd := exec.Command(cfg.agent, args...)
 		agent = testenv.StartProcess(b, "reconscope-agent-"+ns, cmd)
 		testkit.WaitFor(b, "reconscope-agent to attach", 2*time.Minute, func() (bool, string) {
 			raw, err := os.ReadFile(agent.StderrPath())
@@ -381,7 +398,7 @@ func runCycle(b *testing.B, env *testenv.Env, cfg config, w workload, round int,
 		if err := agent.Wait(); err != nil {
 			b.Fatalf("reconscope-agent: %v", err)
 		}
-		res.eventsLost, res.inherited = summaryCounts(b, agent.StderrPath(), v)
+		res.eventsLost, res.inherited, res.hits = summaryCounts(b, agent.StderrPath(), v)
 	}
 	return res
 }
@@ -638,25 +655,29 @@ func spanCount(agent *testenv.Process) int {
 var (
 	lostRE      = regexp.MustCompile(`events: \d+ read, (\d+) lost`)
 	inheritedRE = regexp.MustCompile(`goroutines started inside a reconcile \(their calls are in its span\): (\d+)`)
+	hitsRE      = regexp.MustCompile(`probe hits: (\d+) in traced processes`)
 )
 
 // summaryCounts reads, from the summary trace prints when it stops, the events the kernel
-// dropped and the goroutines started inside a reconcile (none with goroutine inheritance off).
-func summaryCounts(b *testing.B, stderr string, v variant) (lost, inherited uint64) {
+// dropped, the goroutines started inside a reconcile (none with goroutine inheritance off) and
+// the probe hits in the target.
+func summaryCounts(b *testing.B, stderr string, v variant) (lost, inherited, hits uint64) {
 	raw, err := os.ReadFile(stderr)
 	if err != nil {
 		b.Fatal(err)
 	}
 	m := lostRE.FindSubmatch(raw)
 	g := inheritedRE.FindSubmatch(raw)
-	if m == nil || (g == nil) != (v.inherit == "off") {
+	h := hitsRE.FindSubmatch(raw)
+	if m == nil || h == nil || (g == nil) != (v.inherit == "off") {
 		b.Fatalf("reconscope-agent (--goroutine-inheritance %s) printed no summary, or not the one expected:\n%s", v.inherit, raw)
 	}
 	lost, _ = strconv.ParseUint(string(m[1]), 10, 64)
 	if g != nil {
 		inherited, _ = strconv.ParseUint(string(g[1]), 10, 64)
 	}
-	return lost, inherited
+	hits, _ = strconv.ParseUint(string(h[1]), 10, 64)
+	return lost, inherited, hits
 }
 
 func must(b *testing.B, err error) {
