@@ -21,7 +21,7 @@ KERNELS_ACCEL ?= auto
 TESTFLAGS ?= -count=1 -timeout 40m
 RUN      ?=
 
-.PHONY: help build image chart-check generate check-generate test e2e bench soak lint demo controlplane fuzz clean kernels compat
+.PHONY: help build image release chart-check generate check-generate test e2e bench soak lint demo controlplane fuzz clean kernels compat
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -46,6 +46,15 @@ image: ## build the agent's image (amd64+arm64, static, CA certificates, no shel
 	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/image/linux_$$arch/reconscope-agent ./cmd/agent || exit 1; \
 	done
 	$(GO) run ./internal/cmd/mkimage --spec agent --ref $(IMAGE) $(foreach a,$(IMAGE_ARCHS),--platform linux/$(a)) --out $(IMAGE_TAR)
+
+# make release VERSION=vX.Y.Z: the release's artifacts in bin/release, no registry needed
+# (internal/cmd/release says what each file is): the image tarball and its digest, the chart
+# packaged and rendered with the image by digest, the agent binaries with their CycloneDX SBOMs,
+# SHA256SUMS.
+RELEASE_DIR ?= bin/release
+
+release: image ## build the release into bin/release: image tarball and digest, chart (.tgz) and manifest by digest, agent binaries, SBOMs, SHA256SUMS
+	$(GO) run ./internal/cmd/release --version $(VERSION) --image-tar $(IMAGE_TAR) --binaries bin/image --helm "$$(test/tools/build-helm.sh | tail -1)" --out $(RELEASE_DIR)
 
 chart-check: controlplane ## helm lint and template the chart, compare it with deploy/, promtool check and test the alert rules
 	$(GO) test -count=1 -run 'Chart|Kustomiz|AlertRules' ./deploy/

@@ -1,11 +1,9 @@
 package deploy_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -17,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 const chartDir = "helm/reconscope"
@@ -29,18 +29,7 @@ var helmOnlyLabels = []string{"app.kubernetes.io/instance", "app.kubernetes.io/v
 // helmBinary returns Helm, built (once, cached) by test/tools/build-helm.sh.
 func helmBinary(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds Helm from the Go module proxy on first use; skipped with -short")
-	}
-	cmd := exec.Command("../test/tools/build-helm.sh")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("build helm: %v\n%s", err, stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1]
+	return testkit.Helm(t)
 }
 
 func helmTemplate(t *testing.T, helm string, args ...string) map[string]*unstructured.Unstructured {
