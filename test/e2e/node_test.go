@@ -77,6 +77,10 @@ func TestDaemonSetOnNode(t *testing.T) {
 			Entrypoint: []string{"/kube-controller-manager"}}),
 	}
 
+	// The release, as `make release` makes it from that image: its packaged chart runs the image
+	// by digest.
+	rel := buildRelease(t, images[0], filepath.Join(stage, ociimage.AgentStage))
+
 	env := testenv.Start(t, testenv.Options{Node: true})
 	node := testenv.StartNode(t, env, testenv.NodeOptions{
 		Name:       nodeName,
@@ -245,7 +249,8 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// Then once with Helm, as README says first: the chart with the image and the collector's
 	// address set (the chart has no hostAliases; the test bed has no DNS), into a namespace of
 	// its own. It traces the running fixture, and `helm uninstall` leaves no agent and no link.
-	helmAgent := helmInstall(t, env, cs, node.IP)
+	node.ImportImageByDigest(t, images[0], rel.repo)
+	helmAgent := helmInstall(t, env, cs, node.IP, rel)
 	before = len(fixtureRoots(src, fixturePod))
 	createUntil(t, cs, "the agent installed with Helm traces the fixture", "after-helm", func(int) (bool, string) {
 		n := len(fixtureRoots(src, fixturePod))
@@ -770,16 +775,55 @@ func helmRun(t *testing.T, env *testenv.Env, args ...string) {
 	t.Logf("helm %s:\n%s", strings.Join(args, " "), strings.TrimSpace(string(out)))
 }
 
-// helmInstall installs deploy/helm/reconscope as README says, with the test's image and the
-// collector at the node's address, and returns the agent's pod once Running and Ready.
-func helmInstall(t *testing.T, env *testenv.Env, cs *kubernetes.Clientset, nodeIP string) *corev1.Pod {
+// release is what buildRelease made: the packaged chart, and the image's repository and its
+// reference by digest.
+type release struct {
+	chart, repo, byDigest string
+}
+
+// buildRelease runs the release tool (`make release`'s) on the agent's image tarball and its
+// staged binaries, and returns the packaged chart and the image's reference by digest.
+func buildRelease(t *testing.T, imageTar, binaries string) release {
 	t.Helper()
-	repo, tag, _ := strings.Cut(agentImage, ":")
-	helmRun(t, env, "install", "reconscope", "../../deploy/helm/reconscope", "--namespace", helmNamespace, "--create-namespace",
-		"--set", "image.repository="+repo, "--set", "image.tag="+tag,
+	version, err := os.ReadFile("../../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "release")
+	cmd := exec.Command("go", "run", "./internal/cmd/release", "--version", strings.TrimSpace(string(version)),
+		"--image-tar", imageTar, "--binaries", binaries, "--helm", testkit.Helm(t), "--out", out)
+	cmd.Dir = "../.."
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("release: %v\n%s", err, b)
+	}
+	t.Logf("release: %s", b)
+	charts, _ := filepath.Glob(filepath.Join(out, "reconscope-*.tgz"))
+	digests, _ := filepath.Glob(filepath.Join(out, "reconscope-agent-image-*.digest"))
+	if len(charts) != 1 || len(digests) != 1 {
+		t.Fatalf("release: charts %v, digests %v", charts, digests)
+	}
+	ref, err := os.ReadFile(digests[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	byDigest := strings.TrimSpace(string(ref))
+	repo, _, _ := strings.Cut(byDigest, "@")
+	return release{chart: charts[0], repo: repo, byDigest: byDigest}
+}
+
+// helmInstall installs the release's packaged chart as README says, with nothing of its image
+// overridden (the image by digest) and the collector at the node's address, and returns the
+// agent's pod once Running and Ready.
+func helmInstall(t *testing.T, env *testenv.Env, cs *kubernetes.Clientset, nodeIP string, rel release) *corev1.Pod {
+	t.Helper()
+	helmRun(t, env, "install", "reconscope", rel.chart, "--namespace", helmNamespace, "--create-namespace",
 		"--set", "otlp.endpoint=http://"+nodeIP+":4317")
 	pod := waitDaemonSetPod(t, cs, helmNamespace, "", 120*time.Second)
 	checkSecurityContext(t, pod)
+	if got := pod.Spec.Containers[0].Image; got != rel.byDigest {
+		t.Errorf("the packaged chart's agent runs %s, want the release's image by digest %s", got, rel.byDigest)
+	}
 	return pod
 }
 

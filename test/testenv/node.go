@@ -421,6 +421,20 @@ func (n *Node) ImportImage(t testing.TB, tarball string) {
 	t.Logf("testenv: imported %s in %s: %s", filepath.Base(tarball), time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
 }
 
+// ImportImageByDigest imports an OCI layout tarball as ImportImage does and, as a pull from a
+// registry would, also under REPOSITORY@DIGEST (the digest of its index.json entry), so that
+// pods can run it by digest: `ctr images import --base-name REPOSITORY --digests`.
+func (n *Node) ImportImageByDigest(t testing.TB, tarball, repository string) {
+	t.Helper()
+	start := time.Now()
+	out, err := exec.Command(n.ctr, "--address", n.socket, "--namespace", "k8s.io", "images", "import", "--all-platforms",
+		"--base-name", repository, "--digests", tarball).CombinedOutput()
+	if err != nil {
+		t.Fatalf("testenv: import image %s by digest: %v: %s", tarball, err, out)
+	}
+	t.Logf("testenv: imported %s by digest in %s: %s", filepath.Base(tarball), time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+}
+
 // criClient connects to containerd's CRI service.
 func (n *Node) criClient() (cri.RuntimeServiceClient, func(), error) {
 	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
