@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"sort"
 	"testing"
 	"time"
 
@@ -19,15 +18,7 @@ func TestDetailReconcile(t *testing.T) {
 	bpftest.Require(t)
 	forEachBuild(t, func(t *testing.T, build fixtureBuild) {
 		f := startTracedFixtureDetail(t, probes.DetailReconcile, []string{"--max-concurrent-reconciles", "4"}, build.flags...)
-		names := make([]string, 0, len(scripts))
-		for n := range scripts {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		createScripted(t, f.env, "detail-"+build.name, scripts)
-		recs := settle(t, f.truth, names)
-		time.Sleep(300 * time.Millisecond) // let the last events drain
-		f.stop(t)
+		recs := f.runScripts(t, "detail-"+build.name)
 		spans := f.sink.Snapshot()
 		testkit.Compare(t, recs, spans, testkit.Match{Wall: f.clock.Wall, Slack: 500 * time.Millisecond})
 		waited, twoEmulated := 0, 0

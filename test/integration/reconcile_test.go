@@ -151,19 +151,27 @@ func forEachBuild(t *testing.T, test func(t *testing.T, build fixtureBuild)) {
 	}
 }
 
+// runScripts creates every script's object in namespace ns, waits for the ground truth to
+// settle and the last events to drain, stops the tracer and returns the ground truth.
+func (f *tracedFixture) runScripts(t *testing.T, ns string) []groundtruth.Record {
+	t.Helper()
+	names := make([]string, 0, len(scripts))
+	for n := range scripts {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	createScripted(t, f.env, ns, scripts)
+	recs := settle(t, f.truth, names)
+	time.Sleep(300 * time.Millisecond) // let the last events drain
+	f.stop(t)
+	return recs
+}
+
 func TestReconcileSpansMatchGroundTruth(t *testing.T) {
 	bpftest.Require(t)
 	forEachBuild(t, func(t *testing.T, build fixtureBuild) {
 		f := startTracedFixture(t, build.flags...)
-		names := make([]string, 0, len(scripts))
-		for n := range scripts {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		createScripted(t, f.env, "gt-"+build.name, scripts)
-		recs := settle(t, f.truth, names)
-		time.Sleep(300 * time.Millisecond) // let the last events drain
-		f.stop(t)
+		recs := f.runScripts(t, "gt-"+build.name)
 		st := f.stats
 		if st.Kernel.LostRingBuffer != 0 {
 			t.Errorf("lost %d events", st.Kernel.LostRingBuffer)
