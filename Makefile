@@ -122,7 +122,8 @@ lint: ## gofmt, go vet and staticcheck with every build tag, and test/soak compi
 
 demo: build controlplane ## a real controller on a local control plane, traced live (needs root)
 	@[ -z "$(SUDO)" ] || echo "make demo: not root: running the traced demo through sudo (eBPF needs it)"
-	$(SUDO) $(GO) run ./test/demo --agent $(BIN)
+	$(GO) build -o bin/demo ./test/demo
+	$(SUDO) bin/demo --agent $(BIN)   # built, not go run: go run exits 1 on Ctrl-C, which make would report as an error
 
 clean: ## remove build output (the control-plane cache stays; see test/tools)
 	rm -rf bin

@@ -42,8 +42,17 @@ func main() {
 	agent := flag.String("agent", "bin/reconscope-agent", "the reconscope-agent binary")
 	wait := flag.Bool("wait", true, "after the story, keep tracing until Ctrl-C")
 	flag.Parse()
-	if err := run(*agent, *wait); err != nil {
+	// SIGHUP too: a closed terminal window or an ended multiplexer session must stop the
+	// control plane as Ctrl-C does.
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
+	defer stop()
+	if err := run(ctx, *agent, *wait); err != nil {
+		if ctx.Err() != nil { // stopped as asked (Ctrl-C): what the stop cut short is no failure
+			fmt.Println("demo: stopped")
+			return
+		}
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
+		stop()
 		os.Exit(1)
 	}
 }
@@ -52,11 +61,7 @@ func say(format string, args ...any) {
 	fmt.Printf("\n\033[1m▶ "+format+"\033[0m\n", args...)
 }
 
-func run(agent string, wait bool) error {
-	// SIGHUP too: a closed terminal window or an ended multiplexer session must stop the
-	// control plane as Ctrl-C does.
-	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
-	defer stop()
+func run(ctx context.Context, agent string, wait bool) error {
 	if os.Geteuid() != 0 {
 		return errors.New("tracing needs root: run `sudo make demo`")
 	}
