@@ -51,6 +51,30 @@ func GoBuild(out, pkg string, env []string, flags ...string) error {
 	return nil
 }
 
+// BuildModule builds the main package of the module of its own in dir — a folder relative to
+// this module's root holding a go.mod and go.sum, such as "test/fixtures/external-provisioner"
+// — with go build and the given flags into t.TempDir, and returns the binary's path. Its
+// modules come from the module cache, or the Go module proxy the first time (go.sum checks
+// them); Go's build cache makes repeated builds cheap.
+func BuildModule(t testing.TB, dir string, flags ...string) string {
+	t.Helper()
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatalf("testkit: %v", err)
+	}
+	out := filepath.Join(t.TempDir(), path.Base(dir))
+	args := append(append([]string{"build", "-o", out}, flags...), ".")
+	cmd := exec.Command("go", args...)
+	cmd.Dir = filepath.Join(root, dir)
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+	start := time.Now()
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("testkit: go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, msg)
+	}
+	t.Logf("testkit: built %s in %s", dir, time.Since(start).Round(time.Millisecond))
+	return out
+}
+
 // modulePath is this module's path, as its go.mod names it.
 const modulePath = "github.com/reconscope/reconscope"
 

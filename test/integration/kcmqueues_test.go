@@ -70,7 +70,7 @@ func TestKubeControllerManagerQueues(t *testing.T) {
 	var spans map[string]int
 	var all []span.Span
 	testkit.WaitFor(t, "a quiet moment of kube-controller-manager's work queues", 90*time.Second, func() (bool, string) {
-		before, err := queueCounts(env.ControllerManagerURL)
+		before, err := queueCounts(env.ControllerManagerURL, workDuration)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -80,7 +80,7 @@ func TestKubeControllerManagerQueues(t *testing.T) {
 		for _, sp := range all {
 			spans[sp.Controller]++
 		}
-		after, err := queueCounts(env.ControllerManagerURL)
+		after, err := queueCounts(env.ControllerManagerURL, workDuration)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -146,8 +146,17 @@ func TestKubeControllerManagerQueues(t *testing.T) {
 // goroutine to another yet (issue 26, item 4), so they have no spans.
 var handedOff = map[string]bool{"noexec_taint_node": true, "noexec_taint_pod": true, "pvcprotection": true}
 
-// queueCounts scrapes kube-controller-manager's workqueue_work_duration_seconds_count by queue.
-func queueCounts(url string) (map[string]uint64, error) {
+// The client-go work-queue metrics the queue tests read: one sample of workDuration per item a
+// worker finished (Done), one of retries per AddRateLimited.
+const (
+	workDuration = "workqueue_work_duration_seconds"
+	retries      = "workqueue_retries_total"
+)
+
+// queueCounts scrapes a process's client-go work-queue metric family (workDuration: its
+// sample count; retries: its value) by queue name, from url's /metrics (http, or https with
+// any certificate: kube-controller-manager's is self-signed).
+func queueCounts(url, family string) (map[string]uint64, error) {
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, self-signed
 	resp, err := hc.Get(url + "/metrics")
@@ -157,7 +166,7 @@ func queueCounts(url string) (map[string]uint64, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape kube-controller-manager: %s %v", resp.Status, err)
+		return nil, fmt.Errorf("scrape %s: %s %v", url, resp.Status, err)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
@@ -165,10 +174,10 @@ func queueCounts(url string) (map[string]uint64, error) {
 		return nil, err
 	}
 	out := map[string]uint64{}
-	for _, m := range families["workqueue_work_duration_seconds"].GetMetric() {
+	for _, m := range families[family].GetMetric() {
 		for _, l := range m.GetLabel() {
 			if l.GetName() == "name" {
-				out[l.GetValue()] = m.GetHistogram().GetSampleCount()
+				out[l.GetValue()] = m.GetHistogram().GetSampleCount() + uint64(m.GetCounter().GetValue())
 			}
 		}
 	}
