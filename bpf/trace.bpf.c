@@ -87,6 +87,30 @@ static __always_inline __u64 base_of(const __u64 *args, __s8 base_slot, const st
 	return args[slot & 15]; /* the mask keeps the verifier's bound when clang copies slot */
 }
 
+/* frame_returns fills vals with the return addresses of the innermost frames at a function's
+ * entry site (before the function pushes its frame): the function's own, then its callers'
+ * up the frame-pointer chain, each as its address in the ELF file (the hit's address minus the
+ * site's is the load bias; Go's code lies below 4 GiB), two 32-bit addresses per val, the
+ * innermost in the low half; 0 where the chain ends. One read per frame, no trap. */
+static __always_inline void frame_returns(const struct go_regs *regs, const struct site_config *cfg, __u64 vals[VAL_SPECS])
+{
+	__u64 bias = GO_PC(regs) - cfg->vaddr;
+	__u64 fp = GO_FP(regs);
+	__u32 rets[2 * VAL_SPECS] = {};
+	rets[0] = (__u32)(go_entry_ret(regs) - bias);
+#pragma unroll
+	for (int i = 1; i < 2 * VAL_SPECS; i++) {
+		__u64 frame[2] = {}; /* the saved frame pointer, the return address */
+		if (fp == 0 || bpf_probe_read_user(frame, sizeof(frame), (const void *)fp) != 0)
+			break;
+		rets[i] = (__u32)(frame[1] - bias);
+		fp = frame[0];
+	}
+#pragma unroll
+	for (int i = 0; i < VAL_SPECS; i++)
+		vals[i] = rets[2 * i] | (__u64)rets[2 * i + 1] << 32;
+}
+
 /* spec_used reports whether a string spec names a string. */
 static __always_inline int spec_used(const struct str_spec *s)
 {
@@ -303,6 +327,8 @@ static __always_inline int handle(struct go_regs *regs)
 				bpf_probe_read_user(&vals[i], sizeof(__u64), (const void *)(base + v->off));
 		}
 	}
+	if (cfg->val[0].base_slot == SLOT_FRAMES)
+		frame_returns(regs, cfg, vals);
 
 	__u8 kind = entry ? EVENT_ENTRY : EVENT_RETURN;
 	if (!strings) {

@@ -12,6 +12,8 @@
 #define STR_EXTRA 5   /* index of the string that holds the reconcile ID or the error message */
 #define VAL_SPECS 2   /* integer values a site can name */
 #define SLOT_SAVED (-2) /* base slot meaning: the pointer the call's entry saved (save_slot) */
+#define SLOT_FRAMES (-3) /* val[0]'s base slot meaning: vals hold the return addresses of the
+			  * innermost frames (frame_returns in trace.bpf.c); entry sites only */
 
 /* The constants below are enums so that bpf2go (-type) gives Go their values: user space uses
  * the generated constants, never copies. */
@@ -102,7 +104,8 @@ struct str_spec {
 	__u32 off;
 };
 
-/* An 8-byte integer at base + off (base as in str_spec). */
+/* An 8-byte integer at base + off (base as in str_spec); or, as val[0] with base_slot
+ * SLOT_FRAMES, the frames' return addresses (off unused). */
 struct val_spec {
 	__s8 base_slot;  /* -1: unused */
 	__u8 _pad0[3];

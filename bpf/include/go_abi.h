@@ -33,6 +33,18 @@ static __always_inline void go_args(const struct go_regs *r, __u64 out[GO_ARG_SL
 
 #define GO_G(r) ((r)->r14)
 #define GO_PC(r) ((r)->ip)
+/* The caller's frame pointer, at a function's entry (before it pushes its own): [fp] is its
+ * caller's frame pointer, [fp+8] its return address, as on arm64. */
+#define GO_FP(r) ((r)->bp)
+
+/* go_entry_ret reads the return address at a function's entry, before its prologue: CALL
+ * pushed it at [SP]. */
+static __always_inline __u64 go_entry_ret(const struct go_regs *r)
+{
+	__u64 ret = 0;
+	bpf_probe_read_user(&ret, sizeof(ret), (const void *)r->sp);
+	return ret;
+}
 
 #elif defined(__TARGET_ARCH_arm64)
 /* The kernel's struct pt_regs for arm64 starts with struct user_pt_regs. */
@@ -50,6 +62,16 @@ static __always_inline void go_args(const struct go_regs *r, __u64 out[GO_ARG_SL
 
 #define GO_G(r) ((r)->regs[28])
 #define GO_PC(r) ((r)->pc)
+/* R29: [fp] is the caller's caller's frame pointer, [fp+8] the caller's return address (its
+ * LR, stored at its SP by its prologue). */
+#define GO_FP(r) ((r)->regs[29])
+
+/* go_entry_ret is the return address at a function's entry, before its prologue stores it:
+ * BL left it in the link register R30. */
+static __always_inline __u64 go_entry_ret(const struct go_regs *r)
+{
+	return r->regs[30];
+}
 
 #else
 #error "reconscope supports amd64 (__TARGET_ARCH_x86) and arm64 (__TARGET_ARCH_arm64)"

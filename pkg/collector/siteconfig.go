@@ -33,7 +33,9 @@ func siteConfig(plan *probes.Plan, s *probes.Site) rbpf.TraceSiteConfig {
 	}
 	for i, v := range l.Values {
 		spec := rbpf.TraceValSpec{BaseSlot: probes.None}
-		if v.Base != probes.None {
+		if v.Base == probes.Frames {
+			spec.BaseSlot = probes.Frames
+		} else if v.Base != probes.None {
 			if off, ok := plan.Offset(v.Field); ok {
 				spec = rbpf.TraceValSpec{BaseSlot: int8(v.Base), Off: uint32(off + v.Field.Add)}
 			}

@@ -66,6 +66,13 @@ type FieldRef struct {
 // Saved, as a Base, means the pointer the call's entry kept (Layout.Save), read at its return.
 const Saved = -2
 
+// Frames, as the Base of a layout's first value, reads instead the return addresses of the
+// innermost frames at an entry site (SLOT_FRAMES, bpf/include/events.h): Raw.Vals hold four
+// 32-bit addresses in the ELF file, the probed function's own return address first, then its
+// callers' up the frame-pointer chain (0 where it ends). The collector names the first one
+// outside the work queue's code (Raw.Worker).
+const Frames = -3
+
 // ValueArg is an 8-byte integer field of the struct a register (or the saved pointer) points to.
 type ValueArg struct {
 	Base  int // register slot, Saved, or None
@@ -96,7 +103,7 @@ func (l *Layout) Fields() []FieldRef {
 		}
 	}
 	for _, v := range l.Values {
-		if v.Base != None {
+		if v.Base != None && v.Base != Frames {
 			out = append(out, v.Field)
 		}
 	}
