@@ -1,10 +1,12 @@
 package symbols
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 )
 
@@ -355,4 +357,96 @@ func (t textMapper) addr(off uint64) uint64 {
 func le32(s string) uint32 {
 	_ = s[3]
 	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+}
+
+// FunctionNameAt returns the name of the Go function whose code holds addr (an address in the
+// ELF file), from .gopclntab, stripped or not, by a binary search of its function table read
+// from the file: a few small reads, none of the tables Release drops. It returns an error
+// wrapping ErrSymbolNotFound when no Go function holds addr.
+func (b *Binary) FunctionNameAt(addr uint64) (string, error) {
+	h, err := b.pclnHeader()
+	if err != nil {
+		return "", err
+	}
+	if h.version == 12 {
+		return "", fmt.Errorf("function at %#x in %s: %w", addr, b.name(), ErrUnsupportedGo)
+	}
+	var text textMapper
+	if h.version != 116 {
+		md, err := b.modData()
+		if err != nil {
+			return "", err
+		}
+		text = md.textMapper()
+	}
+	entrySize := uint64(8)
+	if h.version == 116 {
+		entrySize = 16
+	}
+	functab := h.off + h.pclnOff
+	var buf [8]byte
+	word := func(off uint64, n int) (uint64, error) {
+		if _, err := b.r.ReadAt(buf[:n], int64(off)); err != nil {
+			return 0, fmt.Errorf("%w: reading the Go function table at %#x: %v", ErrTruncated, off, err)
+		}
+		if n == 4 {
+			return uint64(binary.LittleEndian.Uint32(buf[:])), nil
+		}
+		return binary.LittleEndian.Uint64(buf[:]), nil
+	}
+	entry := func(i uint64) (uint64, error) {
+		if h.version == 116 {
+			return word(functab+i*entrySize, 8)
+		}
+		off, err := word(functab+i*entrySize, 4)
+		return text.addr(off), err
+	}
+	// The last function i with entry(i) <= addr < entry(i+1); entry(nfunc) is the end of text.
+	var searchErr error
+	i := sort.Search(int(h.nfunc), func(i int) bool {
+		e, err := entry(uint64(i))
+		if err != nil && searchErr == nil {
+			searchErr = err
+		}
+		return e > addr
+	}) - 1
+	if searchErr != nil {
+		return "", searchErr
+	}
+	notFound := fmt.Errorf("function at %#x in %s: %w: no Go function holds it", addr, b.name(), ErrSymbolNotFound)
+	if i < 0 {
+		return "", notFound
+	}
+	if end, err := entry(uint64(i) + 1); err != nil {
+		return "", err
+	} else if addr >= end {
+		return "", notFound
+	}
+	var funcOff uint64
+	base := uint64(4) // _func: entryOff uint32 (uintptr before 1.18), nameOff int32, ...
+	if h.version == 116 {
+		funcOff, err = word(functab+uint64(i)*entrySize+8, 8)
+		base = 8
+	} else {
+		funcOff, err = word(functab+uint64(i)*entrySize+4, 4)
+	}
+	if err != nil {
+		return "", err
+	}
+	nameOff, err := word(functab+funcOff+base, 4)
+	if err != nil {
+		return "", err
+	}
+	start := h.off + h.funcnameOff + nameOff
+	if nameOff >= h.size-h.funcnameOff || start >= uint64(b.size) {
+		return "", fmt.Errorf("%w: function %d's name lies outside the Go function table", ErrTruncated, i)
+	}
+	name := make([]byte, min(512, uint64(b.size)-start))
+	n, _ := b.r.ReadAt(name, int64(start))
+	name = name[:n]
+	end := bytes.IndexByte(name, 0)
+	if end < 0 {
+		return "", fmt.Errorf("%w: function %d's name is longer than %d bytes", ErrTruncated, i, len(name))
+	}
+	return string(name[:end]), nil
 }
