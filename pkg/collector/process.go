@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/proc"
 )
 
@@ -20,6 +21,7 @@ type process struct {
 
 	mu    sync.Mutex
 	names map[uint64]string // run-time itab address -> concrete type name
+	funcs map[uint32]string // code address in the ELF file -> its function's name, "" if none
 }
 
 // Trace starts tracing process pid, an instance of the attachment's executable. Tracing a
@@ -60,7 +62,7 @@ func (c *Collector) newProcess(pid int, a *Attachment) (*process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find load address of process %d: %w", pid, err)
 	}
-	p := &process{pid: uint32(pid), att: a, bias: bias, names: make(map[uint64]string, len(a.names))}
+	p := &process{pid: uint32(pid), att: a, bias: bias, names: make(map[uint64]string, len(a.names)), funcs: map[uint32]string{}}
 	for addr, name := range a.names {
 		p.names[addr+bias] = name
 	}
@@ -129,6 +131,40 @@ func (p *process) errorType(itab uint64) string {
 	}
 	p.names[itab] = name
 	return name
+}
+
+// maxFuncNames bounds a process's cache of function names by code address (the return
+// addresses of work-queue workers: a handful per program).
+const maxFuncNames = 4096
+
+// worker names the worker function of a Done site's event from its frames' return addresses
+// (probes.Frames: four 32-bit ELF addresses, two per value, innermost first).
+func (p *process) worker(vals [2]uint64) string {
+	var frames [4]string
+	for i := range frames {
+		frames[i] = p.funcName(uint32(vals[i/2] >> (32 * (i % 2))))
+	}
+	return probes.Worker(frames[:])
+}
+
+// funcName is the name of the function whose code holds addr, "" when none (0: no address).
+func (p *process) funcName(addr uint32) string {
+	if addr == 0 {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n, ok := p.funcs[addr]; ok {
+		return n
+	}
+	n, err := p.att.Plan.Binary.FunctionNameAt(uint64(addr))
+	if err != nil {
+		n = ""
+	}
+	if len(p.funcs) < maxFuncNames {
+		p.funcs[addr] = n
+	}
+	return n
 }
 
 // ShortTypeName turns a type name with import paths ("*k8s.io/apimachinery/pkg/api/errors.StatusError")

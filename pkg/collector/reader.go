@@ -122,6 +122,9 @@ func (c *Collector) decode(b []byte, raw *probes.Raw) (*probes.Site, bool) {
 			}
 		}
 	}
+	if site.Layout().Values[0].Base == probes.Frames && p != nil {
+		raw.Worker = p.worker(e.Vals)
+	}
 	if slot := site.ItabSlot(); slot >= 0 {
 		if itab := e.Args[slot]; itab != 0 && p != nil {
 			raw.ItabType = p.errorType(itab)

@@ -31,6 +31,10 @@ type Raw struct {
 	ItabType string
 	// Incomplete marks fields that could not be read (unknown offsets, truncated strings).
 	Incomplete bool
+	// Worker is the function that called the probed one, past the work queue's own code (the
+	// worker that processes the queue), named by WorkerName, at sites whose first value is
+	// Frames; "" when unknown.
+	Worker string
 	// Function is the probed function the site belongs to (a generic shape body's name says
 	// its shape).
 	Function string

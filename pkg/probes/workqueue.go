@@ -111,7 +111,7 @@ func workQueueBracket(shape string, done Layout, decode Decoder) *Probe {
 		Symbol:      regexp.MustCompile(workQueue + `\(\*Typed\[go\.shape\.` + shape + `\]\)\.Get$`),
 		Bracket:     &Bracket{Call: mapInsert, End: "Done"},
 		Entry:       layout(),
-		Return:      done,
+		Return:      done.val(0, ValueArg{Base: Frames}),
 		DecodeEntry: decodeQueueGet, DecodeReturn: decode}
 }
 
@@ -130,6 +130,7 @@ func queueDone(r *Raw) span.Event {
 	e.Queue = true
 	e.QueueID = r.Args[0]
 	e.Result = span.ResultSuccess
+	e.Worker = r.Worker
 	return e
 }
 
@@ -209,3 +210,62 @@ func decodeQueueAddAfter(delaySlot int) Decoder {
 		return e
 	}
 }
+
+// WorkerPackage is the work queue's package: return addresses in its code (Done's wrappers
+// for the delaying and rate-limiting queues, the instantiation's) are passed over to find the
+// worker.
+const WorkerPackage = "k8s.io/client-go/util/workqueue."
+
+// Worker picks, from the names of the functions holding the return addresses of a Done site's
+// frames (innermost first, "" where unknown), the worker that called Done: the first outside
+// the work queue's code and the runtime (a deferred Done returns through runtime.deferreturn
+// when its defer is not open-coded), in WorkerName's short form; "" when none is.
+func Worker(frames []string) string {
+	for _, fn := range frames {
+		switch {
+		case fn == "":
+			return "" // the chain is cut: what follows is not known to be the worker
+		case strings.HasPrefix(fn, WorkerPackage), strings.HasPrefix(fn, "runtime."):
+			continue
+		}
+		return WorkerName(fn)
+	}
+	return ""
+}
+
+// WorkerName is the short form of a worker function's name that names the spans of a queue
+// without a name: the last element of its package path, the receiver's type without "(*...)",
+// and the function, without type arguments and without the suffixes of the closures it holds
+// (funcN, deferwrapN, gowrapN, N):
+// "sigs.k8s.io/sig-storage-lib-external-provisioner/v13/controller.(*ProvisionController).processNextClaimWorkItem.func1.deferwrap1"
+// is "controller.ProvisionController.processNextClaimWorkItem", "main.processNextWorkItem[go.shape.string]"
+// is "main.processNextWorkItem".
+func WorkerName(fn string) string {
+	// Type arguments first: they may hold slashes and dots of other packages.
+	var b strings.Builder
+	depth := 0
+	for _, c := range fn {
+		switch {
+		case c == '[':
+			depth++
+		case c == ']' && depth > 0:
+			depth--
+		case depth == 0:
+			b.WriteRune(c)
+		}
+	}
+	fn = b.String()
+	if i := strings.LastIndexByte(fn, '/'); i >= 0 {
+		fn = fn[i+1:]
+	}
+	fn = strings.NewReplacer("(*", "", "(", "", ")", "").Replace(fn)
+	parts := strings.Split(fn, ".")
+	for len(parts) > 2 && closureSuffix.MatchString(parts[len(parts)-1]) {
+		parts = parts[:len(parts)-1]
+	}
+	return strings.Join(parts, ".")
+}
+
+// closureSuffix is the last element the compiler adds to the name of a closure, a deferred or
+// a go statement's wrapper inside a function.
+var closureSuffix = regexp.MustCompile(`^(func|deferwrap|gowrap)?[0-9]+$`)

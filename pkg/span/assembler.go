@@ -476,6 +476,9 @@ func (a *Assembler) queueEnd(o *openSpan, e Event) Event {
 	s := &o.span
 	s.Controller = a.queueNames[queueKey{e.PID, e.QueueID}]
 	if s.Controller == "" {
+		s.Controller = e.Worker
+	}
+	if s.Controller == "" {
 		s.Controller = UnnamedQueue
 	}
 	s.Namespace, s.Name, s.ItemType = e.Namespace, e.Name, e.ItemType
@@ -497,8 +500,9 @@ func (a *Assembler) queueEnd(o *openSpan, e Event) Event {
 	return e
 }
 
-// UnnamedQueue is the controller of a work-queue item whose queue's name is not known: a queue
-// made without a Name, or before the process was traced.
+// UnnamedQueue is the controller of a work-queue item whose queue's name is not known (a queue
+// made without a Name, or before the process was traced) when the function that processes it
+// (Event.Worker) is not known either.
 const UnnamedQueue = "workqueue"
 
 func (a *Assembler) finish(o *openSpan, e Event) {

@@ -31,9 +31,23 @@ func TestWorkQueueSpans(t *testing.T) {
 			want:   []Span{{Controller: "deployment", Namespace: "ns", Name: "web", Result: ResultSuccess, Start: 100, Duration: 300}},
 		},
 		{
-			name:   "a queue whose making was not seen is unnamed",
+			name:   "a queue whose making was not seen, nor its worker, is unnamed",
 			events: [][]Event{named(1, 0xa0, "deployment"), queueItem(7, 100, 400, 0xb0, "web")},
 			want:   []Span{{Controller: UnnamedQueue, Namespace: "ns", Name: "web", Result: ResultSuccess, Start: 100, Duration: 300}},
+		},
+		{
+			name: "an unnamed queue's item is a span of the worker that called Done, when known",
+			events: [][]Event{{
+				{Kind: SpanStart, PID: 1, Goid: 7, Time: 100, Queue: true},
+				{Kind: SpanEnd, PID: 1, Goid: 7, Time: 400, SpanStartTime: 100, Queue: true, QueueID: 0xb0, Namespace: "ns", Name: "web", Worker: "main.processNextWorkItem", Result: ResultSuccess}}},
+			want: []Span{{Controller: "main.processNextWorkItem", Namespace: "ns", Name: "web", Result: ResultSuccess, Start: 100, Duration: 300}},
+		},
+		{
+			name: "a named queue's item keeps the queue's name, whatever its worker",
+			events: [][]Event{named(1, 0xa0, "deployment"), {
+				{Kind: SpanStart, PID: 1, Goid: 7, Time: 100, Queue: true},
+				{Kind: SpanEnd, PID: 1, Goid: 7, Time: 400, SpanStartTime: 100, Queue: true, QueueID: 0xa0, Namespace: "ns", Name: "web", Worker: "deployment.DeploymentController.processNextWorkItem", Result: ResultSuccess}}},
+			want: []Span{{Controller: "deployment", Namespace: "ns", Name: "web", Result: ResultSuccess, Start: 100, Duration: 300}},
 		},
 		{
 			name: "AddRateLimited before Done is a retry; its own AddAfter is not a requeue",

@@ -15,13 +15,13 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
-	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
 // TestWorkQueueItems traces a program that uses client-go's work queues and nothing else
 // reconscope knows (no controller-runtime, no catalogued handler), from its exec: every item
-// its workers processed is one span, of the queue's name (an unnamed queue's: "workqueue"), for
+// its workers processed is one span, of the queue's name (an unnamed queue's: its worker function's, probes.WorkerName), for
 // the item's object (string keys, NamespacedName) or type (pointers), with the result the
 // worker chose (Forget: success, AddRateLimited: error, AddAfter: requeue_after and its delay),
 // exactly as the program's own record of what it did. Plain and stripped.
@@ -93,7 +93,7 @@ func TestWorkQueueHitsPerItem(t *testing.T) {
 		}
 		lines := readQueueTruth(t, truth)
 		for _, l := range lines {
-			if strings.HasPrefix(l, "keys ") || strings.HasPrefix(l, span.UnnamedQueue+" ") {
+			if strings.HasPrefix(l, "keys ") || strings.HasPrefix(l, "main.processNextWorkItem ") {
 				keyed++
 			}
 		}
@@ -155,12 +155,13 @@ func readQueueTruth(t *testing.T, path string) []string {
 			Queue, Namespace, Name, Result string
 			ItemType                       string `json:"item_type"`
 			AfterNS                        int64  `json:"after_ns"`
+			Worker                         string
 		}
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatal(err)
 		}
 		if r.Queue == "" {
-			r.Queue = span.UnnamedQueue
+			r.Queue = probes.WorkerName(r.Worker) // an unnamed queue's spans: its worker's
 		}
 		out = append(out, queueLine(r.Queue, r.Namespace, r.Name, r.ItemType, r.Result, time.Duration(r.AfterNS)))
 	}
