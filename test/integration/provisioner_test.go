@@ -30,32 +30,70 @@ const provisionerName = "reconscope.example/external-provisioner"
 // (sigs.k8s.io/sig-storage-lib-external-provisioner/v13 v13.1.0, built from the Go module proxy
 // by test/fixtures/external-provisioner, stripped), whose ProvisionController drains two work
 // queues, "claims" (keyed by PersistentVolumeClaim UID) and "volumes" (keyed by
-// PersistentVolume name). Traced from its exec while claims of its StorageClass are
-// provisioned, bound (kube-controller-manager's binder), deleted and their volumes deleted,
-// one provisioning and one deletion failing once. Its own client-go work-queue metrics are the
-// ground truth: per queue, spans = workqueue_work_duration_seconds_count, spans with result
-// error = workqueue_retries_total; each span's object is a key of that queue (a claim's UID, a
-// volume's name) and every claim and volume has spans; the scripted failures are error spans.
+// PersistentVolume name), while claims of its StorageClass are provisioned, bound
+// (kube-controller-manager's binder), deleted and their volumes deleted, one provisioning and
+// one deletion failing once. Its own client-go work-queue metrics are the ground truth: per
+// queue, spans = the delta of workqueue_work_duration_seconds_count, spans with result error =
+// the delta of workqueue_retries_total; each span's object is a key of that queue (a claim's
+// UID, a volume's name) and every claim and volume has spans; the scripted failures are error
+// spans. Traced from its exec, the spans are named by the queues; traced from after its
+// queues were made, by the library's workers that process them (probes.WorkerName of
+// (*ProvisionController).processNextClaimWorkItem and processNextVolumeWorkItem, which its
+// source names).
 func TestExternalProvisionerQueues(t *testing.T) {
 	bpftest.Require(t)
 	bin := testkit.BuildModule(t, "test/fixtures/external-provisioner", "-trimpath", "-ldflags=-s -w")
+	t.Run("from exec", func(t *testing.T) {
+		provisionerQueues(t, bin, map[string]string{"claims": "claims", "volumes": "volumes"})
+	})
+	t.Run("attached late", func(t *testing.T) {
+		provisionerQueues(t, bin, map[string]string{
+			"claims":  "controller.ProvisionController.processNextClaimWorkItem",
+			"volumes": "controller.ProvisionController.processNextVolumeWorkItem",
+		})
+	})
+}
+
+// provisionerQueues runs the provisioner and its workload, traced from its exec when every
+// queue's spans are to be named by the queue (controllers: queue -> its spans' controller),
+// else from after it made its queues, and compares the spans with its own counts.
+func provisionerQueues(t *testing.T, bin string, controllers map[string]string) {
+	fromExec := controllers["claims"] == "claims"
 	env := testenv.Start(t, testenv.Options{ControllerManager: []string{
 		"persistentvolume-binder-controller", "persistentvolume-protection-controller", "persistentvolumeclaim-protection-controller"}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	tr, sink, plan := testenv.TraceExe(t, ctx, bin)
-	defer tr.Close()
-	t.Logf("attached %s", plan)
-	stop := testkit.Go(t, tr.Run)
+	var (
+		tr   interface{ Close() error }
+		sink *testkit.Sink
+		stop func() error
+	)
+	if fromExec {
+		tracer, s, plan := testenv.TraceExe(t, ctx, bin)
+		t.Logf("attached %s", plan)
+		tr, sink, stop = tracer, s, testkit.Go(t, tracer.Run)
+		defer tr.Close()
+	}
 
 	addr := testenv.FreeAddr(t)
-	testenv.StartProcess(t, "external-provisioner", exec.Command(bin,
+	p := testenv.StartProcess(t, "external-provisioner", exec.Command(bin,
 		"--kubeconfig", env.Kubeconfig, "--name", provisionerName, "--metrics-addr", addr))
 	url := "http://" + addr
+	var baseWork, baseRetried map[string]uint64
 	testkit.WaitFor(t, "the provisioner's metrics", 30*time.Second, func() (bool, string) {
-		_, err := queueCounts(url, workDuration)
+		var err error
+		if baseWork, err = queueCounts(url, workDuration); err != nil {
+			return false, err.Error()
+		}
+		baseRetried, err = queueCounts(url, retries)
 		return err == nil, fmt.Sprint(err)
 	})
+	if !fromExec { // its queues are made: their names are not seen
+		tracer, s, plan := testenv.Trace(t, "external-provisioner", p.PID())
+		t.Logf("attached %s", plan)
+		tr, sink, stop = tracer, s, testkit.Go(t, tracer.Run)
+		defer tr.Close()
+	}
 
 	claims, volumes := provisionerWorkload(t, env.Client)
 
@@ -88,32 +126,39 @@ func TestExternalProvisionerQueues(t *testing.T) {
 	}
 
 	keys := map[string]map[string]string{"claims": claims, "volumes": volumes}
+	queueOf := map[string]string{}
+	for q, c := range controllers {
+		queueOf[c] = q
+	}
 	spans, errs := map[string]int{}, map[string]int{}
 	seen := map[string]map[string]bool{"claims": {}, "volumes": {}}
 	failed := map[string]map[string]bool{"claims": {}, "volumes": {}}
 	for _, sp := range all {
-		spans[sp.Controller]++
-		if sp.Result == span.ResultError {
-			errs[sp.Controller]++
-		}
-		objects, ok := keys[sp.Controller]
+		q, ok := queueOf[sp.Controller]
 		if !ok {
-			t.Errorf("span of controller %q (%s/%s %s), which is no queue of the provisioner", sp.Controller, sp.Namespace, sp.Name, sp.Result)
+			t.Errorf("span of controller %q (%s/%s %s), want one of %v", sp.Controller, sp.Namespace, sp.Name, sp.Result, controllers)
 			continue
 		}
-		if _, ok := objects[sp.Name]; !ok || sp.Namespace != "" || sp.ItemType != "" {
-			t.Errorf("queue %s: span of object %q/%q (item type %q), which is none of its keys", sp.Controller, sp.Namespace, sp.Name, sp.ItemType)
-		}
-		seen[sp.Controller][sp.Name] = true
+		spans[q]++
 		if sp.Result == span.ResultError {
-			failed[sp.Controller][objects[sp.Name]] = true
+			errs[q]++
+		}
+		objects := keys[q]
+		if _, ok := objects[sp.Name]; !ok || sp.Namespace != "" || sp.ItemType != "" {
+			t.Errorf("queue %s: span of object %q/%q (item type %q), which is none of its keys", q, sp.Namespace, sp.Name, sp.ItemType)
+		}
+		seen[q][sp.Name] = true
+		if sp.Result == span.ResultError {
+			failed[q][objects[sp.Name]] = true
 		} else if sp.Result != span.ResultSuccess {
-			t.Errorf("queue %s: span of %s with result %s, want success or error (the provisioner only retries)", sp.Controller, objects[sp.Name], sp.Result)
+			t.Errorf("queue %s: span of %s with result %s, want success or error (the provisioner only retries)", q, objects[sp.Name], sp.Result)
 		}
 	}
 	var lines []string
 	for _, q := range []string{"claims", "volumes"} {
-		lines = append(lines, fmt.Sprintf("%-8s %3d items %3d spans, %2d retries %2d error spans", q, work[q], spans[q], retried[q], errs[q]))
+		work[q] -= baseWork[q]
+		retried[q] -= baseRetried[q]
+		lines = append(lines, fmt.Sprintf("%-8s %3d items %3d spans of %s, %2d retries %2d error spans", q, work[q], spans[q], controllers[q], retried[q], errs[q]))
 		if work[q] == 0 || retried[q] == 0 {
 			t.Errorf("queue %s: %d items done, %d retries: the workload should make both", q, work[q], retried[q])
 		}
