@@ -64,34 +64,16 @@ func TestKubeControllerManagerQueues(t *testing.T) {
 
 	kcmWorkload(t, env.Client)
 
-	// The ground truth and the spans are compared when kube-controller-manager is quiet: its
-	// counts are the same before and after the spans are read (a Done's probe hit comes right
-	// before its metric's sample).
-	var counts map[string]uint64
+	// The ground truth and the spans are compared when kube-controller-manager is quiet.
 	var spans map[string]int
 	var all []span.Span
-	testkit.WaitFor(t, "a quiet moment of kube-controller-manager's work queues", 90*time.Second, func() (bool, string) {
-		before, err := queueCounts(env.ControllerManagerURL, workDuration)
-		if err != nil {
-			return false, err.Error()
-		}
-		time.Sleep(1500 * time.Millisecond) // the spans of the items done by then are read
+	counts := waitQueuesQuiet(t, "kube-controller-manager", env.ControllerManagerURL, 90*time.Second, func() error {
 		spans = map[string]int{}
 		all = sink.Snapshot()
 		for _, sp := range all {
 			spans[sp.Controller]++
 		}
-		after, err := queueCounts(env.ControllerManagerURL, workDuration)
-		if err != nil {
-			return false, err.Error()
-		}
-		counts = after
-		for q, n := range after {
-			if before[q] != n {
-				return false, fmt.Sprintf("queue %s: %d items done, then %d", q, before[q], n)
-			}
-		}
-		return true, ""
+		return nil
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -152,6 +134,35 @@ func TestKubeControllerManagerQueues(t *testing.T) {
 // pvcprotection processes them by namespace): the bracket does not follow an item from one
 // goroutine to another yet (issue 26, item 4), so they have no spans.
 var handedOff = map[string]bool{"noexec_taint_node": true, "noexec_taint_pod": true, "pvcprotection": true}
+
+// waitQueuesQuiet waits until the work queues of the process whose metrics url serves are
+// quiet: its workqueue_work_duration_seconds counts are the same before and after read, which
+// it calls 1.5 s after the first scrape (the spans of the items done by then are read: a
+// Done's probe hit comes right before its metric's sample). It returns those counts.
+func waitQueuesQuiet(t *testing.T, what, url string, timeout time.Duration, read func() error) map[string]uint64 {
+	t.Helper()
+	var after map[string]uint64
+	testkit.WaitFor(t, "a quiet moment of "+what+"'s work queues", timeout, func() (bool, string) {
+		before, err := queueCounts(url, workDuration)
+		if err != nil {
+			return false, err.Error()
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if err := read(); err != nil {
+			return false, err.Error()
+		}
+		if after, err = queueCounts(url, workDuration); err != nil {
+			return false, err.Error()
+		}
+		for q, n := range after {
+			if before[q] != n {
+				return false, fmt.Sprintf("queue %s: %d items done, then %d", q, before[q], n)
+			}
+		}
+		return true, ""
+	})
+	return after
+}
 
 // The client-go work-queue metrics the queue tests read: one sample of workDuration per item a
 // worker finished (Done), one of retries per AddRateLimited.
