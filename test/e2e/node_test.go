@@ -249,7 +249,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// Then once with Helm, as README says first: the chart with the image and the collector's
 	// address set (the chart has no hostAliases; the test bed has no DNS), into a namespace of
 	// its own. It traces the running fixture, and `helm uninstall` leaves no agent and no link.
-	node.ImportImageByDigest(t, images[0], rel.repo)
+	node.TagByDigest(t, agentImage, rel.byDigest)
 	helmAgent := helmInstall(t, env, cs, node.IP, rel)
 	before = len(fixtureRoots(src, fixturePod))
 	createUntil(t, cs, "the agent installed with Helm traces the fixture", "after-helm", func(int) (bool, string) {
@@ -775,10 +775,9 @@ func helmRun(t *testing.T, env *testenv.Env, args ...string) {
 	t.Logf("helm %s:\n%s", strings.Join(args, " "), strings.TrimSpace(string(out)))
 }
 
-// release is what buildRelease made: the packaged chart, and the image's repository and its
-// reference by digest.
+// release is what buildRelease made: the packaged chart and the image's reference by digest.
 type release struct {
-	chart, repo, byDigest string
+	chart, byDigest string
 }
 
 // buildRelease runs the release tool (`make release`'s) on the agent's image tarball and its
@@ -807,9 +806,7 @@ func buildRelease(t *testing.T, imageTar, binaries string) release {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byDigest := strings.TrimSpace(string(ref))
-	repo, _, _ := strings.Cut(byDigest, "@")
-	return release{chart: charts[0], repo: repo, byDigest: byDigest}
+	return release{chart: charts[0], byDigest: strings.TrimSpace(string(ref))}
 }
 
 // helmInstall installs the release's packaged chart as README says, with nothing of its image

@@ -421,18 +421,17 @@ func (n *Node) ImportImage(t testing.TB, tarball string) {
 	t.Logf("testenv: imported %s in %s: %s", filepath.Base(tarball), time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
 }
 
-// ImportImageByDigest imports an OCI layout tarball as ImportImage does and, as a pull from a
-// registry would, also under REPOSITORY@DIGEST (the digest of its index.json entry), so that
-// pods can run it by digest: `ctr images import --base-name REPOSITORY --digests`.
-func (n *Node) ImportImageByDigest(t testing.TB, tarball, repository string) {
+// TagByDigest gives the node's image name (imported) a second name, REPOSITORY@sha256:…, as a
+// pull by digest from a registry would: `ctr images tag NAME REPOSITORY@DIGEST`. Pods can then
+// run it by digest. (`ctr images import --digests` names an OCI layout's own index.json by its
+// digest, not the image's: not what a registry serves.)
+func (n *Node) TagByDigest(t testing.TB, name, byDigest string) {
 	t.Helper()
-	start := time.Now()
-	out, err := exec.Command(n.ctr, "--address", n.socket, "--namespace", "k8s.io", "images", "import", "--all-platforms",
-		"--base-name", repository, "--digests", tarball).CombinedOutput()
+	out, err := exec.Command(n.ctr, "--address", n.socket, "--namespace", "k8s.io", "images", "tag", "--local", "--force", name, byDigest).CombinedOutput()
 	if err != nil {
-		t.Fatalf("testenv: import image %s by digest: %v: %s", tarball, err, out)
+		t.Fatalf("testenv: tag %s as %s: %v: %s", name, byDigest, err, out)
 	}
-	t.Logf("testenv: imported %s by digest in %s: %s", filepath.Base(tarball), time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+	t.Logf("testenv: tagged %s as %s: %s", name, byDigest, strings.TrimSpace(string(out)))
 }
 
 // criClient connects to containerd's CRI service.
