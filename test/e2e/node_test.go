@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -128,6 +129,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	t.Logf("agent pod %s Running and Ready on %s", agentPod.Name, agentPod.Spec.NodeName)
 	waitScraped(t, prom, agentPod)
 	agentUse := startUsage(t, agentPod)
+	checkProcessPrivileges(t, agentUse.pid, agentPod)
 
 	// The fixture as a Deployment of its own namespace.
 	truthDir := t.TempDir()
@@ -482,6 +484,54 @@ func checkSecurityContext(t *testing.T, p *corev1.Pod, image string) {
 	if c.Image != image {
 		t.Errorf("agent image %q, want %q", c.Image, image)
 	}
+}
+
+// capabilityBits are the bit numbers of the capabilities the manifest adds
+// (include/uapi/linux/capability.h).
+var capabilityBits = map[corev1.Capability]uint{"DAC_READ_SEARCH": 2, "SYS_PTRACE": 19, "PERFMON": 38, "BPF": 39}
+
+// checkProcessPrivileges checks what the kernel says the agent's running process holds
+// (/proc/PID/status), not what the pod spec asks for: exactly the capabilities the container
+// adds in its effective, permitted and bounding sets, no new privileges, and a seccomp filter
+// when the container asks for the runtime's default profile.
+func checkProcessPrivileges(t *testing.T, pid int, pod *corev1.Pod) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			status[k] = strings.TrimSpace(v)
+		}
+	}
+	c := pod.Spec.Containers[0]
+	var want uint64
+	for _, cap := range c.SecurityContext.Capabilities.Add {
+		bit, ok := capabilityBits[cap]
+		if !ok {
+			t.Fatalf("the manifest adds %s, whose bit this test does not know", cap)
+		}
+		want |= 1 << bit
+	}
+	for _, set := range []string{"CapEff", "CapPrm", "CapBnd"} {
+		got, err := strconv.ParseUint(status[set], 16, 64)
+		if err != nil || got != want {
+			t.Errorf("agent process %d: %s %s, want %016x (%v)", pid, set, status[set], want, c.SecurityContext.Capabilities.Add)
+		}
+	}
+	if status["NoNewPrivs"] != "1" {
+		t.Errorf("agent process %d: NoNewPrivs %q, want 1 (allowPrivilegeEscalation: false)", pid, status["NoNewPrivs"])
+	}
+	profile := c.SecurityContext.SeccompProfile
+	if profile == nil && pod.Spec.SecurityContext != nil {
+		profile = pod.Spec.SecurityContext.SeccompProfile
+	}
+	if profile != nil && profile.Type == corev1.SeccompProfileTypeRuntimeDefault && status["Seccomp"] != "2" {
+		t.Errorf("agent process %d: Seccomp %q, want 2 (a filter: the runtime's default profile)", pid, status["Seccomp"])
+	}
+	t.Logf("agent process %d: CapEff %s, NoNewPrivs %s, Seccomp %s", pid, status["CapEff"], status["NoNewPrivs"], status["Seccomp"])
 }
 
 // startFixtureDeployment runs the scripted fixture as a one-replica Deployment in namespace
