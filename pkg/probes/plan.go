@@ -150,7 +150,9 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		p.GoidOffset = v
 	}
 
-	funcs, err := bin.Functions()
+	// The binary's own table, not a copy: the functions kept in the plan get names of their
+	// own (keep), so that the table can go once the plan is attached (symbols.Binary.Release).
+	funcs, err := bin.FunctionTable()
 	if err != nil {
 		return nil, fmt.Errorf("read functions: %w", err)
 	}
@@ -323,7 +325,7 @@ func (p *Plan) returnAddresses(bin *symbols.Binary, funcs []symbols.Function, fn
 	var callers []symbols.Function
 	for _, f := range funcs {
 		if pr.ReturnCallers.MatchString(f.Name) && f.Entry != fn.Entry {
-			callers = append(callers, f)
+			callers = append(callers, keep(f))
 		}
 	}
 	var sites []symbols.Site
@@ -346,6 +348,12 @@ func (p *Plan) returnAddresses(bin *symbols.Binary, funcs []symbols.Function, fn
 	}
 	p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: fmt.Sprintf("%s's entry and the return addresses of its calls: %s", fn.Name, strings.Join(where, ", "))})
 	return sites, in
+}
+
+// keep returns f with a name of its own, not a part of the binary's function table.
+func keep(f symbols.Function) symbols.Function {
+	f.Name = strings.Clone(f.Name)
+	return f
 }
 
 // funcContaining returns the function of fns whose code holds addr.
@@ -449,7 +457,7 @@ func (p *Plan) match(bin *symbols.Binary, funcs []symbols.Function, catalog []*P
 		var fns []symbols.Function
 		for _, f := range funcs {
 			if pr.Symbol.MatchString(f.Name) && (pr.Unless == nil || !pr.Unless.MatchString(f.Name)) {
-				fns = append(fns, f)
+				fns = append(fns, keep(f))
 			}
 		}
 		if len(fns) == 0 {
