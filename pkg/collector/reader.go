@@ -39,7 +39,61 @@ type ReadStats struct {
 // Run reads the ring buffer until ctx ends or Close is called and hands each decoded event
 // to handle, on this goroutine. idle, when not nil, is called after every poll interval
 // without events, so the caller can expire old state.
+//
+// Between two drains of the ring buffer Run waits in the Go runtime's network poller (the
+// ring buffer's file descriptor is pollable), not in a blocking epoll_wait: a goroutine
+// blocked in a system call for longer than 10ms has its processor handed off by the
+// runtime's monitor thread, which then keeps polling every 20µs, and on a VM that polling
+// was a third of the agent's CPU time (BENCHMARKS.md, section 5). Where the descriptor cannot
+// be polled that way, Run waits in the reader as before.
 func (c *Collector) Run(ctx context.Context, handle func(span.Event), idle func()) (ReadStats, error) {
+	w, werr := newReadyWaiter(c.coll.Maps[rbpf.TraceMapEvents].FD())
+	if werr != nil {
+		c.log.Debug("ring buffer: waiting in epoll_wait, not in the runtime's poller", "err", werr)
+		return c.runBlocking(ctx, handle, idle)
+	}
+	stop := context.AfterFunc(ctx, func() {
+		w.close()
+		c.reader.Close()
+	})
+	defer stop()
+	defer w.close()
+	var rec ringbuf.Record
+	var raw probes.Raw
+	// A deadline already past: ReadInto returns the records in the buffer, then
+	// os.ErrDeadlineExceeded, without waiting.
+	c.reader.SetDeadline(time.Unix(1, 0))
+	timedOut := false
+	for {
+		for {
+			err := c.reader.ReadInto(&rec)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break
+			}
+			if err != nil {
+				if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, os.ErrClosed) {
+					return c.ReadStats(), nil
+				}
+				return c.ReadStats(), fmt.Errorf("read ring buffer: %w", err)
+			}
+			c.handleRecord(rec.RawSample, &raw, handle)
+		}
+		if timedOut && idle != nil {
+			idle()
+		}
+		err := w.wait(PollInterval)
+		timedOut = errors.Is(err, os.ErrDeadlineExceeded)
+		if err != nil && !timedOut {
+			if errors.Is(err, os.ErrClosed) {
+				return c.ReadStats(), nil
+			}
+			return c.ReadStats(), fmt.Errorf("wait for the ring buffer: %w", err)
+		}
+	}
+}
+
+// runBlocking is Run waiting in the reader's own epoll_wait.
+func (c *Collector) runBlocking(ctx context.Context, handle func(span.Event), idle func()) (ReadStats, error) {
 	stop := context.AfterFunc(ctx, func() { c.reader.Close() })
 	defer stop()
 	var rec ringbuf.Record
@@ -59,20 +113,25 @@ func (c *Collector) Run(ctx context.Context, handle func(span.Event), idle func(
 			}
 			return c.ReadStats(), fmt.Errorf("read ring buffer: %w", err)
 		}
-		c.events.Add(1)
-		site, ok := c.decode(rec.RawSample, &raw)
-		if !ok {
-			c.malformed.Add(1)
-			continue
-		}
-		dec := site.Probe.DecodeEntry
-		if site.Kind == probes.SiteReturn {
-			dec = site.Probe.DecodeReturn
-		}
-		ev := dec(&raw)
-		ev.SingleStepped = !site.Emulated
-		handle(ev)
+		c.handleRecord(rec.RawSample, &raw, handle)
 	}
+}
+
+// handleRecord decodes one record and hands its event to handle.
+func (c *Collector) handleRecord(b []byte, raw *probes.Raw, handle func(span.Event)) {
+	c.events.Add(1)
+	site, ok := c.decode(b, raw)
+	if !ok {
+		c.malformed.Add(1)
+		return
+	}
+	dec := site.Probe.DecodeEntry
+	if site.Kind == probes.SiteReturn {
+		dec = site.Probe.DecodeReturn
+	}
+	ev := dec(raw)
+	ev.SingleStepped = !site.Emulated
+	handle(ev)
 }
 
 // ReadStats returns what the reader counted so far; safe while Run runs.
