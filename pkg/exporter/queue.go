@@ -46,13 +46,33 @@ func NewQueue(w Writer, size int, log *slog.Logger) *Queue {
 
 func (q *Queue) run() {
 	defer close(q.done)
+	bw, batch := q.w.(batchWriter)
 	for s := range q.ch {
-		if err := q.w.Write(s); err != nil {
+		var err error
+		switch {
+		case !batch:
+			err = q.w.Write(s)
+		case len(q.ch) > 0:
+			err = bw.WriteBuffered(s) // more to come: written with them
+		default:
+			if err = bw.WriteBuffered(s); err == nil {
+				err = bw.Flush()
+			}
+		}
+		if err != nil {
 			if q.failed.Add(1) == 1 {
 				q.log.Warn("write span", "err", err)
 			}
 		}
 	}
+}
+
+// batchWriter is a Writer that can leave spans in a buffer until Flush (JSONWriter): the
+// queue flushes once no span waits, so a burst of spans costs one write, not one each.
+type batchWriter interface {
+	Writer
+	WriteBuffered(s *span.Span) error
+	Flush() error
 }
 
 // Write implements Writer: it never blocks. The span must not be changed after.

@@ -159,6 +159,24 @@ func (j *JSONWriter) Write(s *span.Span) error {
 	return j.w.Flush()
 }
 
+// WriteBuffered writes s as Write does, but leaves it in the buffer until Flush (or until the
+// buffer is full): a Queue writing a burst of spans makes one system call, not one per span.
+func (j *JSONWriter) WriteBuffered(s *span.Span) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.enc.Encode(ToJSON(s, j.clock)); err != nil {
+		return fmt.Errorf("write JSON span: %w", err)
+	}
+	return nil
+}
+
+// Flush writes what WriteBuffered left in the buffer.
+func (j *JSONWriter) Flush() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.w.Flush()
+}
+
 // TreeWriter prints each reconcile as a small tree, readable live on a terminal.
 type TreeWriter struct {
 	mu    sync.Mutex
