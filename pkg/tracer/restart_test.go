@@ -1,6 +1,7 @@
 package tracer_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/symbols"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
@@ -254,5 +256,64 @@ func TestExecOtherProgramUntraced(t *testing.T) {
 	})
 	if strings.Contains(b.log.String(), fmt.Sprintf(`msg="process exited" pid=%d`, pid)) {
 		t.Errorf("the process is alive, yet logged as exited")
+	}
+}
+
+// TestReattachAfterRelease: once attached, an executable's function and symbol tables are
+// released (symbols.Binary.Release); detached with its last process, it is inspected and
+// attached again from the file for a new process of it, which is traced exactly: plain, and
+// stripped (its function table read from .gopclntab a block at a time).
+func TestReattachAfterRelease(t *testing.T) {
+	bpftest.Require(t)
+	for _, build := range []struct {
+		name       string
+		args       []string
+		controller string // stripped builds have no DWARF for the fake Controller: no name
+	}{{"plain", nil, "fake"}, {"stripped", []string{"-ldflags=-s -w"}, ""}} {
+		t.Run(build.name, func(t *testing.T) {
+			bin := testkit.Build(t, "./test/fakectl", build.args...)
+			b := newRestartBed(t, func(o *tracer.Options) { o.AdmitExecs, o.Grace = false, -1 })
+			a := b.startIdle(t, bin)
+			b.exit(t, a)
+			testkit.WaitFor(t, "the executable detached with its last process", 10*time.Second, func() (bool, string) {
+				return strings.Contains(b.log.String(), "msg=detached"), "its log:\n" + b.log.String()
+			})
+
+			start := filepath.Join(t.TempDir(), "start")
+			var stdout bytes.Buffer
+			cmd := exec.Command(bin, "-n", "40", "-start", start)
+			cmd.Stdout = &stdout
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			if _, err := b.tr.TracePID(cmd.Process.Pid); err != nil {
+				t.Fatalf("trace the new process: %v", err)
+			}
+			if n := strings.Count(b.log.String(), "msg=attached"); n != 2 {
+				t.Fatalf("attached %d times, want 2 (once per process):\n%s", n, b.log.String())
+			}
+			if err := os.WriteFile(start, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("new process: %v", err)
+			}
+			truths, err := fakectltest.ReadTruths(stdout.Bytes())
+			if err != nil || len(truths) != 40 {
+				t.Fatalf("new process reported %d reconciles (%v), want 40", len(truths), err)
+			}
+			var spans []span.Span
+			testkit.WaitFor(t, "a span per reconcile of the new process", 10*time.Second, func() (bool, string) {
+				spans = spans[:0]
+				for _, s := range b.sink.Snapshot() {
+					if s.PID == uint32(cmd.Process.Pid) {
+						spans = append(spans, s)
+					}
+				}
+				return len(spans) >= len(truths), fmt.Sprintf("%d spans of %d reconciles", len(spans), len(truths))
+			})
+			checkMatch(t, truths, spans, b.tr.Stats(), build.controller)
+		})
 	}
 }
