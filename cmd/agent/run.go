@@ -66,6 +66,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		"so that a restarted or crash-looping process of it is traced from its exec, first reconciles included (0: detach with the last process)")
 	tf := addTracerFlags(fs.FlagSet)
 	ef := addExportFlags(fs.FlagSet, ":9464")
+	pprofAddr := addPprofFlag(fs.FlagSet)
 	if err := flagsFromEnv(fs.FlagSet, os.LookupEnv); err != nil {
 		return usageError(stderr, "run", "%v", err)
 	}
@@ -145,6 +146,11 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	defer t.Close()
 	if err := exp.serve(*ef.metricsAddr, sec, log); err != nil {
 		return failed(log, "serve metrics", err)
+	}
+	if srv, err := servePprof(*pprofAddr, log); err != nil {
+		return failed(log, "serve pprof", err)
+	} else if srv != nil {
+		defer srv.Close()
 	}
 
 	go func() { _ = index.Run(ctx) }()

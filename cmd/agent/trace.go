@@ -51,6 +51,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	tf := addTracerFlags(fs.FlagSet)
 	ef := addExportFlags(fs.FlagSet, "")
+	pprofAddr := addPprofFlag(fs.FlagSet)
 	if code, exit := fs.parse(args); exit {
 		return code
 	}
@@ -89,6 +90,11 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	defer t.Close()
 	if err := exp.serve(*ef.metricsAddr, nil, log); err != nil {
 		return failed(log, "serve metrics", err)
+	}
+	if srv, err := servePprof(*pprofAddr, log); err != nil {
+		return failed(log, "serve pprof", err)
+	} else if srv != nil {
+		defer srv.Close()
 	}
 	if *duration > 0 {
 		var cancel context.CancelFunc
