@@ -62,6 +62,18 @@ var (
 
 func (v variant) traced() bool { return v.inherit != "" }
 
+// key names the variant in RECONSCOPE_BENCH_SCALE_VARIANTS: untraced, its --detail when it
+// sets one, else its --goroutine-inheritance (auto, off, newproc1).
+func (v variant) key() string {
+	switch {
+	case !v.traced():
+		return "untraced"
+	case v.detail != "":
+		return v.detail
+	}
+	return v.inherit
+}
+
 type config struct {
 	deployments int
 	configMaps  int
@@ -69,6 +81,10 @@ type config struct {
 	rounds      int
 	idle        time.Duration
 	agent       string
+	// variants, when not nil, keeps only the variants named (variant.key).
+	variants []string
+	// pprof, when set, is a folder where each traced cycle's agent profiles go (pprofCycle).
+	pprof string
 }
 
 // target is the traced process and how to read its own count of reconciles.
@@ -141,6 +157,8 @@ func BenchmarkAtScale(b *testing.B) {
 		rounds:      envInt(b, "RECONSCOPE_BENCH_SCALE_ROUNDS", 2),
 		idle:        envDuration(b, "RECONSCOPE_BENCH_SCALE_IDLE", 20*time.Second),
 		agent:       os.Getenv("RECONSCOPE_BENCH_AGENT"),
+		variants:    envList("RECONSCOPE_BENCH_SCALE_VARIANTS"),
+		pprof:       os.Getenv("RECONSCOPE_BENCH_SCALE_PPROF"),
 	}
 	if os.Geteuid() != 0 {
 		bpftest.SkipOrFail(b, "needs root: the traced runs attach eBPF uprobes")
@@ -148,7 +166,6 @@ func BenchmarkAtScale(b *testing.B) {
 	if cfg.agent == "" {
 		cfg.agent = testkit.Build(b, "./cmd/agent")
 	}
-	manager := testkit.Build(b, "./test/fixtures/scripted-controller")
 	env := testenv.Start(b, testenv.Options{
 		ControllerManager:         []string{"deployment", "replicaset"},
 		StrippedControllerManager: true,
@@ -167,9 +184,13 @@ func BenchmarkAtScale(b *testing.B) {
 		workloads = append(workloads, kcmWorkload(b, env, cfg))
 	}
 	if only != "kcm" {
+		manager := testkit.Build(b, "./test/fixtures/scripted-controller")
 		workloads = append(workloads, managerWorkload(b, env, cfg, manager))
 	}
 	for _, w := range workloads {
+		w.variants = slices.DeleteFunc(w.variants, func(v variant) bool {
+			return cfg.variants != nil && !slices.Contains(cfg.variants, v.key())
+		})
 		var results []cycleResult
 		for r := 0; r < cfg.rounds; r++ {
 			// The order rotates from round to round.
@@ -353,10 +374,15 @@ func runCycle(b *testing.B, env *testenv.Env, cfg config, w workload, round int,
 	must(b, env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 
 	var agent *testenv.Process
+	var prof *profiler
 	if v.traced() {
 		args := []string{"trace", "--pid", strconv.Itoa(w.target.pid), "--output", "json", "--goroutine-inheritance", v.inherit}
 		if v.detail != "" {
 			args = append(args, "--detail", v.detail)
+		}
+		if cfg.pprof != "" {
+			prof = newProfiler(b, cfg.pprof, ns)
+			args = append(args, "--pprof-addr", prof.addr)
 		}
 		cmd := exec.Command(cfg.agent, args...)
 		agent = testenv.StartProcess(b, "reconscope-agent-"+ns, cmd)
@@ -382,6 +408,9 @@ func runCycle(b *testing.B, env *testenv.Env, cfg config, w workload, round int,
 	res := cycleResult{round: round, variant: v}
 	res.churn.buckets = map[float64]uint64{}
 	res.churn.created = true // until a step's samples say the target does not count its goroutines
+	if prof != nil {
+		prof.start(b)
+	}
 	for i, step := range w.steps {
 		before := take()
 		must(b, step(ns, before))
@@ -393,6 +422,9 @@ func runCycle(b *testing.B, env *testenv.Env, cfg config, w workload, round int,
 		}
 	}
 	if agent != nil {
+		if prof != nil {
+			prof.finish(b, agent.PID())
+		}
 		res.agentHWM = hwm(b, agent.PID())
 		must(b, syscall.Kill(agent.PID(), syscall.SIGTERM))
 		if err := agent.Wait(); err != nil {
@@ -678,6 +710,15 @@ func summaryCounts(b *testing.B, stderr string, v variant) (lost, inherited, hit
 	}
 	hits, _ = strconv.ParseUint(string(h[1]), 10, 64)
 	return lost, inherited, hits
+}
+
+// envList is the comma-separated list in the environment variable name; nil when unset.
+func envList(name string) []string {
+	s := os.Getenv(name)
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 func must(b *testing.B, err error) {
