@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -193,6 +194,8 @@ func New(opts Options) (*Tracer, error) {
 		orphans: map[int]time.Time{},
 	}
 	t.asm = span.NewAssembler(opts.Assembler, t.emit)
+	// Loading the programs parsed the kernel's BTF (several MiB of garbage now).
+	debug.FreeOSMemory()
 	return t, nil
 }
 
@@ -437,8 +440,12 @@ func (t *Tracer) inspectAndAttach(open func() (*symbols.Binary, error), attachPa
 		return plan, nil, err
 	}
 	// Planned and attached: keep only what tracing needs (naming error types), not the
-	// function and symbol tables (tens of MiB for kube-controller-manager).
+	// function and symbol tables (tens of MiB for kube-controller-manager), and give the
+	// memory the inspection used back to the system now: the runtime's scavenger would
+	// return it over minutes, while it counted in the agent's resident memory (and the next
+	// inspection's peak came on top of it).
 	bin.Release()
+	debug.FreeOSMemory()
 	if t.opts.AdmitExecs {
 		if err := att.AdmitExecs(); err != nil {
 			t.log.Warn("new processes of this executable are traced once found, not from their exec", "exe", bin.Path, "err", err)
