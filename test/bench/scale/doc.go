@@ -15,7 +15,9 @@
 // (test/bench/verdict), RECONSCOPE_BENCH_AGENT a built reconscope-agent (default: built here);
 // RECONSCOPE_BENCH_SCALE_DEPLOYMENTS (500), _CONFIGMAPS (100), _CONTROLLERS (50), _ROUNDS (2)
 // and _IDLE (20s) set the workloads; _ONLY (kcm or manager) runs one of them, _VARIANTS
-// (untraced,auto,off,newproc1,reconcile: untraced, the agent's --detail when the variant sets
-// one, else its --goroutine-inheritance) keeps only the variants named; _PPROF names a folder
-// where each traced cycle's agent profiles go (CPU over the steps, heap and memory maps at the end).
+// (untraced,auto,off,newproc1,reconcile,baseline: untraced, the agent's --detail when the variant
+// sets one, else its --goroutine-inheritance) keeps only the variants named; _PPROF names a folder
+// where each traced cycle's agent profiles go (CPU over the steps, heap and memory maps at the end);
+// _BASELINE_AGENT names another reconscope-agent (an earlier build) that traces too, as users
+// run it, in each round (the variant "baseline"): before and after, side by side.
 package scale

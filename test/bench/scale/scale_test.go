@@ -47,27 +47,32 @@ type variant struct {
 	name    string // as the tables say it
 	inherit string // the agent's --goroutine-inheritance; "": untraced
 	detail  string // the agent's --detail; "": its default
+	// agent is the reconscope-agent that traces: "" is the one built here (config.agent);
+	// another is a baseline to compare with (RECONSCOPE_BENCH_SCALE_BASELINE_AGENT).
+	agent string
 }
 
 var (
-	untraced = variant{"untraced", "", ""}
+	untraced = variant{name: "untraced"}
 	// traced is the agent as users run it (the default): goroutine creation seen at newproc's calls.
-	traced    = variant{"traced by reconscope (default)", "auto", ""}
-	tracedOff = variant{"traced, --goroutine-inheritance=off", "off", ""}
+	traced    = variant{name: "traced by reconscope (default)", inherit: "auto"}
+	tracedOff = variant{name: "traced, --goroutine-inheritance=off", inherit: "off"}
 	// tracedOld sees goroutine creation where it did before: newproc1's entry and RETs.
-	tracedOld = variant{"traced, goroutine creation at newproc1's entry and RETs (before)", "newproc1", ""}
+	tracedOld = variant{name: "traced, goroutine creation at newproc1's entry and RETs (before)", inherit: "newproc1"}
 	// tracedReconcile probes the reconciles alone: no call, no goroutine probe.
-	tracedReconcile = variant{"traced, --detail reconcile", "auto", "reconcile"}
+	tracedReconcile = variant{name: "traced, --detail reconcile", inherit: "auto", detail: "reconcile"}
 )
 
 func (v variant) traced() bool { return v.inherit != "" }
 
-// key names the variant in RECONSCOPE_BENCH_SCALE_VARIANTS: untraced, its --detail when it
-// sets one, else its --goroutine-inheritance (auto, off, newproc1).
+// key names the variant in RECONSCOPE_BENCH_SCALE_VARIANTS: untraced, baseline (another
+// agent), its --detail when it sets one, else its --goroutine-inheritance (auto, off, newproc1).
 func (v variant) key() string {
 	switch {
 	case !v.traced():
 		return "untraced"
+	case v.agent != "":
+		return "baseline"
 	case v.detail != "":
 		return v.detail
 	}
@@ -83,8 +88,11 @@ type config struct {
 	agent       string
 	// variants, when not nil, keeps only the variants named (variant.key).
 	variants []string
-	// pprof, when set, is a folder where each traced cycle's agent profiles go (pprofCycle).
+	// pprof, when set, is a folder where each traced cycle's agent profiles go (profiler).
 	pprof string
+	// baseline, when set, is another reconscope-agent (an earlier build) that also traces,
+	// as users run it, in each round: the variant "baseline".
+	baseline string
 }
 
 // target is the traced process and how to read its own count of reconciles.
@@ -159,6 +167,7 @@ func BenchmarkAtScale(b *testing.B) {
 		agent:       os.Getenv("RECONSCOPE_BENCH_AGENT"),
 		variants:    envList("RECONSCOPE_BENCH_SCALE_VARIANTS"),
 		pprof:       os.Getenv("RECONSCOPE_BENCH_SCALE_PPROF"),
+		baseline:    os.Getenv("RECONSCOPE_BENCH_SCALE_BASELINE_AGENT"),
 	}
 	if os.Geteuid() != 0 {
 		bpftest.SkipOrFail(b, "needs root: the traced runs attach eBPF uprobes")
@@ -188,6 +197,9 @@ func BenchmarkAtScale(b *testing.B) {
 		workloads = append(workloads, managerWorkload(b, env, cfg, manager))
 	}
 	for _, w := range workloads {
+		if cfg.baseline != "" {
+			w.variants = append(w.variants, variant{name: "traced (default), baseline agent " + filepath.Base(cfg.baseline), inherit: "auto", agent: cfg.baseline})
+		}
 		w.variants = slices.DeleteFunc(w.variants, func(v variant) bool {
 			return cfg.variants != nil && !slices.Contains(cfg.variants, v.key())
 		})
@@ -370,6 +382,10 @@ func runCycle(b *testing.B, env *testenv.Env, cfg config, w workload, round int,
 	if v.traced() {
 		mode = "traced-" + v.inherit + v.detail
 	}
+	agentBin := cfg.agent
+	if v.agent != "" {
+		mode, agentBin = "baseline", v.agent
+	}
 	ns := fmt.Sprintf("scale-%d-%d-%s", w.target.pid, round, mode)
 	must(b, env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
 
@@ -384,7 +400,7 @@ func runCycle(b *testing.B, env *testenv.Env, cfg config, w workload, round int,
 			prof = newProfiler(b, cfg.pprof, ns)
 			args = append(args, "--pprof-addr", prof.addr)
 		}
-		cmd := exec.Command(cfg.agent, args...)
+		cmd := exec.Command(agentBin, args...)
 		agent = testenv.StartProcess(b, "reconscope-agent-"+ns, cmd)
 		testkit.WaitFor(b, "reconscope-agent to attach", 2*time.Minute, func() (bool, string) {
 			raw, err := os.ReadFile(agent.StderrPath())
