@@ -27,8 +27,12 @@ const (
 )
 
 // PollInterval bounds how long an event waits in the ring buffer when the kernel did not
-// wake the reader (records are submitted without a wakeup below the threshold).
-const PollInterval = 50 * time.Millisecond
+// wake the reader (records are submitted without a wakeup below the threshold). Each poll
+// wakes the Go runtime's monitor thread, which then polls every 20µs to 10ms for a while: at
+// 50ms that cost the agent more CPU than reading the records of kube-controller-manager at
+// work (BENCHMARKS.md, section 5). Losses do not depend on it (the kernel wakes the reader
+// each time a quarter of the buffer fills), only how soon a span is written does.
+const PollInterval = 200 * time.Millisecond
 
 // ReadStats counts what the reader saw.
 type ReadStats struct {
