@@ -133,7 +133,9 @@ func report(cfg config, w workload, results []cycleResult) (string, []verdict.Ve
 			a.hwm = append(a.hwm, float64(r.agentHWM))
 			a.spansPer = append(a.spansPer, float64(c.spans+r.idle.spans)/all)
 			a.lost = append(a.lost, float64(r.eventsLost))
-			a.hits = append(a.hits, float64(r.hits)/all)
+			if r.hits != noHits {
+				a.hits = append(a.hits, float64(r.hits)/all)
+			}
 			if r.variant != tracedOff && r.variant.detail != "reconcile" {
 				a.inherited = append(a.inherited, float64(r.inherited)/all)
 			}
