@@ -83,7 +83,7 @@ func (r *blockReader) at(off uint64, n int) ([]byte, bool) {
 	return r.scratch, true
 }
 
-// tableLen is pcTableLen of the pc-value table at offset off of the region.
+// tableLen is pcSum of the pc-value table at offset off of the region (0: none).
 func (r *blockReader) tableLen(off, quantum, limit uint64) (uint64, bool) {
 	if off == 0 || off >= uint64(r.size) {
 		return 0, false

@@ -341,18 +341,9 @@ func (b *Binary) calls(fn Function, target uint64) bool {
 	return slices.Contains(branchTargets(b.Arch, code, fn.Entry), target)
 }
 
-// pcTableLen returns the number of code bytes a pc-value table covers: the sum of its pc
-// deltas. It gives up (false) on a malformed table or one longer than limit.
-func pcTableLen(pctab []byte, off, quantum, limit uint64) (uint64, bool) {
-	if off == 0 || off >= uint64(len(pctab)) {
-		return 0, false
-	}
-	n, ok, _ := pcSum(pctab[off:], quantum, limit)
-	return n, ok
-}
-
-// pcSum sums the pc deltas of the pc-value table at the start of p; short says that p ended
-// before the table did.
+// pcSum returns the number of code bytes the pc-value table at the start of p covers: the
+// sum of its pc deltas. It gives up (false) on a malformed table or one longer than limit;
+// short says that p ended before the table did.
 func pcSum(p []byte, quantum, limit uint64) (n uint64, ok, short bool) {
 	var pc uint64
 	first := true
