@@ -28,6 +28,7 @@ var otherPrograms = map[string]string{
 	"previous":         "kubectl logs",
 	"selector":         "the scripted fixture",
 	"ground-truth":     "the scripted fixture",
+	"local":            "ctr images tag",
 }
 
 // flagMention is a flag named in prose: --name, or --prefix-* for every flag of a prefix.
