@@ -225,12 +225,13 @@ func TestDaemonSetOnNode(t *testing.T) {
 	checkExemplars(t, prom, jaeger, fixturePod, began)
 
 	// Delete the agent's pod: its links go with it; the DaemonSet's next pod traces again.
+	checkLinks(t, tracedExes)
 	var zero int64 = 30
 	if err := cs.CoreV1().Pods(agentPod.Namespace).Delete(ctx, agentPod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
 	waitGonePod(t, cs, agentPod)
-	checkNoLinks(t, fixtureBinInPod(t, fixturePod))
+	checkNoLinks(t, tracedExes)
 	newAgent := waitDaemonSetPod(t, cs, "reconscope", agentPod.Name, 120*time.Second)
 	before := len(fixtureRoots(src, fixturePod))
 	// Ready means serving; the new agent attaches to the running fixture right after its first
@@ -241,9 +242,10 @@ func TestDaemonSetOnNode(t *testing.T) {
 	})
 
 	// kubectl delete -k: no agent left, no link left, namespaces it does not own stay.
+	checkLinks(t, tracedExes)
 	kubectl(t, env, "delete", "-k", overlay, "--wait=true", "--timeout=120s")
 	waitGonePod(t, cs, newAgent)
-	checkNoLinks(t, fixtureBinInPod(t, fixturePod))
+	checkNoLinks(t, tracedExes)
 	if _, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
 		t.Errorf("namespace %s (not the manifest's) after kubectl delete -k: %v", ns, err)
 	}
@@ -258,9 +260,10 @@ func TestDaemonSetOnNode(t *testing.T) {
 		n := len(fixtureRoots(src, fixturePod))
 		return n > before, fmt.Sprintf("%d spans of the fixture, %d before helm install", n, before)
 	})
+	checkLinks(t, tracedExes)
 	helmRun(t, env, "uninstall", "reconscope", "--namespace", helmNamespace, "--wait", "--timeout", "120s")
 	waitGonePod(t, cs, helmAgent)
-	checkNoLinks(t, fixtureBinInPod(t, fixturePod))
+	checkNoLinks(t, tracedExes)
 	t.Logf("node end-to-end test took %s", time.Since(began).Round(time.Millisecond))
 }
 
@@ -644,28 +647,55 @@ func checkPodIdentity(t *testing.T, src spanSource, pod *corev1.Pod, objects map
 	}
 }
 
-// fixtureBinInPod is the fixture's executable as the host sees it: /proc/PID/exe of the pod's
-// process.
-func fixtureBinInPod(t *testing.T, pod *corev1.Pod) string {
-	t.Helper()
-	return "/scripted-controller"
+// tracedExes are the executables the agent traces on the node, as the kernel's uprobe links
+// name them (the end of the path): the fixture, builtins and kube-controller-manager's static
+// pod, each its image's one binary.
+var tracedExes = []string{"/scripted-controller", "/builtins", "/kube-controller-manager"}
+
+// linksOn counts the uprobe links, single and uprobe_multi alike, whose file ends in each of
+// exes (their sites: a uprobe_multi link counts its sites).
+func linksOn(exes []string) (map[string]int, []bpftest.ProbeLink, error) {
+	links, err := bpftest.UprobeLinks()
+	n := map[string]int{}
+	var on []bpftest.ProbeLink
+	for _, l := range links {
+		for _, exe := range exes {
+			if strings.HasSuffix(l.File, exe) {
+				n[exe] += l.Count
+				on = append(on, l)
+			}
+		}
+	}
+	return n, on, err
 }
 
-// checkNoLinks fails t when a uprobe link on the node names the executable exe.
-func checkNoLinks(t *testing.T, exe string) {
+// checkLinks waits until every executable of exes has uprobe links on the node (the agent has
+// attached them), so that checkNoLinks afterwards proves their removal, and returns the counts.
+func checkLinks(t *testing.T, exes []string) map[string]int {
 	t.Helper()
-	testkit.WaitFor(t, "no uprobe link left on the node", 30*time.Second, func() (bool, string) {
-		links, err := bpftest.UprobeLinks()
+	var n map[string]int
+	testkit.WaitFor(t, "uprobe links on every traced executable", 60*time.Second, func() (bool, string) {
+		var err error
+		n, _, err = linksOn(exes)
 		if err != nil {
 			return false, err.Error()
 		}
-		var left []string
-		for _, l := range links {
-			if strings.HasSuffix(l.File, exe) {
-				left = append(left, fmt.Sprintf("%+v", l))
-			}
+		return len(n) == len(exes), fmt.Sprintf("sites linked per executable: %v, want all of %v", n, exes)
+	})
+	t.Logf("uprobe sites linked per traced executable: %v", n)
+	return n
+}
+
+// checkNoLinks fails t when a uprobe link on the node, single or uprobe_multi, names one of
+// exes.
+func checkNoLinks(t *testing.T, exes []string) {
+	t.Helper()
+	testkit.WaitFor(t, "no uprobe link left on the traced executables", 30*time.Second, func() (bool, string) {
+		_, left, err := linksOn(exes)
+		if err != nil {
+			return false, err.Error()
 		}
-		return len(left) == 0, strings.Join(left, "; ")
+		return len(left) == 0, fmt.Sprintf("%+v", left)
 	})
 }
 
