@@ -329,9 +329,11 @@ var Catalog = []*Probe{
 	// Get(name) (T, error), one generic shape body for every pointer type. The object's
 	// metadata is read at the return from the result in slot 0: kube-controller-manager's
 	// controllers read the object of their key this way, first thing in their sync handler.
+	// The receiver {indexer cache.Indexer; resource schema.GroupResource; namespace string} is
+	// passed by value in slots 0-7: the resource's name (GroupResource.Resource) in slots 4-5.
 	{ID: "client-go/lister-get", Module: clientGo, Role: RoleCall,
 		Symbol:      regexp.MustCompile(`^k8s\.io/client-go/listers\.ResourceIndexer\[go\.shape\.\*uint8\]\.Get$`),
-		Entry:       layout(),
+		Entry:       layout().str(0, str(4, 5)),
 		Return:      objectReturn(0).err(1),
 		DecodeEntry: decodeListerEntry, DecodeReturn: decodeObjectReturn},
 	// ... and its HTTP status: transformResponse(ctx, resp *http.Response, req) runs inside it.

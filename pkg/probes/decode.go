@@ -170,7 +170,7 @@ func readObject(r *Raw, c *span.CallInfo) {
 
 func decodeListerEntry(r *Raw) span.Event {
 	e := base(r, span.CallStart)
-	e.Call = span.CallInfo{Kind: span.CallCacheGet, Verb: "GET"}
+	e.Call = span.CallInfo{Kind: span.CallCacheGet, Verb: "GET", Resource: r.Str[0]}
 	return e
 }
 

@@ -117,6 +117,12 @@ func TestKubeControllerManager(t *testing.T) {
 				}
 				for _, cl := range sp.Calls {
 					lines = append(lines, callLine(cl))
+					// A lister's read of the reconciled object names its resource as the
+					// lister's own GroupResource does: lister-gen's listers say
+					// appsv1.Resource("deployment"), in the singular.
+					if want := map[string]string{"deployment": "deployment", "replicaset": "replicaset"}[sp.Controller]; cl.Kind == span.CallCacheGet && cl.Name == sp.Name && cl.Resource != want {
+						t.Errorf("%s span of %s: lister read of %s names resource %q, want %q", sp.Controller, sp.Name, cl.Name, cl.Resource, want)
+					}
 					if checkWrite(t, versions, sp.Controller, cl) {
 						writes++
 					}
