@@ -149,8 +149,8 @@ func (p *process) worker(vals [2]uint64) string {
 
 // funcName is the name of the function whose code holds addr, "" when none (0: no address).
 func (p *process) funcName(addr uint32) string {
-	if addr == 0 {
-		return ""
+	if addr == 0 || p.att == nil || p.att.Plan == nil || p.att.Plan.Binary == nil {
+		return "" // no address, or no binary to name it with (a process known by its PID alone)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
