@@ -22,6 +22,7 @@ func TestLayout(t *testing.T) {
 		"err_layout":  reflect.TypeFor[TraceErrLayout](),
 		"g_key":       reflect.TypeFor[TraceG_key](),
 		"g_state":     reflect.TypeFor[TraceG_state](),
+		"ctl_key":     reflect.TypeFor[TraceCtlKey](),
 		"exe_id":      reflect.TypeFor[TraceExeId](),
 		"exec_event":  reflect.TypeFor[TraceExecEvent](),
 	}

@@ -44,6 +44,15 @@ struct {
 	__type(value, struct g_state);
 } spawning SEC(".maps");
 
+/* The controller instances whose spans are excluded (trace --controller, config rules'
+ * controllers), written by user space once it has named one: their span entries exit at once. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct ctl_key);
+	__type(value, __u32);
+} excluded SEC(".maps");
+
 /* Unused globals that make bpf2go emit Go types for these structs (-type). */
 const struct event *unused_event __attribute__((unused));
 const struct event_head *unused_event_head __attribute__((unused));
@@ -53,6 +62,7 @@ const struct err_layout *unused_err_layout __attribute__((unused));
 const struct g_key *unused_g_key __attribute__((unused));
 const struct g_state *unused_g_state __attribute__((unused));
 const struct exe_id *unused_exe_id __attribute__((unused));
+const struct ctl_key *unused_ctl_key __attribute__((unused));
 const struct exec_event *unused_exec_event __attribute__((unused));
 /* ... and Go constants for these enums. */
 const enum event_kind *unused_event_kind __attribute__((unused));
@@ -237,6 +247,25 @@ static __always_inline int handle_spawn(struct go_regs *regs, const struct site_
 	return 0;
 }
 
+/* exclude_span opens an excluded span on the goroutine (state gs, or none yet): nothing is
+ * recorded until its return. */
+static __always_inline int exclude_span(struct g_state *gs, const struct g_key *gk)
+{
+	count(COUNTER_EXCLUDED);
+	if (gs) {
+		gs->start = 0;
+		gs->saved = 0;
+		gs->depth = 0;
+		gs->goid = -1;
+		gs->skip = 1;
+		return 0;
+	}
+	struct g_state ns = {.goid = -1, .skip = 1};
+	if (bpf_map_update_elem(&goroutines, gk, &ns, BPF_ANY) != 0)
+		count(COUNTER_LOST_STATE);
+	return 0;
+}
+
 /* fill_head writes the fields every record has. */
 static __always_inline void fill_head(struct event_head *h, __u8 kind, __u8 flags, __u32 site, __u64 pid_tgid,
 				      __u64 now, __u64 g, __s64 goid, __u64 span_start, const __u64 *args)
@@ -274,9 +303,31 @@ static __always_inline int handle(struct go_regs *regs)
 			bpf_map_delete_elem(&goroutines, &gk);
 		return 0;
 	}
+	/* Inside a span of an excluded controller nothing is recorded: its calls, its nested spans
+	 * (a sync handler inside an excluded queue's item), its return. */
+	if (gs && gs->skip != 0) {
+		if (cfg->role == ROLE_SPAN) {
+			if (cfg->kind == SITE_ENTRY)
+				gs->skip++;
+			else
+				gs->skip--;
+			return 0;
+		}
+		if (cfg->role == ROLE_CALL)
+			return 0;
+	}
 	/* live: a span is open on the goroutine, or it inherited one; otherwise gs, if any, is a
 	 * state kept from an ended span, whose goroutine ID may be another goroutine's now. */
 	int live = gs && gs->start != 0;
+	__u64 args[16] = {};
+	go_args(regs, args);
+	/* A span of an excluded controller (not nested in a traced one) exits before any record. */
+	if (cfg->role == ROLE_SPAN && cfg->kind == SITE_ENTRY && cfg->key_slot >= 0 && cfg->key_slot < GO_ARG_SLOTS &&
+	    !(live && gs->depth > 0)) {
+		struct ctl_key ck = {.pid = pid, .ptr = args[(__u32)cfg->key_slot & 15]};
+		if (bpf_map_lookup_elem(&excluded, &ck))
+			return exclude_span(gs, &gk);
+	}
 	if (cfg->role == ROLE_CALL && !live) {
 		count(COUNTER_CALL_OUTSIDE);
 		return 0;
@@ -304,9 +355,6 @@ static __always_inline int handle(struct go_regs *regs)
 		if (live)
 			gs->goid = goid;
 	}
-
-	__u64 args[16] = {};
-	go_args(regs, args);
 
 	/* Strings make a whole struct event; without them the record is its head alone. */
 	struct err_layout *el = 0;

@@ -24,8 +24,16 @@ const (
 	TraceCounterCOUNTER_ADMITTED      TraceCounter = 5
 	TraceCounterCOUNTER_LOST_EXEC     TraceCounter = 6
 	TraceCounterCOUNTER_UNWOKEN_BYTES TraceCounter = 7
-	TraceCounterCOUNTER_MAX           TraceCounter = 8
+	TraceCounterCOUNTER_EXCLUDED      TraceCounter = 8
+	TraceCounterCOUNTER_MAX           TraceCounter = 9
 )
+
+type TraceCtlKey struct {
+	_    structs.HostLayout
+	Pid  uint32
+	Pad0 uint32
+	Ptr  uint64
+}
 
 type TraceErrKey struct {
 	_    structs.HostLayout
@@ -125,6 +133,8 @@ type TraceG_state struct {
 	Site  uint32
 	Depth uint32
 	Goid  int64
+	Skip  uint32
+	Pad0  uint32
 }
 
 type TracePidBitmap struct {
@@ -140,7 +150,8 @@ type TraceSiteConfig struct {
 	ErrSlot  int8
 	GoidOff  uint32
 	SaveSlot int8
-	Pad0     [3]uint8
+	KeySlot  int8
+	Pad0     [2]uint8
 	Str      [5]TraceStrSpec
 	Val      [2]TraceValSpec
 	Exe      uint32
@@ -189,6 +200,7 @@ const (
 	TraceMapCounters        = "counters"
 	TraceMapErrLayouts      = "err_layouts"
 	TraceMapEvents          = "events"
+	TraceMapExcluded        = "excluded"
 	TraceMapExecs           = "execs"
 	TraceMapFileIds         = "file_ids"
 	TraceMapGoroutines      = "goroutines"
@@ -201,6 +213,7 @@ const (
 	TraceProgProbeSite      = "probe_site"
 	TraceProgProbeSiteMulti = "probe_site_multi"
 	TraceVarUnusedCounter   = "unused_counter"
+	TraceVarUnusedCtlKey    = "unused_ctl_key"
 	TraceVarUnusedErrKey    = "unused_err_key"
 	TraceVarUnusedErrLayout = "unused_err_layout"
 	TraceVarUnusedEvent     = "unused_event"
@@ -273,6 +286,7 @@ type TraceMapSpecs struct {
 	Counters   *ebpf.MapSpec `ebpf:"counters"`
 	ErrLayouts *ebpf.MapSpec `ebpf:"err_layouts"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
+	Excluded   *ebpf.MapSpec `ebpf:"excluded"`
 	Execs      *ebpf.MapSpec `ebpf:"execs"`
 	FileIds    *ebpf.MapSpec `ebpf:"file_ids"`
 	Goroutines *ebpf.MapSpec `ebpf:"goroutines"`
@@ -287,6 +301,7 @@ type TraceMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type TraceVariableSpecs struct {
 	UnusedCounter   *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedCtlKey    *ebpf.VariableSpec `ebpf:"unused_ctl_key"`
 	UnusedErrKey    *ebpf.VariableSpec `ebpf:"unused_err_key"`
 	UnusedErrLayout *ebpf.VariableSpec `ebpf:"unused_err_layout"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
@@ -327,6 +342,7 @@ type TraceMaps struct {
 	Counters   *ebpf.Map `ebpf:"counters"`
 	ErrLayouts *ebpf.Map `ebpf:"err_layouts"`
 	Events     *ebpf.Map `ebpf:"events"`
+	Excluded   *ebpf.Map `ebpf:"excluded"`
 	Execs      *ebpf.Map `ebpf:"execs"`
 	FileIds    *ebpf.Map `ebpf:"file_ids"`
 	Goroutines *ebpf.Map `ebpf:"goroutines"`
@@ -341,6 +357,7 @@ func (m *TraceMaps) Close() error {
 		m.Counters,
 		m.ErrLayouts,
 		m.Events,
+		m.Excluded,
 		m.Execs,
 		m.FileIds,
 		m.Goroutines,
@@ -356,6 +373,7 @@ func (m *TraceMaps) Close() error {
 // It can be passed to LoadTraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TraceVariables struct {
 	UnusedCounter   *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedCtlKey    *ebpf.Variable `ebpf:"unused_ctl_key"`
 	UnusedErrKey    *ebpf.Variable `ebpf:"unused_err_key"`
 	UnusedErrLayout *ebpf.Variable `ebpf:"unused_err_layout"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`

@@ -57,7 +57,8 @@ enum counter {
 	COUNTER_ADMITTED = 5,       /* processes added to the PID filter at exec: their executable is attached */
 	COUNTER_LOST_EXEC = 6,      /* exec notifications dropped (exec ring buffer full); nothing admitted then */
 	COUNTER_UNWOKEN_BYTES = 7,  /* not a count: bytes submitted since the last forced wakeup (hit.h, submit_flags) */
-	COUNTER_MAX = 8,
+	COUNTER_EXCLUDED = 8,       /* spans of an excluded controller whose entry exited early: no record from entry to return */
+	COUNTER_MAX = 9,
 };
 
 /* exec_event.flags */
@@ -120,7 +121,10 @@ struct site_config {
 	__u32 goid_off;  /* offset of goid in runtime.g; 0: unknown */
 	__s8 save_slot;  /* call entries: keep this register for the call's return (SLOT_SAVED);
 			  * ROLE_SPAWN: the register holding the creating g (entry) or the new g (return); -1 none */
-	__u8 _pad0[3];
+	__s8 key_slot;   /* ROLE_SPAN entries: the register whose value, with the pid, names the controller
+			  * instance (a work queue's processing set, a controller): a key in `excluded`
+			  * makes the span cost no record; -1 none */
+	__u8 _pad0[2];
 	struct str_spec str[STR_SPECS];
 	struct val_spec val[VAL_SPECS];
 	__u32 exe;       /* the attached executable the site belongs to (its error layouts' key) */
@@ -158,6 +162,16 @@ struct g_state {
 	__u32 site;
 	__u32 depth;     /* nested span entries on this goroutine; 0: inherited from the goroutine that started it */
 	__s64 goid;      /* runtime.g.goid, read once per span (or inherited goroutine); -1 unknown */
+	__u32 skip;      /* span entries of an excluded controller open on this goroutine: nothing recorded */
+	__u32 _pad0;
+};
+
+/* A controller instance user space excluded: the process and the value of the span entry's
+ * key_slot register (struct site_config). */
+struct ctl_key {
+	__u32 pid;
+	__u32 _pad0;
+	__u64 ptr;
 };
 
 /* An executable as the kernel identifies the file an exec opens: its inode's superblock device

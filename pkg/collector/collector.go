@@ -66,6 +66,7 @@ type Collector struct {
 	errs      *ebpf.Map
 	gors      *ebpf.Map
 	counts    *ebpf.Map
+	excluded  *ebpf.Map
 	reader    *ringbuf.Reader
 
 	events, malformed, adoptFailed atomic.Uint64
@@ -142,6 +143,7 @@ func New(opts Options) (*Collector, error) {
 		errs:     coll.Maps[rbpf.TraceMapErrLayouts],
 		gors:     coll.Maps[rbpf.TraceMapGoroutines],
 		counts:   coll.Maps[rbpf.TraceMapCounters],
+		excluded: coll.Maps[rbpf.TraceMapExcluded],
 		table:    make([]*probes.Site, 0, 64),
 		attached: map[*Attachment]struct{}{},
 		procs:    map[uint32]*process{},
@@ -172,6 +174,7 @@ type Counters struct {
 	Inherited      uint64 // goroutines started inside a span, whose calls join that span
 	Admitted       uint64 // processes added to the PID filter at exec (an attached executable)
 	LostExec       uint64 // exec notifications dropped (exec ring buffer full)
+	Excluded       uint64 // spans of an excluded controller whose entry exited early (Exclude): no record
 }
 
 // Counters reads the kernel's counters.
@@ -185,6 +188,7 @@ func (c *Collector) Counters() (Counters, error) {
 		rbpf.TraceCounterCOUNTER_INHERITED:    &out.Inherited,
 		rbpf.TraceCounterCOUNTER_ADMITTED:     &out.Admitted,
 		rbpf.TraceCounterCOUNTER_LOST_EXEC:    &out.LostExec,
+		rbpf.TraceCounterCOUNTER_EXCLUDED:     &out.Excluded,
 	}
 	for i, f := range fields {
 		if err := c.counts.Lookup(uint32(i), f); err != nil {

@@ -22,6 +22,8 @@ type process struct {
 	mu    sync.Mutex
 	names map[uint64]string // run-time itab address -> concrete type name
 	funcs map[uint32]string // code address in the ELF file -> its function's name, "" if none
+
+	excluded map[uint64]bool // keys in the kernel's excluded map (Collector.Exclude; c.mu)
 }
 
 // Trace starts tracing process pid, an instance of the attachment's executable. Tracing a
@@ -48,6 +50,9 @@ func (c *Collector) Trace(pid int, a *Attachment) error {
 		return nil
 	}
 	c.procs[uint32(pid)] = p
+	if old != nil {
+		c.forgetExcluded(old) // another executable now: its keys meant the old one's objects
+	}
 	c.mu.Unlock()
 	if old != nil {
 		old.close()
@@ -86,6 +91,9 @@ func (c *Collector) Untrace(pid int) {
 	c.mu.Lock()
 	p := c.procs[uint32(pid)]
 	delete(c.procs, uint32(pid))
+	if p != nil {
+		c.forgetExcluded(p)
+	}
 	c.mu.Unlock()
 	stale, err := c.goroutineKeys(pid, false)
 	if err != nil {

@@ -177,6 +177,9 @@ func (c *Collector) decode(b []byte, raw *probes.Raw) (*probes.Site, bool) {
 	}
 	DecodeEvent(b, raw)
 	raw.Function = site.Function.Name
+	if slot := site.Layout().Key; site.Kind == probes.SiteEntry && site.Probe.Role == probes.RoleSpan && slot >= 0 {
+		raw.Key = e.Args[slot]
+	}
 	if errSlot := site.Layout().Err; site.Kind == probes.SiteReturn && errSlot >= 0 {
 		if itab := e.Args[errSlot]; itab != 0 {
 			raw.ErrorType = "unknown"

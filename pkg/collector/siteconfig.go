@@ -18,6 +18,10 @@ func siteConfig(plan *probes.Plan, s *probes.Site) rbpf.TraceSiteConfig {
 		ErrSlot:  int8(l.Err),
 		GoidOff:  uint32(plan.GoidOffset),
 		SaveSlot: int8(l.Save),
+		KeySlot:  probes.None,
+	}
+	if s.Kind == probes.SiteEntry && s.Probe.Role == probes.RoleSpan {
+		c.KeySlot = int8(l.Key)
 	}
 	for i, a := range l.Strings {
 		spec := rbpf.TraceStrSpec{PtrSlot: int8(a.Ptr), LenSlot: int8(a.Len), BaseSlot: int8(a.Base)}

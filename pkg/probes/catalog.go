@@ -8,6 +8,7 @@ package probes
 
 import (
 	"regexp"
+	"strings"
 
 	rbpf "github.com/reconscope/reconscope/bpf"
 	"github.com/reconscope/reconscope/pkg/span"
@@ -92,6 +93,11 @@ type Layout struct {
 	// Itab is a slot holding an interface's itab whose concrete type the decoder wants named
 	// (Raw.ItabType), or None.
 	Itab int
+	// Key, at a span's entry, is the slot whose value names the controller instance the span
+	// belongs to (a work queue's processing set, a controller's receiver), or None. User space
+	// learns which controller a key is from the span; once it excluded that controller it
+	// writes the key into the kernel's excluded map, and the entry exits before any record.
+	Key int
 }
 
 // Fields are the struct fields the layout reads, strings first, in slot order.
@@ -212,7 +218,7 @@ func field(base int, typ, path string) StringArg {
 
 // layout returns a Layout that reads nothing; its methods add what a site reads.
 func layout() Layout {
-	l := Layout{Ctx: None, Err: None, Save: None, Itab: None}
+	l := Layout{Ctx: None, Err: None, Save: None, Itab: None, Key: None}
 	for i := range l.Strings {
 		l.Strings[i] = noString
 	}
@@ -228,6 +234,7 @@ func (l Layout) ctx(slot int) Layout           { l.Ctx = slot; return l }
 func (l Layout) err(slot int) Layout           { l.Err = slot; return l }
 func (l Layout) save(slot int) Layout          { l.Save = slot; return l }
 func (l Layout) itab(slot int) Layout          { l.Itab = slot; return l }
+func (l Layout) key(slot int) Layout           { l.Key = slot; return l }
 
 const (
 	controllerRuntime = "sigs.k8s.io/controller-runtime"
@@ -264,8 +271,8 @@ var crInternal = regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/inter
 
 // Slots of the reconcile request {Namespace, Name} strings, by layout.
 var (
-	crGenericEntry = layout().str(0, field(0, crController, "Name")).str(1, str(4, 5)).str(2, str(6, 7)).ctx(3)
-	crLegacyEntry  = layout().str(0, field(0, crController, "Name")).str(1, str(3, 4)).str(2, str(5, 6)).ctx(2)
+	crGenericEntry = layout().str(0, field(0, crController, "Name")).str(1, str(4, 5)).str(2, str(6, 7)).ctx(3).key(0)
+	crLegacyEntry  = layout().str(0, field(0, crController, "Name")).str(1, str(3, 4)).str(2, str(5, 6)).ctx(2).key(0)
 	// sync handlers (recv, ctx context.Context, key string) error
 	syncEntry  = layout().str(0, str(3, 4))
 	syncReturn = layout().err(0)
@@ -463,7 +470,7 @@ var SyncHandlers = []struct {
 
 func init() {
 	for _, h := range SyncHandlers {
-		p := SyncProbe(h.Controller, h.Symbol, h.Entry, h.Return)
+		p := SyncProbe(h.Controller, h.Symbol, h.Entry.key(0), h.Return) // key: the controller, the receiver
 		p.Module = kubernetes
 		Catalog = append(Catalog, p)
 	}
@@ -472,11 +479,14 @@ func init() {
 	Catalog = append(Catalog, WorkQueueProbes...)
 }
 
+// syncPrefix starts the ID of every sync-handler probe; the controller's name follows.
+const syncPrefix = "sync/"
+
 // SyncProbe is a span probe on a client-go style sync handler whose entry reads the key
 // (namespace/name) as string 0 and whose return reads the error.
 func SyncProbe(controller, symbol string, entry, ret Layout) *Probe {
 	return &Probe{
-		ID:           "sync/" + controller,
+		ID:           syncPrefix + controller,
 		Symbol:       regexp.MustCompile("^" + regexp.QuoteMeta(symbol) + "$"),
 		Role:         RoleSpan,
 		Entry:        entry,
@@ -484,4 +494,21 @@ func SyncProbe(controller, symbol string, entry, ret Layout) *Probe {
 		DecodeEntry:  decodeSyncEntry(controller),
 		DecodeReturn: decodeSyncReturn,
 	}
+}
+
+// SelectSyncHandlers returns catalog without the sync-handler probes (SyncProbe: kube-
+// controller-manager's, --probe ones) whose controller, fixed per probe, selects rejects, and
+// the IDs of those left out: not attached, their calls cost no probe hit at all. Every other
+// probe stays: work queues and controller-runtime name their controller at run time, where
+// user space and the kernel drop the unselected ones.
+func SelectSyncHandlers(catalog []*Probe, selects func(controller string) bool) (kept []*Probe, left []string) {
+	kept = make([]*Probe, 0, len(catalog))
+	for _, p := range catalog {
+		if name, ok := strings.CutPrefix(p.ID, syncPrefix); ok && !selects(name) {
+			left = append(left, p.ID)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return kept, left
 }

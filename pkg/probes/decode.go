@@ -38,6 +38,9 @@ type Raw struct {
 	// Function is the probed function the site belongs to (a generic shape body's name says
 	// its shape).
 	Function string
+	// Key is, at a span's entry, the value of its Layout.Key slot (0: none): the controller
+	// instance the span belongs to.
+	Key uint64
 }
 
 func base(r *Raw, kind span.EventKind) span.Event {
@@ -55,6 +58,7 @@ func base(r *Raw, kind span.EventKind) span.Event {
 		Nested:        r.Nested,
 		NoEntry:       r.NoEntry,
 		Incomplete:    incomplete,
+		Key:           r.Key,
 	}
 }
 

@@ -108,9 +108,11 @@ const workQueue = `^k8s\.io/client-go/util/workqueue\.`
 // runtime's map insert opens the span, Done's entry (recv, dict, item) ends it.
 func workQueueBracket(shape string, done Layout, decode Decoder) *Probe {
 	return &Probe{ID: "client-go/workqueue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleSpan,
-		Symbol:      regexp.MustCompile(workQueue + `\(\*Typed\[go\.shape\.` + shape + `\]\)\.Get$`),
-		Bracket:     &Bracket{Call: mapInsert, End: "Done"},
-		Entry:       layout(),
+		Symbol:  regexp.MustCompile(workQueue + `\(\*Typed\[go\.shape\.` + shape + `\]\)\.Get$`),
+		Bracket: &Bracket{Call: mapInsert, End: "Done"},
+		// key: the map the call inserts into (mapassign(type, map, key)), the queue's
+		// processing set: one per queue, for the kernel's exclusion of a controller.
+		Entry:       layout().key(1),
 		Return:      done.val(0, ValueArg{Base: Frames}),
 		DecodeEntry: decodeQueueGet, DecodeReturn: decode}
 }

@@ -405,6 +405,7 @@ func (a *Assembler) newOpen(e Event) *openSpan {
 			Start:       e.Time,
 			Incomplete:  e.Incomplete,
 			ProbeHits:   ProbeHits{}.with(&e),
+			Key:         e.Key,
 		},
 	}
 }

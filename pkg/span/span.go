@@ -116,6 +116,9 @@ type Event struct {
 	// SingleStepped says the probe hit that made this event cost the traced thread a
 	// single-step besides its trap (its site's instruction is not one the kernel emulates).
 	SingleStepped bool
+	// Key is, on a SpanStart, the controller instance the span belongs to (a work queue's
+	// processing set, a controller): 0 when the probe names none. The kernel can exclude it.
+	Key uint64
 }
 
 // ProbeHits counts the probe hits a reconcile cost its process: the hits whose records
@@ -232,6 +235,9 @@ type Span struct {
 	ProbeHits ProbeHits
 	// Incomplete is set when events of this span were lost or unreadable: fields may be missing.
 	Incomplete bool
+	// Key is the controller instance the span's entry named (Event.Key; 0: none): what the
+	// kernel is told to exclude when the span's controller is not selected. Not exported.
+	Key uint64
 
 	// Process metadata, filled in by the agent before export.
 	Exe       string

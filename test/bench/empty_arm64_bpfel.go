@@ -43,6 +43,8 @@ type EmptyG_state struct {
 	Site  uint32
 	Depth uint32
 	Goid  int64
+	Skip  uint32
+	Pad0  uint32
 }
 
 type EmptyPidBitmap struct {
@@ -58,7 +60,8 @@ type EmptySiteConfig struct {
 	ErrSlot  int8
 	GoidOff  uint32
 	SaveSlot int8
-	Pad0     [3]uint8
+	KeySlot  int8
+	Pad0     [2]uint8
 	Str      [5]struct {
 		_        structs.HostLayout
 		PtrSlot  int8
