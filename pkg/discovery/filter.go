@@ -19,13 +19,19 @@ import (
 //	  - namespaces: ["team-*"]
 //	    podSelector: "app.kubernetes.io/component=controller"
 //	  - executables: ["kube-controller-manager"]
+//	    controllers: ["deployment", "replicaset"]
 //	exclude:
 //	  - podSelector: "track=canary"
+//	  - controllers: ["garbage_collector_*"]
 //
 // A process is traced when it matches at least one Include rule (or Include is empty) and no
-// Exclude rule. The agent still traces only Go programs its probe catalog supports: the
-// filter narrows that set, it never widens it. Unknown fields are an error, so a typo does not
-// silently select everything.
+// Exclude rule without Controllers; the fields of a rule other than Controllers decide whether
+// it matches a process. Controllers then choose, in a traced process, the controllers whose
+// spans are kept (see [Filter.ControllersOf]): those its matching Include rules name (every
+// one when a matching Include rule names none, or there is no Include rule), less those its
+// matching Exclude rules name. The agent still traces only Go programs its probe catalog
+// supports: the filter narrows that set, it never widens it. Unknown fields are an error, so a
+// typo does not silently select everything.
 type Config struct {
 	// Include lists the rules of which a process must match one. Empty: every process.
 	Include []Rule `json:"include,omitempty"`
@@ -56,6 +62,12 @@ type Rule struct {
 	// matches the whole path ("/usr/local/bin/*"; '*' does not cross '/'); one without matches
 	// the base name only ("manager", "kube-*").
 	Executables []string `json:"executables,omitempty"`
+	// Controllers are glob patterns matched against the controller a span carries: a work
+	// queue's Name (as its workqueue_* metrics name it), a controller-runtime controller's
+	// name, a sync handler's controller; e.g. ["deployment", "replicaset"]. A rule that sets
+	// only Controllers applies to every process. In an Exclude rule they exclude those
+	// controllers' spans, not the process.
+	Controllers []string `json:"controllers,omitempty"`
 }
 
 // Target is what a [Filter] decides on: a process and, when known, its pod.
@@ -77,6 +89,7 @@ type rule struct {
 	selector    labels.Selector // nil: not set
 	containers  []string
 	executables []string
+	controllers []string
 }
 
 // LoadConfig reads and checks the selection config file at path (YAML or JSON; see
@@ -122,10 +135,15 @@ func NewFilter(c Config) (*Filter, error) {
 }
 
 func compileRule(r Rule) (rule, error) {
-	if len(r.Namespaces) == 0 && r.PodSelector == "" && len(r.Containers) == 0 && len(r.Executables) == 0 {
-		return rule{}, errors.New("rule sets no field: give namespaces, podSelector, containers or executables")
+	if len(r.Namespaces) == 0 && r.PodSelector == "" && len(r.Containers) == 0 && len(r.Executables) == 0 && len(r.Controllers) == 0 {
+		return rule{}, errors.New("rule sets no field: give namespaces, podSelector, containers, executables or controllers")
 	}
-	cr := rule{namespaces: r.Namespaces, containers: r.Containers, executables: r.Executables}
+	cr := rule{namespaces: r.Namespaces, containers: r.Containers, executables: r.Executables, controllers: r.Controllers}
+	for _, p := range r.Controllers {
+		if err := checkPattern(p); err != nil {
+			return rule{}, fmt.Errorf("controllers: %w", err)
+		}
+	}
 	for _, f := range []struct {
 		name string
 		pats []string
@@ -147,13 +165,13 @@ func compileRule(r Rule) (rule, error) {
 }
 
 // Match reports whether t is selected: it matches an include rule (or there is none) and no
-// exclude rule.
+// exclude rule that names no controllers.
 func (f *Filter) Match(t Target) bool {
 	if f == nil {
 		return true
 	}
 	for _, r := range f.exclude {
-		if r.match(t) {
+		if len(r.controllers) == 0 && r.match(t) {
 			return false
 		}
 	}
@@ -168,6 +186,36 @@ func (f *Filter) Match(t Target) bool {
 	return false
 }
 
+// ControllersOf returns the controllers selected in t, a process Match selects: those of the
+// include rules t matches (every controller when one of them names none, or there is no
+// include rule), less those of the exclude rules t matches.
+func (f *Filter) ControllersOf(t Target) Controllers {
+	var c Controllers
+	if f == nil {
+		return c
+	}
+	all := len(f.include) == 0
+	for _, r := range f.include {
+		if !r.match(t) {
+			continue
+		}
+		if len(r.controllers) == 0 {
+			all = true
+		}
+		c.Include = append(c.Include, r.controllers...)
+	}
+	if all {
+		c.Include = nil
+	}
+	for _, r := range f.exclude {
+		if len(r.controllers) > 0 && r.match(t) {
+			c.Exclude = append(c.Exclude, r.controllers...)
+		}
+	}
+	return c
+}
+
+// match reports whether the rule's fields other than controllers match t.
 func (r rule) match(t Target) bool {
 	needsPod := len(r.namespaces) > 0 || r.selector != nil || len(r.containers) > 0
 	if needsPod && t.Pod == nil {
