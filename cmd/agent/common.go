@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/pkg/collector"
+	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/probes"
@@ -102,4 +103,14 @@ func (p *probeFlags) Set(v string) error {
 	}
 	*p = append(*p, pr)
 	return nil
+}
+
+// selectSyncHandlers leaves out of catalog the sync-handler probes whose controller
+// controllers does not select (probes.SelectSyncHandlers), and says which in one log line.
+func selectSyncHandlers(catalog []*probes.Probe, controllers discovery.Controllers, log *slog.Logger) []*probes.Probe {
+	kept, left := probes.SelectSyncHandlers(catalog, controllers.Selects)
+	if len(left) > 0 {
+		log.Info("sync handlers not attached: their controller is not selected (--controller)", "probes", strings.Join(left, ","))
+	}
+	return kept
 }

@@ -193,6 +193,7 @@ func (e *exporters) agentStats(t *tracer.Tracer) exporter.AgentStats {
 		a.EventsLostRingBuffer, a.EventsLostState = st.Kernel.LostRingBuffer, st.Kernel.LostState
 		a.KernelProbeHits = st.Kernel.Hits
 		a.ProbesAttached, a.ProcessesTraced, a.ReconcilesInFlight = st.Sites, st.Processes, st.Open
+		a.ExcludedKernel, a.ExcludedAgent = st.Kernel.Excluded, st.Excluded
 	}
 	if e.otlp != nil {
 		o := e.otlp.Stats()

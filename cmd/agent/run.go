@@ -130,7 +130,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 				return tracer.ProcessMeta{}, filter == nil // gone already: kept unless rules must decide
 			}
 			target := targetOf(p, index)
-			return metaOf(target), filter.Match(target)
+			return metaOf(target, filter), filter.Match(target)
 		}
 	})
 	if errors.Is(err, collector.ErrBelowFloor) {
@@ -187,8 +187,13 @@ func targetOf(p discovery.Process, index *discovery.PodIndex) discovery.Target {
 	return target
 }
 
-func metaOf(target discovery.Target) tracer.ProcessMeta {
-	return processMeta(target.Pod, target.Process.Container.PodUID)
+// metaOf is what the spans of target carry, and the controllers of it the filter selects.
+func metaOf(target discovery.Target, filter *discovery.Filter) tracer.ProcessMeta {
+	m := processMeta(target.Pod, target.Process.Container.PodUID)
+	if c := filter.ControllersOf(target); !c.All() {
+		m.Controllers = c
+	}
+	return m
 }
 
 // attached is the outcome of tracing one process the watcher found.
@@ -208,7 +213,7 @@ func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, ind
 	untraceable := map[proc.StatFileID]bool{} // executables with nothing to trace: skip quickly
 	// Traced processes whose container the pod index did not know yet (the kubelet writes a
 	// container's ID into the pod status after the container starts): looked up again.
-	unnamed := map[int]discovery.Container{}
+	unnamed := map[int]discovery.Process{}
 	results := make(chan attached)
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
@@ -218,9 +223,10 @@ func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, ind
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			for pid, c := range unnamed {
-				if pod, ok := index.Lookup(c.ID); ok {
-					t.SetProcessMeta(pid, processMeta(&pod, c.PodUID))
+			for pid, p := range unnamed {
+				if pod, ok := index.Lookup(p.Container.ID); ok {
+					// the pod decides the rules on it now, controllers' rules too
+					t.SetProcessMeta(pid, metaOf(discovery.Target{Process: p, Pod: &pod}, filter))
 					delete(unnamed, pid)
 				}
 			}
@@ -237,7 +243,7 @@ func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, ind
 				continue
 			}
 			if p.Container.ID != "" && r.meta.Container == "" {
-				unnamed[p.PID] = p.Container
+				unnamed[p.PID] = p
 			}
 			t.SetProcessMeta(p.PID, r.meta)
 			log.Info("tracing", "pid", p.PID, "exe", p.Exe, "pod", r.meta.Pod, "container", r.meta.Container, "probes", r.plan.Probes())
@@ -263,7 +269,7 @@ func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, ind
 		go func() {
 			plan, err := t.TracePID(p.PID)
 			select {
-			case results <- attached{p: p, meta: metaOf(target), plan: plan, err: err}:
+			case results <- attached{p: p, meta: metaOf(target, filter), plan: plan, err: err}:
 			case <-ctx.Done():
 			}
 		}()

@@ -40,7 +40,13 @@ handlers, any client-go style sync handler of your own can be traced with --prob
 (docs/probes.md):
 
   --probe 'example.com/op/pkg/ctl.(*Controller).syncHandler=controller:widgets'
-  --probe 'SYMBOL=controller:NAME,key:SLOT,err:SLOT'   (register slots; defaults key:3, err:0)`
+  --probe 'SYMBOL=controller:NAME,key:SLOT,err:SLOT'   (register slots; defaults key:3, err:0)
+
+--controller NAME (repeatable, a glob) keeps the spans of those controllers only, by the name
+a span carries (a work queue's name, a controller-runtime controller's name):
+--controller deployment --controller 'replica*'. The first item of each other controller is
+dropped by the agent; later ones cost no record (the kernel skips them); sync handlers of
+other controllers are not attached (docs/local-tracing.md).`
 
 func runTrace(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("trace", traceSummary, stdout, stderr)
@@ -49,6 +55,8 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	output := fs.String("output", "tree", "output format: tree or json")
 	duration := fs.Duration("duration", 0, "stop after this long (0: until Ctrl-C or SIGTERM)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	var controllers stringsFlag
+	fs.Var(&controllers, "controller", "trace only this controller, by the name its spans carry; a glob such as 'replica*' (repeatable; default: every controller)")
 	tf := addTracerFlags(fs.FlagSet)
 	ef := addExportFlags(fs.FlagSet, "")
 	pprofAddr := addPprofFlag(fs.FlagSet)
@@ -61,6 +69,10 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	log, err := newLogger(stderr, *logLevel, "text")
 	if err != nil {
 		return usageError(stderr, "trace", "%v", err)
+	}
+	selected, err := discovery.NewControllers(controllers, nil)
+	if err != nil {
+		return usageError(stderr, "trace", "--controller: %v", err)
 	}
 	clock := ktime.NewClock()
 	var w exporter.Writer
@@ -82,7 +94,13 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	}
 	defer exp.close()
 	// With --exe, a process that starts later is traced from its exec, in the kernel.
-	t, err := tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) { o.AdmitExecs = *exe != "" })
+	t, err := tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) {
+		o.AdmitExecs = *exe != ""
+		if !selected.All() {
+			o.Controllers = selected
+			o.Catalog = selectSyncHandlers(o.Catalog, selected, log)
+		}
+	})
 	if err != nil {
 		return failed(log, "load eBPF programs", err)
 	}
@@ -147,6 +165,10 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "events: %d read, %d lost (ring buffer full), %d malformed; spans abandoned: %d, orphan returns: %d\n",
 		st.Reader.Events, st.Kernel.LostRingBuffer, st.Reader.Malformed, st.Assembler.Abandoned, st.Assembler.OrphanReturns)
 	fmt.Fprintf(stderr, "probe hits: %d in traced processes\n", st.Kernel.Hits)
+	if !selected.All() {
+		fmt.Fprintf(stderr, "controllers not selected: %d items skipped by the kernel (no record), %d dropped by the agent\n",
+			st.Kernel.Excluded, st.Excluded)
+	}
 	if dropped > 0 {
 		fmt.Fprintf(stderr, "output: %d spans not written (standard output did not keep up)\n", dropped)
 	}

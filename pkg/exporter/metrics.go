@@ -66,6 +66,14 @@ type AgentStats struct {
 	// KernelProbeHits counts every probe hit in traced processes, as the kernel program
 	// counts them, with or without a record (reconscope_kernel_probe_hits_total).
 	KernelProbeHits uint64
+	// ExcludedKernel counts the work items and reconciles of unselected controllers the kernel
+	// skipped at their entry, with no record (collector.Counters.Excluded;
+	// reconscope_spans_excluded_total{where="kernel"}).
+	ExcludedKernel uint64
+	// ExcludedAgent counts those that reached the agent and were dropped there (the first of
+	// each controller instance, unnamed queues' items: tracer.Stats.Excluded;
+	// reconscope_spans_excluded_total{where="agent"}).
+	ExcludedAgent uint64
 }
 
 // MetricsOptions configures NewMetrics.
@@ -363,6 +371,7 @@ func workloadValues(s *span.Span) [6]string {
 type agentCollector struct {
 	stats                                                                                         func() AgentStats
 	inFlight, eventsLost, probes, processes, exported, dropped, unsam, outputLost, redacted, hits *prometheus.Desc
+	excluded                                                                                      *prometheus.Desc
 }
 
 func newAgentCollector(stats func() AgentStats) *agentCollector {
@@ -383,11 +392,14 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 		redacted: d("reconscope_error_messages_redacted_total",
 			"Reconcile error messages dropped (--error-messages drop) or changed by a redaction pattern (--redact-errors) before any output saw them."),
 		hits: d("reconscope_kernel_probe_hits_total", "Probe hits in traced processes as the kernel program counts them: every hit, with or without a record (goroutine starts and exits, calls outside any reconcile). reconscope_probe_hits_total is the part that joined a reconcile."),
+		excluded: prometheus.NewDesc("reconscope_spans_excluded_total",
+			"Work items and reconciles of controllers not selected (--controller, the config's controllers), by where they were dropped: kernel (skipped at their entry, no record written) or agent (recorded, dropped by the agent: the first of each controller instance, unnamed work queues' items).",
+			[]string{"where"}, nil),
 	}
 }
 
 func (a *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost, a.redacted, a.hits} {
+	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost, a.redacted, a.hits, a.excluded} {
 		ch <- d
 	}
 }
@@ -405,6 +417,8 @@ func (a *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(a.outputLost, prometheus.CounterValue, float64(s.OutputSpansDropped))
 	ch <- prometheus.MustNewConstMetric(a.redacted, prometheus.CounterValue, float64(s.ErrorMessagesRedacted))
 	ch <- prometheus.MustNewConstMetric(a.hits, prometheus.CounterValue, float64(s.KernelProbeHits))
+	ch <- prometheus.MustNewConstMetric(a.excluded, prometheus.CounterValue, float64(s.ExcludedKernel), "kernel")
+	ch <- prometheus.MustNewConstMetric(a.excluded, prometheus.CounterValue, float64(s.ExcludedAgent), "agent")
 }
 
 // hotObjects counts reconciles per object over a sliding window and exposes, at each scrape,

@@ -60,6 +60,11 @@ type Options struct {
 	// Inspections bounds how many executables are inspected and attached at once. Zero means
 	// GOMAXPROCS, at least 2.
 	Inspections int
+	// Controllers chooses the controllers whose spans are written, in processes whose
+	// ProcessMeta names no choice of its own; nil: every controller. The spans of the others
+	// are dropped, and the kernel is told to skip their controller instance from then on
+	// (collector.Collector.Exclude): see Stats.Excluded and collector.Counters.Excluded.
+	Controllers ControllerFilter
 	// Grace, with AdmitExecs, is how long an executable stays attached, its new processes
 	// admitted at exec, after its last traced process is gone: a restarted or crash-looping
 	// process of it is then traced from its exec rather than from the next discovery scan.
@@ -68,6 +73,11 @@ type Options struct {
 	// everything at once. Zero means DefaultGrace; negative (and no AdmitExecs) detaches an
 	// executable with its last process.
 	Grace time.Duration
+}
+
+// ControllerFilter chooses controllers by name (discovery.Controllers).
+type ControllerFilter interface {
+	Selects(controller string) bool
 }
 
 // DefaultGrace is Options.Grace's default: a kubelet restarts a container at once, then after
@@ -90,6 +100,11 @@ type Stats struct {
 	// many waited for Options.Admit's verdict (those of processes Admit rejects are not counted:
 	// they are not wanted).
 	HeldDropped uint64
+	// Excluded counts the spans of unselected controllers (Options.Controllers,
+	// ProcessMeta.Controllers) that reached user space and were dropped there: the first of
+	// each controller instance (the kernel skips the later ones, Kernel.Excluded), every one of
+	// an unnamed work queue, and those the kernel could not be told of.
+	Excluded uint64
 }
 
 // exe is one executable: inspected and attached once (ready closed), or failed (err).
@@ -141,6 +156,8 @@ type Tracer struct {
 	orphans     map[int]time.Time   // held spans of processes not known yet, since when
 	release     []int               // processes whose held spans may go now
 	heldDropped uint64
+	excluded    uint64       // Stats.Excluded (t.mu)
+	excludeErr  bool         // the kernel refused a key once: said once
 	dying       map[int]bool // Run's goroutine only: exited processes, closed at the next idle poll
 	closing     bool         // Close runs: executables are detached with their last process
 
@@ -225,8 +242,34 @@ func (t *Tracer) emit(s span.Span) {
 		return
 	}
 	t.decorate(&s, p)
+	keep := t.selects(&s)
 	t.mu.Unlock()
-	t.write(&s)
+	if keep {
+		t.write(&s)
+	}
+}
+
+// selects reports whether s's controller is selected in its process; when it is not, the
+// span is counted and the kernel told to skip its controller instance from now on. Callers
+// hold t.mu.
+func (t *Tracer) selects(s *span.Span) bool {
+	var f ControllerFilter = t.opts.Controllers
+	if m, ok := t.meta[int(s.PID)]; ok && m.Controllers != nil {
+		f = m.Controllers
+	}
+	if f == nil || f.Selects(s.Controller) {
+		return true
+	}
+	t.excluded++
+	// An unnamed queue's spans are all named UnnamedQueue: whichever queue it is, it is not
+	// known to be this controller's, so it is dropped here, item by item.
+	if s.Key != 0 && s.Controller != span.UnnamedQueue {
+		if err := t.col.Exclude(s.PID, s.Key); err != nil && !t.excludeErr {
+			t.excludeErr = true
+			t.log.Warn("exclude a controller in the kernel", "controller", s.Controller, "pid", s.PID, "err", err)
+		}
+	}
+	return false
 }
 
 // decorate fills in what the tracer knows of the span's process. Callers hold t.mu.
@@ -280,8 +323,10 @@ func (t *Tracer) flushHeld() {
 		delete(t.held, pid)
 		for i := range spans {
 			t.decorate(&spans[i], t.procs[pid])
+			if t.selects(&spans[i]) {
+				out = append(out, spans[i])
+			}
 		}
-		out = append(out, spans...)
 	}
 	t.release = t.release[:0]
 	t.mu.Unlock()
@@ -513,6 +558,9 @@ type ProcessMeta struct {
 	Container string
 	// Workload is the rest of the pod's identity (UID, owner, service); nil when unknown.
 	Workload *span.Workload
+	// Controllers chooses the process's controllers whose spans are written; nil:
+	// Options.Controllers.
+	Controllers ControllerFilter
 }
 
 // SetProcessMeta sets the metadata of process pid's spans.
@@ -793,12 +841,12 @@ func (t *Tracer) Stats() Stats {
 		}
 	}
 	idle := len(t.idleExes())
-	dropped := t.heldDropped
+	dropped, excluded := t.heldDropped, t.excluded
 	t.mu.Unlock()
 	t.statsMu.Lock()
 	as := t.astats
 	t.statsMu.Unlock()
-	return Stats{Kernel: k, Reader: t.col.ReadStats(), Assembler: as, Processes: procs, Sites: sites, Idle: idle, Open: int(t.open.Load()), HeldDropped: dropped}
+	return Stats{Kernel: k, Reader: t.col.ReadStats(), Assembler: as, Processes: procs, Sites: sites, Idle: idle, Open: int(t.open.Load()), HeldDropped: dropped, Excluded: excluded}
 }
 
 // KernelGoroutines returns how many goroutines of process pid the kernel holds span state for
