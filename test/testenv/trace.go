@@ -14,22 +14,23 @@ import (
 // caller runs and closes the tracer.
 func Trace(t testing.TB, what string, pid int) (*tracer.Tracer, *testkit.Sink, *probes.Plan) {
 	t.Helper()
-	return traceWith(t, false, nil, "trace "+what, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.TracePID(pid) })
+	return traceWith(t, tracer.Options{}, "trace "+what, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.TracePID(pid) })
 }
 
 // TraceDetail is Trace with the catalog's probes that detail keeps (--detail).
 func TraceDetail(t testing.TB, what string, pid int, detail probes.Detail) (*tracer.Tracer, *testkit.Sink, *probes.Plan) {
 	t.Helper()
-	return traceWith(t, false, detail.Catalog(probes.Catalog), "trace "+what, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.TracePID(pid) })
+	return traceWith(t, tracer.Options{Catalog: detail.Catalog(probes.Catalog)}, "trace "+what, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.TracePID(pid) })
 }
 
-// traceWith makes a tracer of catalog (nil: the whole catalog; admitting processes at exec when
-// admit) that writes its spans into a new sink and logs nothing, and calls start with it;
-// doing names start in the failure.
-func traceWith(t testing.TB, admit bool, catalog []*probes.Probe, doing string, start func(*tracer.Tracer) (*probes.Plan, error)) (*tracer.Tracer, *testkit.Sink, *probes.Plan) {
+// traceWith makes a tracer of opts (the whole catalog unless it names one) that writes its
+// spans into a new sink and logs nothing, and calls start with it; doing names start in the
+// failure.
+func traceWith(t testing.TB, opts tracer.Options, doing string, start func(*tracer.Tracer) (*probes.Plan, error)) (*tracer.Tracer, *testkit.Sink, *probes.Plan) {
 	t.Helper()
 	s := &testkit.Sink{}
-	tr, err := tracer.New(tracer.Options{Writer: s, Logger: testkit.Quiet(), AdmitExecs: admit, Catalog: catalog})
+	opts.Writer, opts.Logger = s, testkit.Quiet()
+	tr, err := tracer.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,15 @@ func traceWith(t testing.TB, admit bool, catalog []*probes.Probe, doing string, 
 // the tracer.
 func TraceExe(t testing.TB, ctx context.Context, path string) (*tracer.Tracer, *testkit.Sink, *probes.Plan) {
 	t.Helper()
-	tr, s, plan := traceWith(t, true, nil, "attach "+path, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.AttachExe(path) })
+	return TraceExeWith(t, ctx, path, tracer.Options{})
+}
+
+// TraceExeWith is TraceExe with a tracer of opts (its Writer, Logger and AdmitExecs are set
+// here), e.g. a choice of controllers.
+func TraceExeWith(t testing.TB, ctx context.Context, path string, opts tracer.Options) (*tracer.Tracer, *testkit.Sink, *probes.Plan) {
+	t.Helper()
+	opts.AdmitExecs = true
+	tr, s, plan := traceWith(t, opts, "attach "+path, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.AttachExe(path) })
 	execs, err := tr.WatchExecs(ctx)
 	if err != nil {
 		tr.Close()
