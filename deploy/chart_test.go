@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/discovery"
 )
 
 const chartDir = "helm/reconscope"
@@ -270,6 +271,26 @@ func TestChartOptions(t *testing.T) {
 	if !slices.Equal(mounts, []string{"config:/etc/reconscope:true", "otlp-tls:/etc/reconscope/otlp-tls:true", "metrics-tls:/etc/reconscope/metrics-tls:true", "scratch:/tmp:false"}) ||
 		!slices.Equal(volumes, []string{"config", "otlp-tls", "metrics-tls", "scratch"}) {
 		t.Errorf("mounts %v, volumes %v", mounts, volumes)
+	}
+
+	// config: the agent reads the rules the chart wrote, controllers included.
+	var cm corev1.ConfigMap
+	convert(t, objs["ConfigMap/reconscope/reconscope-config"], &cm)
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cm.Data["config.yaml"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := discovery.LoadConfig(cfgPath)
+	if err != nil {
+		t.Fatalf("the agent refuses the chart's config: %v", err)
+	}
+	f, err := discovery.NewFilter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcm := discovery.Target{Process: discovery.Process{PID: 1, Exe: "/usr/local/bin/kube-controller-manager"}}
+	if c := f.ControllersOf(kcm); !slices.Equal(c.Include, []string{"deployment", "replicaset"}) || !slices.Equal(c.Exclude, []string{"garbage_collector_*"}) {
+		t.Errorf("kube-controller-manager's controllers from the chart's config: %+v", c)
 	}
 
 	// metrics.secure: the agent's flags, HTTPS probes, the RBAC, and monitors that scrape over
