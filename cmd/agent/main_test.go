@@ -50,6 +50,17 @@ func TestVersionAndHelp(t *testing.T) {
 	if code, _, errOut := runCLI(t, "trace", "--pid", "1", "--probe", "nonsense"); code != 2 || !strings.Contains(errOut, "SYMBOL=controller:NAME") {
 		t.Errorf("bad --probe: %d %q", code, errOut)
 	}
+	if code, _, errOut := runCLI(t, "trace", "--pid", "1", "--controller", "deployment", "--controller", "replica[set"); code != 2 ||
+		!strings.Contains(errOut, `--controller: pattern "replica[set": syntax error in pattern`) {
+		t.Errorf("bad --controller glob: %d %q", code, errOut)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfg, []byte("include:\n  - executables: [kube-controller-manager]\n    controllers: [\"deploy[\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := runCLI(t, "run", "--config", cfg); code != 2 || !strings.Contains(errOut, `include[0]: controllers: pattern "deploy["`) {
+		t.Errorf("run --config with a bad controllers glob: %d %q", code, errOut)
+	}
 }
 
 func goBuild(t *testing.T, dir, src string, args ...string) string {

@@ -192,7 +192,7 @@ func TestMetricsScrape(t *testing.T) {
 	m, srv, _ := newTestMetrics(t, MetricsOptions{
 		HotObjectsK: 2, HotObjectsWindow: time.Minute,
 		AgentStats: func() AgentStats {
-			return AgentStats{ReconcilesInFlight: 4, EventsLostRingBuffer: 3, EventsLostState: 2, ProbesAttached: 5, ProcessesTraced: 2, SpansExported: 100, SpansDropped: 7, SpansSampledOut: 11, OutputSpansDropped: 13, ErrorMessagesRedacted: 17, KernelProbeHits: 19}
+			return AgentStats{ReconcilesInFlight: 4, EventsLostRingBuffer: 3, EventsLostState: 2, ProbesAttached: 5, ProcessesTraced: 2, SpansExported: 100, SpansDropped: 7, SpansSampledOut: 11, OutputSpansDropped: 13, ErrorMessagesRedacted: 17, KernelProbeHits: 19, ExcludedKernel: 29, ExcludedAgent: 23}
 		},
 	})
 	for _, s := range testSpans() {
@@ -242,6 +242,7 @@ func TestMetricsScrape(t *testing.T) {
 		"controller=job,kind=emulated":       0,
 		"controller=job,kind=single_stepped": 0,
 	})
+	wantValues(t, fams, "reconscope_spans_excluded_total", map[string]float64{"where=kernel": 29, "where=agent": 23})
 	wantValues(t, fams, "reconscope_hot_objects", map[string]float64{
 		"controller=configmap,k8s_namespace_name=ops,object_name=cm-a,object_namespace=default": 2,
 		"controller=configmap,k8s_namespace_name=ops,object_name=cm-b,object_namespace=default": 1,
