@@ -44,9 +44,9 @@ handlers, any client-go style sync handler of your own can be traced with --prob
 
 --controller NAME (repeatable, a glob) keeps the spans of those controllers only, by the name
 a span carries (a work queue's name, a controller-runtime controller's name):
---controller deployment --controller 'replica*'. The first item of each other controller is
-dropped by the agent; later ones cost no record (the kernel skips them); sync handlers of
-other controllers are not attached (docs/local-tracing.md).`
+--controller deployment --controller 'replica*'. Another controller's items are dropped by
+the agent until it has read the first; later ones cost no record (the kernel skips them); sync
+handlers of other controllers are not attached (docs/local-tracing.md).`
 
 func runTrace(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("trace", traceSummary, stdout, stderr)

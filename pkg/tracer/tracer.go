@@ -101,9 +101,10 @@ type Stats struct {
 	// they are not wanted).
 	HeldDropped uint64
 	// Excluded counts the spans of unselected controllers (Options.Controllers,
-	// ProcessMeta.Controllers) that reached user space and were dropped there: the first of
-	// each controller instance (the kernel skips the later ones, Kernel.Excluded), every one of
-	// an unnamed work queue, and those the kernel could not be told of.
+	// ProcessMeta.Controllers) that reached user space and were dropped there: those of a
+	// controller instance done before its first span was read here (the kernel skips the later
+	// ones, Kernel.Excluded), every one of an unnamed work queue, and those the kernel could
+	// not be told of.
 	Excluded uint64
 }
 
