@@ -30,14 +30,8 @@ func TestTraceControllerWorkQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	fixture := testkit.Build(t, "./test/fixtures/workqueue-controller")
-	cmd := exec.Command(agent, "trace", "--exe", fixture, "--output", "json", "--controller", "k?ys")
-	var out, logs testkit.LogBuffer
-	cmd.Stdout, cmd.Stderr = &out, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitLogged(t, &logs, "trace to attach the executable", func() bool { return strings.Contains(logs.String(), "attached") })
+	cmd, out, logs := startTraceExe(t, agent, fixture, "--controller", "k?ys")
+	waitLogged(t, logs, "trace to attach the executable", func() bool { return strings.Contains(logs.String(), "attached") })
 	// The exec watcher starts right after the attach is logged: the fixture, which runs for a
 	// fraction of a second, must exec after it.
 	time.Sleep(3 * time.Second)

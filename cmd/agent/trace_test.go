@@ -17,11 +17,11 @@ import (
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
-// startTraceExe starts `trace --exe exe --output json`; it returns the command, its output
-// and its logs.
-func startTraceExe(t *testing.T, agent, exe string) (*exec.Cmd, *testkit.LogBuffer, *testkit.LogBuffer) {
+// startTraceExe starts `trace --exe exe --output json` with more flags, if any; it returns the
+// command, its output and its logs.
+func startTraceExe(t *testing.T, agent, exe string, flags ...string) (*exec.Cmd, *testkit.LogBuffer, *testkit.LogBuffer) {
 	t.Helper()
-	cmd := exec.Command(agent, "trace", "--exe", exe, "--output", "json")
+	cmd := exec.Command(agent, append([]string{"trace", "--exe", exe, "--output", "json"}, flags...)...)
 	var out, logs testkit.LogBuffer
 	cmd.Stdout, cmd.Stderr = &out, &logs
 	if err := cmd.Start(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/testenv"
 )
@@ -36,49 +37,22 @@ func TestKubeControllerManagerSelectController(t *testing.T) {
 	if !slices.Contains(left, "sync/replicaset") || slices.Contains(left, "sync/deployment") {
 		t.Fatalf("sync handlers left out: %v, want sync/replicaset and not sync/deployment", left)
 	}
-	var (
-		tr   *tracer.Tracer
-		sink *testkit.Sink
-		stop func() error
-	)
-	env := testenv.Start(t, testenv.Options{
-		ControllerManager:         []string{"*"},
-		StrippedControllerManager: true,
-		ControllerManagerFlags:    []string{"--authorization-always-allow-paths=/healthz,/metrics"},
-		BeforeControllerManager: func(path string) {
-			tracer, s, plan := testenv.TraceExeWith(t, ctx, path, tracer.Options{Controllers: selected, Catalog: catalog})
-			probesAttached := plan.Probes()
-			if !slices.Contains(probesAttached, "sync/deployment") || slices.Contains(probesAttached, "sync/replicaset") {
-				t.Errorf("probes attached: %s; want sync/deployment and not sync/replicaset", probesAttached)
-			}
-			tr, sink, stop = tracer, s, testkit.Go(t, tracer.Run)
-		},
+	env, tr, sink, stop := traceControllerManager(t, ctx, tracer.Options{Controllers: selected, Catalog: catalog}, func(plan *probes.Plan) {
+		if attached := plan.Probes(); !slices.Contains(attached, "sync/deployment") || slices.Contains(attached, "sync/replicaset") {
+			t.Errorf("probes attached: %s; want sync/deployment and not sync/replicaset", attached)
+		}
 	})
 	defer tr.Close()
 
 	kcmWorkload(t, env.Client)
 
-	var counts map[string]uint64
-	testkit.WaitFor(t, "a quiet moment of kube-controller-manager's work queues", 90*time.Second, func() (bool, string) {
-		before, err := queueCounts(env.ControllerManagerURL)
-		if err != nil {
-			return false, err.Error()
-		}
-		time.Sleep(1500 * time.Millisecond) // the spans of the items done by then are read
-		after, err := queueCounts(env.ControllerManagerURL)
-		if err != nil {
-			return false, err.Error()
-		}
-		counts = after
-		for q, n := range after {
-			if before[q] != n {
-				return false, fmt.Sprintf("queue %s: %d items done, then %d", q, before[q], n)
-			}
-		}
-		return true, ""
+	var spans []span.Span
+	var st tracer.Stats
+	counts := waitQueuesQuiet(t, "kube-controller-manager", env.ControllerManagerURL, 90*time.Second, func() error {
+		spans = sink.Snapshot()
+		st = tr.Stats()
+		return nil
 	})
-	spans := sink.Snapshot()
-	st := tr.Stats()
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -121,4 +95,28 @@ func TestKubeControllerManagerSelectController(t *testing.T) {
 		t.Errorf("%d items of excluded named queues done, but only %d skipped by the kernel and %d by the agent",
 			excludedItems, st.Kernel.Excluded, st.Excluded)
 	}
+}
+
+// traceControllerManager starts the test bed with its stripped kube-controller-manager running
+// all its controllers, traced from its exec by a tracer of opts (testenv.TraceExeWith), whose
+// plan attached goes to attached. It returns the test bed, the running tracer, its sink and
+// the function that stops its Run.
+func traceControllerManager(t *testing.T, ctx context.Context, opts tracer.Options, attached func(*probes.Plan)) (*testenv.Env, *tracer.Tracer, *testkit.Sink, func() error) {
+	t.Helper()
+	var (
+		tr   *tracer.Tracer
+		sink *testkit.Sink
+		stop func() error
+	)
+	env := testenv.Start(t, testenv.Options{
+		ControllerManager:         []string{"*"},
+		StrippedControllerManager: true,
+		ControllerManagerFlags:    []string{"--authorization-always-allow-paths=/healthz,/metrics"},
+		BeforeControllerManager: func(path string) {
+			traced, s, plan := testenv.TraceExeWith(t, ctx, path, opts)
+			attached(plan)
+			tr, sink, stop = traced, s, testkit.Go(t, traced.Run)
+		},
+	})
+	return env, tr, sink, stop
 }
