@@ -37,7 +37,7 @@ func TestTraceControllerWorkQueues(t *testing.T) {
 	time.Sleep(3 * time.Second)
 
 	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
-	if b, err := exec.Command(fixture, "-truth", truthFile, "-items", "200").CombinedOutput(); err != nil {
+	if b, err := exec.Command(fixture, "-truth", truthFile, "-items", "2000").CombinedOutput(); err != nil {
 		t.Fatalf("fixture: %v\n%s", err, b)
 	}
 	truth, err := os.ReadFile(truthFile)
