@@ -48,7 +48,8 @@ reconscope_tracing{reason="kernel_below_floor"} 0 (1 when it traces).
 Every flag can also be set in the environment as RECONSCOPE_<FLAG>, upper case with '_' for
 '-' (RECONSCOPE_METRICS_ADDR=:9464); a flag on the command line wins. Which processes are
 traced can be narrowed with --config, a YAML file of include/exclude rules on namespace, pod
-labels, container name and executable (docs/daemonset.md).`
+labels, container name and executable, and which of their controllers' spans are kept by
+controller name (docs/daemonset.md).`
 
 func runRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", runSummary, stdout, stderr)
