@@ -319,6 +319,10 @@ static __always_inline int handle(struct go_regs *regs)
 	/* live: a span is open on the goroutine, or it inherited one; otherwise gs, if any, is a
 	 * state kept from an ended span, whose goroutine ID may be another goroutine's now. */
 	int live = gs && gs->start != 0;
+	if (cfg->role == ROLE_CALL && !live) {
+		count(COUNTER_CALL_OUTSIDE);
+		return 0;
+	}
 	__u64 args[16] = {};
 	go_args(regs, args);
 	/* A span of an excluded controller (not nested in a traced one) exits before any record. */
@@ -327,10 +331,6 @@ static __always_inline int handle(struct go_regs *regs)
 		struct ctl_key ck = {.pid = pid, .ptr = args[(__u32)cfg->key_slot & 15]};
 		if (bpf_map_lookup_elem(&excluded, &ck))
 			return exclude_span(gs, &gk);
-	}
-	if (cfg->role == ROLE_CALL && !live) {
-		count(COUNTER_CALL_OUTSIDE);
-		return 0;
 	}
 
 	int entry = cfg->kind == SITE_ENTRY;
