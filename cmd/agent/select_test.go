@@ -17,6 +17,8 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/test/groundtruth"
+	"github.com/reconscope/reconscope/test/testenv"
 )
 
 // TestTraceControllerWorkQueues: `trace --exe --controller keys` on the client-go fixture
@@ -92,5 +94,46 @@ func TestTraceControllerWorkQueues(t *testing.T) {
 	}
 	if kernel+agentDropped != others {
 		t.Errorf("%d items of other queues, %d skipped by the kernel + %d by the agent", others, kernel, agentDropped)
+	}
+}
+
+// TestTraceControllerRuntimeExcluded: `trace --exe --controller` selecting none of a
+// controller-runtime manager's controllers writes no span of it, and every reconcile of its
+// ground truth was skipped: by the agent until it read the first, by the kernel after (its
+// Reconcile probe's key, the controller's receiver).
+func TestTraceControllerRuntimeExcluded(t *testing.T) {
+	agent, env, fixture := agentWithFixture(t, testenv.Options{})
+	cmd, out, logs := startTraceExe(t, agent, fixture, "--controller", "not-this-one")
+	waitLogged(t, logs, "trace to attach the executable", func() bool { return strings.Contains(logs.String(), "attached") })
+	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
+	testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig, "--ground-truth", truthFile))
+	// A first reconcile, read by the agent before the others come: it names the controller's
+	// key, which the kernel skips from then on.
+	const objects = 30
+	createSucceeding(t, env, "first-%02d", 1)
+	time.Sleep(2 * time.Second)
+	createSucceeding(t, env, "excluded-%02d", objects-1)
+	var truths []groundtruth.Record
+	waitLogged(t, logs, fmt.Sprintf("%d reconciles in the ground truth", objects), func() bool {
+		truths, _ = groundtruth.ReadFile(truthFile)
+		return len(truths) >= objects
+	})
+	time.Sleep(time.Second) // the last reconciles' records, if any, are read
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	truths, _ = groundtruth.ReadFile(truthFile)
+
+	if s := strings.TrimSpace(out.String()); s != "" {
+		t.Errorf("spans written of a controller not selected:\n%s", s)
+	}
+	m := regexp.MustCompile(`controllers not selected: (\d+) items skipped by the kernel \(no record\), (\d+) dropped by the agent`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no summary of the controllers not selected; logs:\n%s", logs.String())
+	}
+	kernel, _ := strconv.Atoi(m[1])
+	agentDropped, _ := strconv.Atoi(m[2])
+	t.Logf("%d reconciles; skipped: %d by the kernel, %d by the agent", len(truths), kernel, agentDropped)
+	if kernel == 0 || kernel+agentDropped != len(truths) {
+		t.Errorf("%d reconciles, %d skipped by the kernel + %d by the agent: want all, the kernel's above zero", len(truths), kernel, agentDropped)
 	}
 }
