@@ -71,7 +71,7 @@ type AgentStats struct {
 	// reconscope_spans_excluded_total{where="kernel"}).
 	ExcludedKernel uint64
 	// ExcludedAgent counts those that reached the agent and were dropped there (those done
-	// before the agent read the first of their controller instance, unnamed queues' items:
+	// before the agent read the first of their controller instance, items of queues named workqueue (name and worker unknown):
 	// tracer.Stats.Excluded;
 	// reconscope_spans_excluded_total{where="agent"}).
 	ExcludedAgent uint64
@@ -394,7 +394,7 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 			"Reconcile error messages dropped (--error-messages drop) or changed by a redaction pattern (--redact-errors) before any output saw them."),
 		hits: d("reconscope_kernel_probe_hits_total", "Probe hits in traced processes as the kernel program counts them: every hit, with or without a record (goroutine starts and exits, calls outside any reconcile). reconscope_probe_hits_total is the part that joined a reconcile."),
 		excluded: prometheus.NewDesc("reconscope_spans_excluded_total",
-			"Work items and reconciles of controllers not selected (--controller, the config's controllers), by where they were dropped: kernel (skipped at their entry, no record written) or agent (recorded, dropped by the agent: those done before the agent read the first of their controller instance, unnamed work queues' items).",
+			"Work items and reconciles of controllers not selected (--controller, the config's controllers), by where they were dropped: kernel (skipped at their entry, no record written) or agent (recorded, dropped by the agent: those done before the agent read the first of their controller instance, the items of work queues whose name and worker are unknown: \"workqueue\").",
 			[]string{"where"}, nil),
 	}
 }

@@ -103,7 +103,7 @@ type Stats struct {
 	// Excluded counts the spans of unselected controllers (Options.Controllers,
 	// ProcessMeta.Controllers) that reached user space and were dropped there: those of a
 	// controller instance done before its first span was read here (the kernel skips the later
-	// ones, Kernel.Excluded), every one of an unnamed work queue, and those the kernel could
+	// ones, Kernel.Excluded), every one of a work queue of unknown name and worker (span.UnnamedQueue), and those the kernel could
 	// not be told of.
 	Excluded uint64
 }
@@ -262,8 +262,9 @@ func (t *Tracer) selects(s *span.Span) bool {
 		return true
 	}
 	t.excluded++
-	// An unnamed queue's spans are all named UnnamedQueue: whichever queue it is, it is not
-	// known to be this controller's, so it is dropped here, item by item.
+	// Spans named UnnamedQueue (a queue whose name and worker are both unknown) say nothing
+	// of which controller the queue is: they are dropped here, item by item. A queue named by
+	// its worker is that worker's controller, and is skipped in the kernel like a named one.
 	if s.Key != 0 && s.Controller != span.UnnamedQueue {
 		if err := t.col.Exclude(s.PID, s.Key); err != nil && !t.excludeErr {
 			t.excludeErr = true
