@@ -28,8 +28,9 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
-	"github.com/reconscope/reconscope/test/testenv"
+	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
 // TestKubeControllerManagerQueues traces the test bed's stripped kube-controller-manager with
@@ -45,21 +46,7 @@ func TestKubeControllerManagerQueues(t *testing.T) {
 	bpftest.Require(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var (
-		tr   interface{ Close() error }
-		sink *testkit.Sink
-		stop func() error
-	)
-	env := testenv.Start(t, testenv.Options{
-		ControllerManager:         []string{"*"},
-		StrippedControllerManager: true,
-		ControllerManagerFlags:    []string{"--authorization-always-allow-paths=/healthz,/metrics"},
-		BeforeControllerManager: func(path string) {
-			tracer, s, plan := testenv.TraceExe(t, ctx, path)
-			t.Logf("attached %s", plan)
-			tr, sink, stop = tracer, s, testkit.Go(t, tracer.Run)
-		},
-	})
+	env, tr, sink, stop := traceControllerManager(t, ctx, tracer.Options{}, func(plan *probes.Plan) { t.Logf("attached %s", plan) })
 	defer tr.Close()
 
 	kcmWorkload(t, env.Client)
