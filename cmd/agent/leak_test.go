@@ -40,7 +40,7 @@ func TestSecretSpansCarryNamesNotData(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitLogged(t, &logs, "trace to attach the executable", func() bool { return strings.Contains(logs.String(), "attached") })
+	waitAttached(t, &logs)
 
 	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig, "--kind", "secret", "--ground-truth", truthFile))

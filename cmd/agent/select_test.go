@@ -33,7 +33,7 @@ func TestTraceControllerWorkQueues(t *testing.T) {
 	}
 	fixture := testkit.Build(t, "./test/fixtures/workqueue-controller")
 	cmd, out, logs := startTraceExe(t, agent, fixture, "--controller", "k?ys")
-	waitLogged(t, logs, "trace to attach the executable", func() bool { return strings.Contains(logs.String(), "attached") })
+	waitAttached(t, logs)
 	// The exec watcher starts right after the attach is logged: the fixture, which runs for a
 	// fraction of a second, must exec after it.
 	time.Sleep(3 * time.Second)
@@ -104,7 +104,7 @@ func TestTraceControllerWorkQueues(t *testing.T) {
 func TestTraceControllerRuntimeExcluded(t *testing.T) {
 	agent, env, fixture := agentWithFixture(t, testenv.Options{})
 	cmd, out, logs := startTraceExe(t, agent, fixture, "--controller", "not-this-one")
-	waitLogged(t, logs, "trace to attach the executable", func() bool { return strings.Contains(logs.String(), "attached") })
+	waitAttached(t, logs)
 	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
 	testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig, "--ground-truth", truthFile))
 	// A first reconcile, read by the agent before the others come: it names the controller's
@@ -135,5 +135,6 @@ func TestTraceControllerRuntimeExcluded(t *testing.T) {
 	t.Logf("%d reconciles; skipped: %d by the kernel, %d by the agent", len(truths), kernel, agentDropped)
 	if kernel == 0 || kernel+agentDropped != len(truths) {
 		t.Errorf("%d reconciles, %d skipped by the kernel + %d by the agent: want all, the kernel's above zero", len(truths), kernel, agentDropped)
+		t.Logf("logs:\n%s", logs.String())
 	}
 }

@@ -31,6 +31,18 @@ func startTraceExe(t *testing.T, agent, exe string, flags ...string) (*exec.Cmd,
 	return cmd, &out, &logs
 }
 
+// attachedLogged reports whether the agent logged that it attached an executable: its
+// "attached" message, not a line that merely holds the word ("sync handlers not attached").
+func attachedLogged(logs fmt.Stringer) bool {
+	return strings.Contains(logs.String(), "level=INFO msg=attached ")
+}
+
+// waitAttached waits until the agent logged that it attached an executable.
+func waitAttached(t *testing.T, logs fmt.Stringer) {
+	t.Helper()
+	waitLogged(t, logs, "trace to attach the executable", func() bool { return attachedLogged(logs) })
+}
+
 // TestTraceExeBeforeTheController: `trace --exe` runs before the controller starts; the
 // controller's initial sync, its very first reconciles, are all spans (ground truth compared
 // reconcile ID by reconcile ID).
@@ -39,7 +51,7 @@ func TestTraceExeBeforeTheController(t *testing.T) {
 	const objects = 20
 	createSucceeding(t, env, "early-%02d", objects)
 	cmd, out, logs := startTraceExe(t, agent, fixture)
-	waitLogged(t, logs, "trace to attach the executable", func() bool { return strings.Contains(logs.String(), "attached") })
+	waitAttached(t, logs)
 
 	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig, "--ground-truth", truthFile))
@@ -62,7 +74,7 @@ func TestTraceExeRunningController(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	created := false
 	for {
-		if !created && strings.Contains(logs.String(), "attached") {
+		if !created && attachedLogged(logs) {
 			// Give the scan a moment to find the process, then reconcile.
 			time.Sleep(time.Second)
 			if err := env.Client.Create(context.Background(), cm); err != nil {
