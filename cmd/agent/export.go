@@ -105,6 +105,11 @@ func (f *exportFlags) spanExporters() ([]string, error) {
 // follow. The tracer, made with the exporters' writer, is given to them afterwards
 // (setTracer); until then the self-metrics say nothing of it.
 func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock ktime.Clock, output exporter.Writer, local ...exporter.Writer) (*exporters, error) {
+	// A bad pattern is a usage error found before anything is started (an OTLP exporter).
+	ro, err := f.redactOptions()
+	if err != nil {
+		return nil, err
+	}
 	e := &exporters{log: log}
 	var chain exporter.Multi
 	if output != nil {
@@ -155,10 +160,6 @@ func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock ktime.C
 		chain = append(chain, e.metrics)
 	}
 	e.writer = chain
-	ro, err := f.redactOptions()
-	if err != nil {
-		return nil, err
-	}
 	if ro.Enabled() {
 		e.redactor = exporter.NewRedactor(ro, chain)
 		e.writer = e.redactor
