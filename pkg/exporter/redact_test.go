@@ -26,6 +26,9 @@ func TestRedactor(t *testing.T) {
 		{"patterns in order", RedactOptions{Patterns: mustPatterns(t, `password=[^"&\s]+`, `\b\d{1,3}(\.\d{1,3}){3}\b`)},
 			`Get "https://db.internal:5432/?` + Redacted + `": dial tcp ` + Redacted + `:5432: connection refused`, 1},
 		{"no match", RedactOptions{Patterns: mustPatterns(t, `token=\S+`)}, msg, 0},
+		{"every match", RedactOptions{Patterns: mustPatterns(t, `\d+`)},
+			`Get "https://db.internal:` + Redacted + `/?password=hunter` + Redacted + `": dial tcp ` + Redacted + `.` + Redacted + `.` + Redacted + `.` + Redacted + `:` + Redacted + `: connection refused`, 1},
+		{"drop wins over patterns", RedactOptions{DropErrorMessages: true, Patterns: mustPatterns(t, `password=[^"&\s]+`)}, "", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out captureWriter
