@@ -14,6 +14,8 @@
 //	bench gobench    table and checks from `go test -bench` output
 //	bench summary    the table of budgets met and missed, from the checks the others recorded
 //	bench compare    the figures against the previous run's (BENCHMARKS.json), and the new result
+//	bench layout     BENCHMARKS.md's budgets laid out again from BENCHMARKS.json, running nothing:
+//	                 the summary table, and why a figure misses under the section measuring it
 //
 // Every timed figure is a median over several runs with its spread (min–max); configurations
 // compared with each other run side by side, interleaved, in one invocation, because the
@@ -31,7 +33,7 @@ import (
 	"github.com/reconscope/reconscope/test/bench/verdict"
 )
 
-const usage = `usage: bench overhead|spawn|returns|loss|rss|inspect|gobench|summary|compare [flags]   (bench CMD -h for flags)`
+const usage = `usage: bench overhead|spawn|returns|loss|rss|inspect|gobench|summary|compare|layout [flags]   (bench CMD -h for flags)`
 
 func main() {
 	if len(os.Args) < 2 {
@@ -49,6 +51,7 @@ func main() {
 		"gobench":   gobench,
 		"summary":   summary,
 		"compare":   compare,
+		"layout":    layout,
 	}
 	run, ok := cmds[os.Args[1]]
 	if !ok {
@@ -108,61 +111,35 @@ func (c *common) verdict(v Verdict) error {
 	return verdict.Append(c.verdicts, v)
 }
 
-// summary prints the budget table from the recorded checks.
+// summary prints the budget table from the recorded checks; with -explain, the explanation of
+// every figure that misses its goal under it (BENCHMARKS.md has them in its sections: layout).
 func summary(args []string) error {
 	fs := flag.NewFlagSet("summary", flag.ExitOnError)
 	file := fs.String("verdicts", "", "JSON-lines file of checks")
+	explain := fs.Bool("explain", false, "also explain every figure that misses its goal, and what a machine whose TLB survives the trap would pay")
 	fs.Parse(args)
 	vs, err := readVerdicts(*file)
 	if err != nil {
 		return err
 	}
-	fmt.Println("| figure | goal | measured (median) | met |")
-	fmt.Println("| --- | --- | --- | --- |")
-	missed := 0
-	for _, v := range vs {
-		met := "yes"
-		if !v.Met {
-			met, missed = "**no**", missed+1
-		}
-		fmt.Printf("| %s | %s | %s | %s |\n", v.Figure, v.Goal, v.Measured, met)
-	}
+	fmt.Print(budgetSummary(vs, false))
 	fmt.Println()
-	printWarm(vs)
-	if missed == 0 {
-		fmt.Println("Every budget is met.")
+	if !*explain {
 		return nil
 	}
-	fmt.Printf("%d of %d figures miss their goal:\n\n", missed, len(vs))
-	for _, v := range vs {
-		if !v.Met {
-			fmt.Printf("- **%s** (%s, goal %s): %s\n", v.Figure, v.Measured, v.Goal, v.Why)
-		}
-	}
-	fmt.Println()
-	return nil
-}
-
-// printWarm prints, under the budget table, the figures measured where the TLB survives the
-// trap too (Verdict.Warm), if any.
-func printWarm(vs []Verdict) {
 	var warm []Verdict
 	for _, v := range vs {
+		if !v.Met && sectionOf(v.Figure) != 0 {
+			fmt.Print(missProse(v) + "\n\n")
+		}
 		if v.Warm != "" {
 			warm = append(warm, v)
 		}
 	}
-	if len(warm) == 0 {
-		return
+	if len(warm) > 0 {
+		fmt.Print(warmTable(warm))
 	}
-	fmt.Println("What a machine whose TLB survives the trap would pay (PCID, or no page-table isolation), measured here as the program's second run in the same trap: an estimate, not a run on such a machine (section 1, the whole program where the TLB survives the trap). The verdicts above are this machine's.")
-	fmt.Println()
-	fmt.Println("| figure | goal | on this machine | where the TLB survives the trap (measured: the second run in the same trap) |")
-	fmt.Println("| --- | --- | --- | --- |")
-	for _, v := range warm {
-		fmt.Printf("| %s | %s | %s | %s |\n", v.Figure, v.Goal, v.Measured, v.Warm)
-	}
-	fmt.Println()
+	return nil
 }
 
 // readVerdicts reads a JSON-lines file of checks.

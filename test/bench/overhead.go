@@ -722,7 +722,7 @@ func programWhy(perHit func(string) samples, key string) string {
 		record += "; " + w
 	}
 	if !full {
-		return record + "; why memory costs so much here: the reconcile probe's row"
+		return record + "; why memory costs so much here: see the reconcile probe's explanation"
 	}
 	return record + "; " + machineWhy(perHit)
 }
@@ -742,7 +742,7 @@ func exitWhy(perHit func(string) samples, key string) string {
 	if w := secondRunWhy(perHit, key); w != "" {
 		what += "; " + w
 	}
-	return fmt.Sprintf("the empty program itself measures %s per hit, the kernel's stats' two clock reads in it, and %s; why memory costs so much here: the reconcile probe's row", ns(perHit("dc").median()), what)
+	return fmt.Sprintf("the empty program itself measures %s per hit, the kernel's stats' two clock reads in it, and %s; why memory costs so much here: see the reconcile probe's explanation", ns(perHit("dc").median()), what)
 }
 
 // warmPrograms are the stats runs of reconscope's program (the budget figures' rows) that run
