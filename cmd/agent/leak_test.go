@@ -117,12 +117,13 @@ func TestSecretSpansCarryNamesNotData(t *testing.T) {
 	// error span of a new Secret has no message, its type and result kept, and each message
 	// dropped is counted in reconscope_error_messages_redacted_total.
 	metricsAddr := freePort(t)
-	cmd = exec.Command(agent, "trace", "--exe", fixture, "--output", "json", "--error-messages", "drop", "--metrics-addr", metricsAddr)
+	drop := exec.Command(agent, "trace", "--exe", fixture, "--output", "json", "--error-messages", "drop", "--metrics-addr", metricsAddr)
 	var out2, logs2 testkit.LogBuffer
-	cmd.Stdout, cmd.Stderr = &out2, &logs2
-	if err := cmd.Start(); err != nil {
+	drop.Stdout, drop.Stderr = &out2, &logs2
+	if err := drop.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = drop.Process.Kill(); _ = drop.Wait() })
 	waitLogged(t, &logs2, "trace to attach the executable again", func() bool { return strings.Contains(logs2.String(), "attached") })
 	const dropped = "token-z9k4"
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: dropped,
@@ -167,8 +168,8 @@ func TestSecretSpansCarryNamesNotData(t *testing.T) {
 	if want := fmt.Sprintf("\nreconscope_error_messages_redacted_total %d\n", len(errSpans)); !strings.Contains(page, want) {
 		t.Errorf("/metrics lacks %q (one per error span)", strings.TrimSpace(want))
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	_ = cmd.Wait()
+	_ = drop.Process.Signal(syscall.SIGTERM)
+	_ = drop.Wait()
 	outputs = map[string][]byte{"JSON output with drop": []byte(out2.String()), "agent log with drop": []byte(logs2.String()), "metrics page": []byte(page)}
 	for what, b := range outputs {
 		// the message's own words, not its quotes (JSON escapes them)
