@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime"
 	"slices"
@@ -158,28 +159,12 @@ func TestDaemonSetOnNode(t *testing.T) {
 		createScripted(t, cs, s.name, s.script)
 		scripted[s.name] = true
 	}
-	testkit.WaitFor(t, "a span for every fixture reconcile", 90*time.Second, func() (bool, string) {
-		all, _ := groundtruth.ReadFile(truthPath)
-		var recs []groundtruth.Record
-		for _, r := range all {
-			if scripted[r.Name] {
-				recs = append(recs, r)
-			}
-		}
-		var spans []recvSpan
-		for _, s := range fixtureRoots(src, fixturePod) {
-			if scripted[attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name")] {
-				spans = append(spans, s)
-			}
-		}
-		received, requests := src.all()
-		pods := map[string]int{}
-		for _, s := range received {
-			pods[attrStr(s.resource, "k8s.pod.name")+" "+s.span.GetName()]++
-		}
-		return len(recs) > 0 && len(spans) == len(recs), fmt.Sprintf("%d ground-truth records of the scripted objects, %d spans of them naming pod %s (received %d spans in %d requests: %v)",
-			len(recs), len(spans), fixturePod.Name, len(received), requests, pods)
-	})
+	// Once the scripted objects' reconciles are over by the ground truth's own times (none
+	// added nor ended for settleWindow), every one of them is one span in Jaeger with its
+	// reconcile ID, object, UID and result, and every span of them is one of them.
+	isScripted := func(name string) bool { return scripted[name] }
+	window := waitTruthSettled(t, truthPath, "the scripted objects' reconciles", isScripted)
+	checkTruth(t, "scripted objects", window, truthPath, func() []recvSpan { return spansOfObjects(src, fixturePod, isScripted) }, 60*time.Second)
 	checkPodIdentity(t, src, fixturePod, scripted)
 	// Through Jaeger's API, as a user finds them: "calls" reconciled once with its calls under
 	// it; "fail" three times (two errors, then success), each linked to the one before.
@@ -224,22 +209,84 @@ func TestDaemonSetOnNode(t *testing.T) {
 	checkDashboard(t, promNative, began, vars, true)
 	checkExemplars(t, prom, jaeger, fixturePod, began)
 
-	// Delete the agent's pod: its links go with it; the DaemonSet's next pod traces again.
-	checkLinks(t, tracedExes)
-	var zero int64 = 30
-	if err := cs.CoreV1().Pods(agentPod.Namespace).Delete(ctx, agentPod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+	// Delete the agent's pod while the fixture reconciles (a new scripted ConfigMap every
+	// 300ms): the reconciles that ran while no agent was attached are not traced, by design;
+	// every other one is. The old agent's links go with it, the DaemonSet's next pod traces
+	// again, and the traced processes go on: same PIDs, no restart.
+	traced := []*corev1.Pod{fixturePod, builtinsPod, kcm}
+	pidsBefore, restartsBefore := exePIDs(tracedExes), podRestarts(t, cs, traced...)
+	linked := checkLinks(t, tracedExes)
+	isFlow := func(name string) bool { return strings.HasPrefix(name, "flow-") }
+	flowStart := time.Now()
+	flow := startFlow(cs, "flow", 300*time.Millisecond)
+	time.Sleep(5 * time.Second)
+	var grace int64 = 30
+	deleteAt := time.Now() // the old agent traced until at least here
+	if err := cs.CoreV1().Pods(agentPod.Namespace).Delete(ctx, agentPod.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
 		t.Fatal(err)
 	}
 	waitGonePod(t, cs, agentPod)
+	goneAt := time.Now()
 	checkNoLinks(t, tracedExes)
 	newAgent := waitDaemonSetPod(t, cs, "reconscope", agentPod.Name, 120*time.Second)
-	before := len(fixtureRoots(src, fixturePod))
-	// Ready means serving; the new agent attaches to the running fixture right after its first
-	// /proc scan. A new reconcile every few seconds until one is traced.
-	createUntil(t, cs, "the new agent pod traces the fixture", "after-restart", func(int) (bool, string) {
-		n := len(fixtureRoots(src, fixturePod))
-		return n > before, fmt.Sprintf("%d spans, %d before the agent's pod %s replaced %s", n, before, newAgent.Name, agentPod.Name)
-	})
+	fixturePIDs := pidsBefore["/scripted-controller"]
+	if len(fixturePIDs) != 1 {
+		t.Fatalf("processes of the fixture's executable: %v, want one", fixturePIDs)
+	}
+	// The new pod's attach: its "tracing" line for the fixture's process, and every link the
+	// old pod had on the node again (the kernel's word), whichever is later.
+	attachAt := waitAgentTracing(t, node.PodLogsDir, newAgent, fixturePIDs[0])
+	relinked := checkLinks(t, tracedExes)
+	if now := time.Now(); now.Before(attachAt) {
+		t.Errorf("the new agent's \"tracing\" line is dated %s, after the test saw it at %s", attachAt, now)
+	}
+	for exe, n := range linked {
+		if relinked[exe] != n {
+			t.Errorf("uprobe sites on %s: %d before the agent's pod was deleted, %d with the new pod", exe, n, relinked[exe])
+		}
+	}
+	time.Sleep(8 * time.Second) // reconciles flow under the new pod too
+	created := flow.end(t)
+	flowRecs := waitTruthSettled(t, truthPath, "the flow's reconciles", isFlow)
+	cut := time.Now().Add(-settleWindow)
+	var required, lost []groundtruth.Record
+	for _, r := range flowRecs {
+		switch {
+		case r.End.Before(deleteAt) || r.Start.After(attachAt) && r.End.Before(cut):
+			required = append(required, r)
+		case !r.Start.After(attachAt):
+			lost = append(lost, r) // ran while no agent was attached (or during a stop or start)
+		}
+	}
+	checkTruth(t, "the reconcile flow across the agent pod's deletion", required, truthPath, func() []recvSpan { return spansOfObjects(src, fixturePod, isFlow) }, 60*time.Second)
+	spanned := map[string]bool{}
+	for _, s := range spansOfObjects(src, fixturePod, isFlow) {
+		spanned[attrStr(attrMap(s.span.GetAttributes()), "reconscope.reconcile_id")] = true
+	}
+	untraced := 0
+	for _, r := range lost {
+		if !spanned[r.ReconcileID] {
+			untraced++
+		}
+	}
+	var after int
+	for _, r := range flowRecs {
+		if r.Start.After(goneAt) {
+			after++
+		}
+	}
+	t.Logf("reconcile flow: %d ConfigMaps created from %s, %d reconciles in the ground truth; pod %s deleted at %s, gone at %s, new pod %s tracing the fixture from %s (%s without an agent attached); %d reconciles required and traced, %d in the window between (%d of them untraced: what the deletion loses), %d after the old pod was gone",
+		created, flowStart.Format("15:04:05.000"), len(flowRecs), agentPod.Name, deleteAt.Format("15:04:05.000"), goneAt.Format("15:04:05.000"),
+		newAgent.Name, attachAt.Format("15:04:05.000"), attachAt.Sub(deleteAt).Round(time.Millisecond), len(required), len(lost), untraced, after)
+	if len(required) == 0 || after == 0 {
+		t.Errorf("reconcile flow: %d reconciles required, %d after the old agent was gone: the fixture did not go on reconciling", len(required), after)
+	}
+	if pids := exePIDs(tracedExes); !reflect.DeepEqual(pids, pidsBefore) {
+		t.Errorf("traced processes before the agent's pod was deleted %v, after %v: want the same", pidsBefore, pids)
+	}
+	if r := podRestarts(t, cs, traced...); !reflect.DeepEqual(r, restartsBefore) {
+		t.Errorf("restarts of the traced pods' containers before the agent's pod was deleted %v, after %v: want the same", restartsBefore, r)
+	}
 
 	// kubectl delete -k: no agent left, no link left, namespaces it does not own stay.
 	checkLinks(t, tracedExes)
@@ -255,7 +302,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// its own. It traces the running fixture, and `helm uninstall` leaves no agent and no link.
 	node.TagByDigest(t, agentImage, rel.byDigest)
 	helmAgent := helmInstall(t, env, cs, node.IP, rel)
-	before = len(fixtureRoots(src, fixturePod))
+	before := len(fixtureRoots(src, fixturePod))
 	createUntil(t, cs, "the agent installed with Helm traces the fixture", "after-helm", func(int) (bool, string) {
 		n := len(fixtureRoots(src, fixturePod))
 		return n > before, fmt.Sprintf("%d spans of the fixture, %d before helm install", n, before)
