@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/lifeline"
 	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -59,6 +61,7 @@ func TestCausalityAcrossNodes(t *testing.T) {
 	// One executable each, so that each "node"'s agent can be told to trace one of them.
 	proc := map[string]*testenv.Process{}
 	exe := map[string]string{}
+	truth := map[string]string{} // role → its ground truth: what each reconcile read and wrote, and when
 	for _, role := range []string{"writer", "reader"} {
 		exe[role] = filepath.Join(t.TempDir(), role, "scripted-controller")
 		if err := os.MkdirAll(filepath.Dir(exe[role]), 0o755); err != nil {
@@ -67,8 +70,9 @@ func TestCausalityAcrossNodes(t *testing.T) {
 		if err := copyFile(fixtureBin, exe[role]); err != nil {
 			t.Fatal(err)
 		}
+		truth[role] = filepath.Join(filepath.Dir(exe[role]), "truth.jsonl")
 		proc[role] = testenv.StartProcess(t, role, exec.Command(exe[role], "--kubeconfig", env.Kubeconfig,
-			"--namespace", cns, "--controller-name", role, "--selector", "role="+role))
+			"--namespace", cns, "--controller-name", role, "--selector", "role="+role, "--ground-truth", truth[role]))
 	}
 	target := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cns, Name: "target",
 		Labels: map[string]string{"role": "reader"}, Annotations: map[string]string{scriptAnnotation: "sleep:30ms"}}}
@@ -78,9 +82,11 @@ func TestCausalityAcrossNodes(t *testing.T) {
 	uid := string(target.UID)
 
 	// writeTarget has the writer patch "target" three times (one patch per reconcile of a new
-	// writer ConfigMap) and returns once the reader has reconciled the last version written,
-	// with every span the agents wrote by then.
-	writeTarget := func(name string, agents ...*testenv.Process) (writes []targetWrite, spans []exporter.JSONSpan) {
+	// writer ConfigMap) and returns once, by the fixtures' own records, the reader has
+	// reconciled the last version written and every reader reconcile since from has its span
+	// in the agents' output: the writes (versions and times from the writer's ground truth),
+	// the reader's reconciles since from (its ground truth), and the agents' spans.
+	writeTarget := func(name string, from time.Time, agents ...*testenv.Process) (writes []targetWrite, reads []groundtruth.Record, spans []exporter.JSONSpan) {
 		t.Helper()
 		w := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cns, Name: name,
 			Labels: map[string]string{"role": "writer"}, Annotations: map[string]string{scriptAnnotation: "repeat:3;patch:configmap/target"}}}
@@ -93,57 +99,69 @@ func TestCausalityAcrossNodes(t *testing.T) {
 				mustRun(t, a, "reconscope-agent")
 				spans = append(spans, readSpans(t, a.StdoutPath(), false)...)
 			}
-			writes = targetWrites(spans, proc["writer"].PID(), name, uid)
+			writes = truthWrites(t, truth["writer"], name, uid)
 			if len(writes) < 3 {
-				return false, fmt.Sprintf("%d patches of target traced", len(writes))
+				return false, fmt.Sprintf("%d patches of target in the writer's ground truth", len(writes))
 			}
+			reads = truthReads(t, truth["reader"], uid, from)
 			last := writes[len(writes)-1].rv
+			if !slices.ContainsFunc(reads, func(r groundtruth.Record) bool { return r.ResourceVersion == last }) {
+				return false, "no reader reconcile of version " + last + " in the reader's ground truth"
+			}
+			ids := map[string]bool{}
 			for _, s := range byPID(spans, proc["reader"].PID()) {
-				if s.UID == uid && s.ResourceVersion == last {
-					return true, ""
+				ids[s.ReconcileID] = true
+			}
+			for _, r := range reads {
+				if !ids[r.ReconcileID] {
+					return false, fmt.Sprintf("reader reconcile %s of target@%s: no span yet", r.ReconcileID, r.ResourceVersion)
 				}
 			}
-			return false, "no reader reconcile of version " + last
+			return true, ""
 		})
-		return writes, spans
+		return writes, reads, spans
 	}
 
 	// One node: one agent traces both processes.
 	began := time.Now()
 	one, _ := startRunAgent(t, agentBin, env.Kubeconfig, "node-1", jaeger.OTLPAddr, exe["writer"], exe["reader"])
 	waitTracing(t, one, map[int]string{proc["writer"].PID(): "writer", proc["reader"].PID(): "reader"})
-	writes, spans := writeTarget("write-1", one)
-	read, lagged := 0, 0
-	for _, s := range byPID(spans, proc["reader"].PID()) {
-		w, ok := writeOf(writes, s.ResourceVersion)
-		if !ok {
-			continue
-		}
-		read++
-		switch lag := s.Start.Sub(w.end); {
-		case lag >= 0 && s.TriggerController != "writer":
-			t.Errorf("one node: reader reconcile of target@%s began %v after the writer's patch of it returned: trigger_controller %q", s.ResourceVersion, lag, s.TriggerController)
-		case lag >= 0 && (s.TriggerLagNS <= 0 || absDuration(time.Duration(s.TriggerLagNS)-lag) > time.Microsecond):
-			t.Errorf("one node: reader reconcile of target@%s began %v after the write returned: trigger_lag_ns %d", s.ResourceVersion, lag, s.TriggerLagNS)
-		case lag < 0 && (s.TriggerLagNS != 0 || (s.TriggerController != "writer" && s.TriggerController != span.TriggerUnknown)):
+	writes, reads, spans := writeTarget("write-1", time.Now(), one)
+	lagged := 0
+	for _, p := range readerSpans(t, "one node", reads, writes, byPID(spans, proc["reader"].PID())) {
+		r, w, s := p.read, p.write, p.span
+		// The agent's lag runs from the patch's return to the reconcile's start. By the
+		// fixtures' records, the patch returned within the writer's reconcile [w.start,
+		// w.end] and the reader's reconcile began at r.Start: the lag lies in [r.Start-w.end,
+		// r.Start-w.start], give or take 5ms for two clocks (the probe's and the fixture's).
+		lo, hi := r.Start.Sub(w.end)-clockSlack, r.Start.Sub(w.start)+clockSlack
+		lag := time.Duration(s.TriggerLagNS)
+		switch {
+		case lo > 0 && (s.TriggerController != "writer" || lag < lo || lag > hi):
+			t.Errorf("one node: reader reconcile %s of target@%s began %v after the writer's reconcile that patched it ended: trigger %q, lag %v, want writer, a lag in [%v, %v]",
+				r.ReconcileID, r.ResourceVersion, r.Start.Sub(w.end), s.TriggerController, lag, lo, hi)
+		case lo <= 0 && lag == 0 && s.TriggerController != "writer" && s.TriggerController != span.TriggerUnknown:
+			t.Errorf("one node: reader reconcile %s of target@%s: trigger %q, lag 0", r.ReconcileID, r.ResourceVersion, s.TriggerController)
+		case lo <= 0 && lag != 0 && (s.TriggerController != "writer" || lag < 0 || lag > hi):
 			// The watch can deliver the version before the writer has its response: the writer
 			// is known only if the reconcile was still running when the response came.
-			t.Errorf("one node: reader reconcile of target@%s began %v before the write returned, yet trigger %q, trigger_lag_ns %d", s.ResourceVersion, -lag, s.TriggerController, s.TriggerLagNS)
+			t.Errorf("one node: reader reconcile %s of target@%s began %v before the writer's reconcile ended: trigger %q, lag %v, want 0 or writer with a lag in [0, %v]",
+				r.ReconcileID, r.ResourceVersion, -r.Start.Sub(w.end), s.TriggerController, lag, hi)
 		default:
-			if lag >= 0 {
+			if lo > 0 {
 				lagged++
 			}
-			t.Logf("one node: reader reconcile of target@%s: trigger %s, lag %v (start minus write end %v)", s.ResourceVersion, s.TriggerController, time.Duration(s.TriggerLagNS), lag)
+			t.Logf("one node: reader reconcile %s of target@%s: trigger %s, lag %v (the fixtures' records bound it to [%v, %v])", r.ReconcileID, r.ResourceVersion, s.TriggerController, lag, lo, hi)
 		}
 	}
-	if read == 0 || lagged == 0 {
-		t.Errorf("one node: %d reader reconciles read a version the writer wrote, %d of them with a known lag", read, lagged)
+	if lagged == 0 {
+		t.Errorf("one node: of %d reader reconciles, none began after the writer's reconcile that made its version ended", len(reads))
 	}
 	checkNoFights(t, spans)
 	if err := one.Stop(); err != nil { // flushes its spans to Jaeger
 		t.Errorf("agent node-1: %v", err)
 	}
-	checkLinkedInJaeger(t, jaeger, began, proc["reader"].PID(), uid, writes, "node-1", "node-1")
+	checkLinkedInJaeger(t, jaeger, began, proc["reader"].PID(), uid, writes, reads, "node-1", "node-1")
 
 	// Two nodes: an agent each, sharing nothing.
 	began = time.Now()
@@ -151,19 +169,11 @@ func TestCausalityAcrossNodes(t *testing.T) {
 	b, _ := startRunAgent(t, agentBin, env.Kubeconfig, "node-b", jaeger.OTLPAddr, exe["reader"])
 	waitTracing(t, a, map[int]string{proc["writer"].PID(): "writer"})
 	waitTracing(t, b, map[int]string{proc["reader"].PID(): "reader"})
-	writes, spans = writeTarget("write-2", a, b)
-	read = 0
-	for _, s := range readSpans(t, b.StdoutPath(), false) {
-		if _, ok := writeOf(writes, s.ResourceVersion); !ok {
-			continue
+	writes, reads, spans = writeTarget("write-2", time.Now(), a, b)
+	for _, p := range readerSpans(t, "two nodes", reads, writes, readSpans(t, b.StdoutPath(), false)) {
+		if s := p.span; s.TriggerController != span.TriggerUnknown || s.TriggerLagNS != 0 {
+			t.Errorf("two nodes: reader reconcile %s of target@%s: trigger %q, lag %d; the writer is on the other node: want unknown, 0", s.ReconcileID, s.ResourceVersion, s.TriggerController, s.TriggerLagNS)
 		}
-		read++
-		if s.TriggerController != span.TriggerUnknown || s.TriggerLagNS != 0 {
-			t.Errorf("two nodes: reader reconcile of target@%s: trigger %q, lag %d; the writer is on the other node: want unknown, 0", s.ResourceVersion, s.TriggerController, s.TriggerLagNS)
-		}
-	}
-	if read == 0 {
-		t.Errorf("two nodes: no reader reconcile read a version the writer wrote")
 	}
 	checkNoFights(t, spans)
 	for name, p := range map[string]*testenv.Process{"node-a": a, "node-b": b} {
@@ -171,28 +181,99 @@ func TestCausalityAcrossNodes(t *testing.T) {
 			t.Errorf("agent %s: %v", name, err)
 		}
 	}
-	checkLinkedInJaeger(t, jaeger, began, proc["reader"].PID(), uid, writes, "node-a", "node-b")
+	checkLinkedInJaeger(t, jaeger, began, proc["reader"].PID(), uid, writes, reads, "node-a", "node-b")
 }
 
-// targetWrite is a version of the target the writer's patch made, and when the patch returned.
+// clockSlack is the error allowed between a time the agent measured (a probe's) and one the
+// fixture wrote down (Go's clock inside Reconcile).
+const clockSlack = 5 * time.Millisecond
+
+// targetWrite is a version of the target the writer's patch made, and the writer's reconcile
+// that made it: the patch returned between start and end.
 type targetWrite struct {
-	rv  string
-	end time.Time
+	rv         string
+	start, end time.Time
 }
 
-// targetWrites returns the successful writes of object uid by the reconciles of name in pid's
-// spans, in order.
-func targetWrites(spans []exporter.JSONSpan, pid int, name, uid string) []targetWrite {
+// truthWrites returns, from the writer's ground truth at path, the versions of object uid its
+// reconciles of name patched, in order.
+func truthWrites(t *testing.T, path, name, uid string) []targetWrite {
+	t.Helper()
+	recs, err := groundtruth.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var out []targetWrite
-	for _, s := range byPID(spans, pid) {
-		if s.Name != name {
+	for _, r := range recs {
+		if r.Name != name {
 			continue
 		}
-		for _, cl := range s.Calls {
-			if cl.UID == uid && cl.Verb == "PATCH" && cl.Status >= 200 && cl.Status < 300 && cl.ResourceVersion != "" {
-				out = append(out, targetWrite{cl.ResourceVersion, cl.Start.Add(time.Duration(cl.DurationNS))})
+		for _, cl := range r.Calls {
+			if cl.Verb == "patch" && cl.UID == uid && cl.ResourceVersion != "" {
+				out = append(out, targetWrite{cl.ResourceVersion, r.Start, r.End})
 			}
 		}
+	}
+	return out
+}
+
+// truthReads returns the reader's reconciles of object uid that began after from, from its
+// ground truth at path.
+func truthReads(t *testing.T, path, uid string, from time.Time) []groundtruth.Record {
+	t.Helper()
+	recs, err := groundtruth.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []groundtruth.Record
+	for _, r := range recs {
+		if r.UID == uid && r.Start.After(from) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// readerSpan is a reader reconcile of the ground truth, the write that made the version it
+// read, and its span.
+type readerSpan struct {
+	read  groundtruth.Record
+	write targetWrite
+	span  exporter.JSONSpan
+}
+
+// readerSpans pairs every reader reconcile of reads with the write of the version it read
+// (every one must have read a version the writer made: nothing else writes the target) and
+// its one span of spans (by reconcile ID, with the same UID, version and result).
+func readerSpans(t *testing.T, where string, reads []groundtruth.Record, writes []targetWrite, spans []exporter.JSONSpan) []readerSpan {
+	t.Helper()
+	var out []readerSpan
+	for _, r := range reads {
+		w, ok := writeOf(writes, r.ResourceVersion)
+		if !ok {
+			t.Errorf("%s: reader reconcile %s read target@%s, a version none of the writer's patches made (%v)", where, r.ReconcileID, r.ResourceVersion, writes)
+			continue
+		}
+		var found []exporter.JSONSpan
+		for _, s := range spans {
+			if s.ReconcileID == r.ReconcileID {
+				found = append(found, s)
+			}
+		}
+		if len(found) != 1 {
+			t.Errorf("%s: reader reconcile %s of target@%s: %d spans, want 1", where, r.ReconcileID, r.ResourceVersion, len(found))
+			continue
+		}
+		s := found[0]
+		if s.UID != r.UID || s.ResourceVersion != r.ResourceVersion || string(s.Result) != r.MetricResult() {
+			t.Errorf("%s: reader reconcile %s: span of %s@%s (%s), the reader's record %s@%s (%s)", where, r.ReconcileID, s.UID, s.ResourceVersion, s.Result, r.UID, r.ResourceVersion, r.MetricResult())
+			continue
+		}
+		out = append(out, readerSpan{r, w, s})
+	}
+	t.Logf("%s: %d reader reconciles of the writer's %d versions in the fixtures' records, %d with their span", where, len(reads), len(writes), len(out))
+	if len(reads) == 0 {
+		t.Errorf("%s: no reader reconcile in the reader's ground truth", where)
 	}
 	return out
 }
@@ -226,58 +307,76 @@ func checkNoFights(t *testing.T, spans []exporter.JSONSpan) {
 }
 
 // checkLinkedInJaeger reads back from Jaeger the reader's reconciles of the object uid since
-// began and checks that each that read a version in writes links (read_version) to the
-// span IDs derived from uid and that version, and that Jaeger holds that lifeline span as
-// the writer's, exported from writerNode; the reconciles come from readerNode.
-func checkLinkedInJaeger(t *testing.T, j *testenv.Jaeger, began time.Time, readerPID int, uid string, writes []targetWrite, writerNode, readerNode string) {
+// began and checks that every reader reconcile of reads (the reader's ground truth) is there,
+// once, and that each of its read_version links is the pair of IDs derived from uid and the
+// version it read, and resolves in Jaeger to the lifeline span of that version written by
+// "writer", exported from writerNode, with the version the writer's ground truth says its
+// patch made; the reconciles come from readerNode.
+func checkLinkedInJaeger(t *testing.T, j *testenv.Jaeger, began time.Time, readerPID int, uid string, writes []targetWrite, reads []groundtruth.Record, writerNode, readerNode string) {
 	t.Helper()
 	traceID := lifeline.TraceID(uid)
-	var lines []string
-	testkit.WaitFor(t, "Jaeger links a reader reconcile to the writer's lifeline span ("+writerNode+" → "+readerNode+")", 60*time.Second, func() (bool, string) {
+	var lines, problems []string
+	var links int
+	testkit.WaitFor(t, fmt.Sprintf("Jaeger links each of the %d reader reconciles to the writer's lifeline span (%s → %s)", len(reads), writerNode, readerNode), 60*time.Second, func() (bool, string) {
 		all, _ := jaegerSpans{t, j, began}.all()
 		lifelines := map[string]recvSpan{} // span ID → lifeline span of uid
+		byID := map[string][]recvSpan{}    // reconcile ID → the reader's reconcile spans
 		for _, s := range all {
+			a := attrMap(s.span.GetAttributes())
 			if bytes.Equal(s.span.GetTraceId(), traceID[:]) && s.span.GetKind() == tracepb.Span_SPAN_KIND_PRODUCER {
 				lifelines[hex.EncodeToString(s.span.GetSpanId())] = s
 			}
+			if attrInt(s.resource, "process.pid") == int64(readerPID) && s.span.GetName() == "reconcile reader" {
+				id := attrStr(a, "reconscope.reconcile_id")
+				byID[id] = append(byID[id], s)
+			}
 		}
-		lines = lines[:0]
-		linked := 0
-		for _, s := range all {
-			a := attrMap(s.span.GetAttributes())
-			if attrInt(s.resource, "process.pid") != int64(readerPID) || attrStr(a, "k8s.object.uid") != uid || s.span.GetName() != "reconcile reader" {
+		lines, problems, links = lines[:0], problems[:0], 0
+		for _, r := range reads {
+			rv := r.ResourceVersion
+			found := byID[r.ReconcileID]
+			if len(found) != 1 {
+				problems = append(problems, fmt.Sprintf("reader reconcile %s of target@%s: %d spans in Jaeger, want 1", r.ReconcileID, rv, len(found)))
 				continue
 			}
-			rv := attrStr(a, "k8s.object.resource_version")
-			if _, ok := writeOf(writes, rv); !ok {
-				continue
+			s := found[0]
+			a := attrMap(s.span.GetAttributes())
+			if got := attrStr(a, "k8s.object.uid") + "@" + attrStr(a, "k8s.object.resource_version"); got != uid+"@"+rv {
+				problems = append(problems, fmt.Sprintf("reader reconcile %s: span in Jaeger of %s, the reader read %s@%s", r.ReconcileID, got, uid, rv))
 			}
 			if node := attrStr(s.resource, "k8s.node.name"); node != readerNode {
-				t.Fatalf("reader reconcile of target@%s from node %q, want %q", rv, node, readerNode)
+				problems = append(problems, fmt.Sprintf("reader reconcile %s of target@%s from node %q, want %q", r.ReconcileID, rv, node, readerNode))
 			}
+			want := lifeline.SpanID(uid, rv)
+			read := 0
 			for _, l := range s.span.GetLinks() {
 				if attrStr(attrMap(l.GetAttributes()), "reconscope.link.type") != "read_version" {
 					continue
 				}
-				want := lifeline.SpanID(uid, rv)
+				read++
 				if !bytes.Equal(l.GetTraceId(), traceID[:]) || !bytes.Equal(l.GetSpanId(), want[:]) {
-					t.Fatalf("reader reconcile of target@%s links to %x/%x, want the IDs derived from its UID and version %s/%s", rv, l.GetTraceId(), l.GetSpanId(), traceID, want)
+					problems = append(problems, fmt.Sprintf("reader reconcile %s of target@%s links to %x/%x, want the IDs derived from its UID and version %s/%s", r.ReconcileID, rv, l.GetTraceId(), l.GetSpanId(), traceID, want))
+					continue
 				}
 				ls, ok := lifelines[want.String()]
 				if !ok {
-					lines = append(lines, fmt.Sprintf("target@%s: link to %s, no such span in Jaeger", rv, want))
+					problems = append(problems, fmt.Sprintf("reader reconcile %s of target@%s: link to %s, no such span in Jaeger", r.ReconcileID, rv, want))
 					continue
 				}
 				la := attrMap(ls.span.GetAttributes())
 				writer, wnode := attrStr(la, "reconscope.lifeline.writer"), attrStr(ls.resource, "k8s.node.name")
-				lines = append(lines, fmt.Sprintf("target@%s: reader on %s → lifeline span %s by %s on %s", rv, readerNode, want, writer, wnode))
-				if writer != "writer" || wnode != writerNode || attrStr(la, "k8s.object.resource_version") != rv {
-					t.Fatalf("the lifeline span target@%s links to was written by %q on %q (version %s), want writer on %s", rv, writer, wnode, attrStr(la, "k8s.object.resource_version"), writerNode)
+				if _, made := writeOf(writes, attrStr(la, "k8s.object.resource_version")); writer != "writer" || wnode != writerNode || attrStr(la, "k8s.object.resource_version") != rv || !made {
+					problems = append(problems, fmt.Sprintf("the lifeline span target@%s links to was written by %q on %q (version %s), want writer on %s, a version of the writer's ground truth", rv, writer, wnode, attrStr(la, "k8s.object.resource_version"), writerNode))
+					continue
 				}
-				linked++
+				links++
+				lines = append(lines, fmt.Sprintf("target@%s: reader reconcile %s on %s → lifeline span %s by %s on %s", rv, r.ReconcileID, readerNode, want, writer, wnode))
+			}
+			if read == 0 {
+				problems = append(problems, fmt.Sprintf("reader reconcile %s of target@%s: no read_version link", r.ReconcileID, rv))
 			}
 		}
-		return linked > 0, strings.Join(lines, "; ")
+		return len(reads) > 0 && len(problems) == 0, strings.Join(problems, "; ")
 	})
-	t.Logf("Jaeger (%s → %s): %s", writerNode, readerNode, strings.Join(lines, "; "))
+	t.Logf("Jaeger (%s → %s): %d reader reconciles, %d read_version links, each resolved: %s", writerNode, readerNode, len(reads), links, strings.Join(lines, "; "))
 }
