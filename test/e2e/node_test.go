@@ -171,10 +171,6 @@ func TestDaemonSetOnNode(t *testing.T) {
 	truth, _ := groundtruth.ReadFile(truthPath)
 	checkJaegerTrace(t, jaeger, src, fixturePod, "calls", truth)
 	checkJaegerTrace(t, jaeger, src, fixturePod, "fail", truth)
-	if t.Failed() {
-		// What the agent attached and traced, for the failures above.
-		kubectl(t, env, "logs", "--namespace", "reconscope", agentPod.Name, "--tail", "400")
-	}
 	waitScraped(t, prom, fixturePod)
 	agentUse.report(t, "tracing kube-controller-manager and the fixture")
 	// Causality between two controllers, in the trace backend: a Deployment created now (kube-
@@ -214,7 +210,12 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// every other one is. The old agent's links go with it, the DaemonSet's next pod traces
 	// again, and the traced processes go on: same PIDs, no restart.
 	traced := []*corev1.Pod{fixturePod, builtinsPod, kcm}
-	pidsBefore, restartsBefore := exePIDs(tracedExes), podRestarts(t, cs, traced...)
+	pidsBefore, restartsBefore := podPIDs(traced...), podRestarts(t, cs, traced...)
+	for _, p := range traced {
+		if len(pidsBefore[p.Name]) == 0 {
+			t.Fatalf("no process in the cgroups of pod %s", p.Name)
+		}
+	}
 	linked := checkLinks(t, tracedExes)
 	isFlow := func(name string) bool { return strings.HasPrefix(name, "flow-") }
 	flowStart := time.Now()
@@ -229,19 +230,25 @@ func TestDaemonSetOnNode(t *testing.T) {
 	goneAt := time.Now()
 	checkNoLinks(t, tracedExes)
 	newAgent := waitDaemonSetPod(t, cs, "reconscope", agentPod.Name, 120*time.Second)
-	fixturePIDs := pidsBefore["/scripted-controller"]
-	if len(fixturePIDs) != 1 {
-		t.Fatalf("processes of the fixture's executable: %v, want one", fixturePIDs)
+	fixturePID := 0
+	for _, pid := range pidsBefore[fixturePod.Name] {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasSuffix(exe, "/scripted-controller") {
+			fixturePID = pid
+		}
 	}
-	// The new pod's attach: its "tracing" line for the fixture's process, and every link the
-	// old pod had on the node again (the kernel's word), whichever is later.
-	attachAt := waitAgentTracing(t, node.PodLogsDir, newAgent, fixturePIDs[0])
+	if fixturePID == 0 {
+		t.Fatalf("no scripted-controller among the processes %v of pod %s", pidsBefore[fixturePod.Name], fixturePod.Name)
+	}
+	// The new pod's attach: its "tracing" line for the fixture's process; the links on the
+	// traced executables are back by then.
+	attachAt := waitAgentTracing(t, node.PodLogsDir, newAgent, fixturePID)
 	relinked := checkLinks(t, tracedExes)
 	if now := time.Now(); now.Before(attachAt) {
 		t.Errorf("the new agent's \"tracing\" line is dated %s, after the test saw it at %s", attachAt, now)
 	}
+	// At least: links of the same name from other tests' agents on the machine count too.
 	for exe, n := range linked {
-		if relinked[exe] != n {
+		if relinked[exe] < n {
 			t.Errorf("uprobe sites on %s: %d before the agent's pod was deleted, %d with the new pod", exe, n, relinked[exe])
 		}
 	}
@@ -281,12 +288,13 @@ func TestDaemonSetOnNode(t *testing.T) {
 	if len(required) == 0 || after == 0 {
 		t.Errorf("reconcile flow: %d reconciles required, %d after the old agent was gone: the fixture did not go on reconciling", len(required), after)
 	}
-	if pids := exePIDs(tracedExes); !reflect.DeepEqual(pids, pidsBefore) {
+	if pids := podPIDs(traced...); !reflect.DeepEqual(pids, pidsBefore) {
 		t.Errorf("traced processes before the agent's pod was deleted %v, after %v: want the same", pidsBefore, pids)
 	}
 	if r := podRestarts(t, cs, traced...); !reflect.DeepEqual(r, restartsBefore) {
 		t.Errorf("restarts of the traced pods' containers before the agent's pod was deleted %v, after %v: want the same", restartsBefore, r)
 	}
+	t.Logf("traced pods' processes across the agent pod's deletion: %v; container restarts: %v", pidsBefore, restartsBefore)
 
 	// kubectl delete -k: no agent left, no link left, namespaces it does not own stay.
 	checkLinks(t, tracedExes)

@@ -208,21 +208,27 @@ func (f *reconcileFlow) end(t *testing.T) int {
 	return f.created
 }
 
-// exePIDs returns, for each executable of exes (the end of its path, as tracedExes), the PIDs
-// of the node's processes running it, sorted.
-func exePIDs(exes []string) map[string][]int {
+// podPIDs returns, for each pod, the PIDs of the processes in its cgroups (its containers'
+// and its sandbox's), sorted: the node's own processes of the pod, not another test's of the
+// same executable. A static pod's cgroup is named by the kubelet's UID of it (its mirror's
+// kubernetes.io/config.mirror annotation), not by the mirror pod's UID.
+func podPIDs(pods ...*corev1.Pod) map[string][]int {
 	out := map[string][]int{}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
-		exe, err := os.Readlink(filepath.Join(d, "exe"))
+		cg, err := os.ReadFile(filepath.Join(d, "cgroup"))
 		if err != nil {
 			continue
 		}
-		for _, e := range exes {
-			if strings.HasSuffix(exe, e) {
+		for _, p := range pods {
+			uid := string(p.UID)
+			if m := p.Annotations["kubernetes.io/config.mirror"]; m != "" {
+				uid = m
+			}
+			if strings.Contains(string(cg), uid) || strings.Contains(string(cg), strings.ReplaceAll(uid, "-", "_")) {
 				var pid int
 				fmt.Sscan(filepath.Base(d), &pid)
-				out[e] = append(out[e], pid)
+				out[p.Name] = append(out[p.Name], pid)
 			}
 		}
 	}
