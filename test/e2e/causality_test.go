@@ -288,13 +288,6 @@ func writeOf(writes []targetWrite, rv string) (targetWrite, bool) {
 	return targetWrite{}, false
 }
 
-func absDuration(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
-}
-
 // checkNoFights fails on any fight reported in spans.
 func checkNoFights(t *testing.T, spans []exporter.JSONSpan) {
 	t.Helper()
