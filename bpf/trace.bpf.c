@@ -285,6 +285,36 @@ static __always_inline void fill_head(struct event_head *h, __u8 kind, __u8 flag
 		h->args[i] = args[i];
 }
 
+/* flush_deferred sends the deferred read waiting on goroutine state gs (site_config.deferred):
+ * the strings its site names, read now through the pointer its entry kept, as an EVENT_DEFERRED
+ * record. It runs at the goroutine's next hit, whatever its site: the call whose entry asked
+ * for the read has returned by then (a goroutine runs one call at a time), so the object it was
+ * given to fill is filled, and no return site was needed. */
+static __always_inline void flush_deferred(struct g_state *gs, __u64 pid_tgid, __u64 g)
+{
+	__u32 site = gs->deferred - 1;
+	gs->deferred = 0;
+	struct site_config *dc = bpf_map_lookup_elem(&sites, &site);
+	if (!dc)
+		return;
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(COUNTER_LOST_RINGBUF);
+		return;
+	}
+	__u64 args[16] = {};
+	fill_head((struct event_head *)e, EVENT_DEFERRED, 0, site, pid_tgid, bpf_ktime_get_ns(), g, gs->goid, gs->start, args);
+	e->vals[0] = 0;
+	e->vals[1] = 0;
+#pragma unroll
+	for (int i = 0; i < STR_COUNT; i++)
+		e->str_len[i] = 0;
+#pragma unroll
+	for (int i = 0; i < STR_SPECS; i++)
+		read_spec(e, args, &dc->str[i], i, gs);
+	bpf_ringbuf_submit(e, submit_flags(sizeof(*e)));
+}
+
 static __always_inline int handle(struct go_regs *regs)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -298,6 +328,8 @@ static __always_inline int handle(struct go_regs *regs)
 	if (cfg->role == ROLE_SPAWN)
 		return handle_spawn(regs, cfg, pid_tgid, pid);
 	struct g_state *gs = bpf_map_lookup_elem(&goroutines, &gk);
+	if (gs && gs->deferred != 0)
+		flush_deferred(gs, pid_tgid, gk.g);
 	if (cfg->role == ROLE_EXIT) {
 		if (gs && gs->depth == 0)
 			bpf_map_delete_elem(&goroutines, &gk);
@@ -334,6 +366,15 @@ static __always_inline int handle(struct go_regs *regs)
 	}
 
 	int entry = cfg->kind == SITE_ENTRY;
+	if (entry && cfg->deferred && live) {
+		/* nothing to send yet: keep the out-parameter for the goroutine's next hit */
+		__u32 slot = (__u8)cfg->save_slot;
+		if (slot < GO_ARG_SLOTS) {
+			gs->saved = args[slot & 15];
+			gs->deferred = site + 1;
+		}
+		return 0;
+	}
 	__u64 now = bpf_ktime_get_ns();
 	__u8 flags = 0;
 	/* A span site on a goroutine that only inherited a span has no span of its own. */

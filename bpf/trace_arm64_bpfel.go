@@ -95,8 +95,9 @@ type TraceEventHead struct {
 type TraceEventKind uint32
 
 const (
-	TraceEventKindEVENT_ENTRY  TraceEventKind = 1
-	TraceEventKindEVENT_RETURN TraceEventKind = 2
+	TraceEventKindEVENT_ENTRY    TraceEventKind = 1
+	TraceEventKindEVENT_RETURN   TraceEventKind = 2
+	TraceEventKindEVENT_DEFERRED TraceEventKind = 3
 )
 
 type TraceExeId struct {
@@ -127,14 +128,14 @@ type TraceG_key struct {
 }
 
 type TraceG_state struct {
-	_     structs.HostLayout
-	Start uint64
-	Saved uint64
-	Site  uint32
-	Depth uint32
-	Goid  int64
-	Skip  uint32
-	Pad0  uint32
+	_        structs.HostLayout
+	Start    uint64
+	Saved    uint64
+	Site     uint32
+	Depth    uint32
+	Goid     int64
+	Skip     uint32
+	Deferred uint32
 }
 
 type TracePidBitmap struct {
@@ -151,7 +152,8 @@ type TraceSiteConfig struct {
 	GoidOff  uint32
 	SaveSlot int8
 	KeySlot  int8
-	Pad0     [2]uint8
+	Deferred uint8
+	Pad0     [1]uint8
 	Str      [5]TraceStrSpec
 	Val      [2]TraceValSpec
 	Exe      uint32

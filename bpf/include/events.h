@@ -22,6 +22,7 @@
 enum event_kind {
 	EVENT_ENTRY = 1,
 	EVENT_RETURN = 2,
+	EVENT_DEFERRED = 3, /* a deferred read (site_config.deferred): the entry's object, read at the goroutine's next hit */
 };
 
 /* event.flags */
@@ -124,7 +125,11 @@ struct site_config {
 	__s8 key_slot;   /* ROLE_SPAN entries: the register whose value, with the pid, names the controller
 			  * instance (a work queue's processing set, a controller): a key in `excluded`
 			  * makes the span cost no record; -1 none */
-	__u8 _pad0[2];
+	__u8 deferred;   /* entry sites: a deferred read. The entry keeps save_slot and sends nothing; the
+			  * goroutine's next hit reads the strings this site names (from SLOT_SAVED) and
+			  * sends them as an EVENT_DEFERRED record of this site: an out-parameter the
+			  * call has filled by then, without a return site */
+	__u8 _pad0[1];
 	struct str_spec str[STR_SPECS];
 	struct val_spec val[VAL_SPECS];
 	__u32 exe;       /* the attached executable the site belongs to (its error layouts' key) */
@@ -163,7 +168,7 @@ struct g_state {
 	__u32 depth;     /* nested span entries on this goroutine; 0: inherited from the goroutine that started it */
 	__s64 goid;      /* runtime.g.goid, read once per span (or inherited goroutine); -1 unknown */
 	__u32 skip;      /* span entries of an excluded controller open on this goroutine: nothing recorded */
-	__u32 _pad0;
+	__u32 deferred;  /* 1 + the site of a deferred read waiting for the goroutine's next hit; 0 none */
 };
 
 /* A controller instance user space excluded: the process and the value of the span entry's

@@ -22,6 +22,7 @@ const (
 	flagNoEntry     = uint8(rbpf.TraceEventFlagEVENT_F_NO_ENTRY)
 	flagNested      = uint8(rbpf.TraceEventFlagEVENT_F_NESTED)
 	eventEntry      = uint8(rbpf.TraceEventKindEVENT_ENTRY)
+	eventDeferred   = uint8(rbpf.TraceEventKindEVENT_DEFERRED)
 	// strExtra is STR_EXTRA, the last string: the reconcile ID or the error message.
 	strExtra = len(rbpf.TraceEvent{}.StrLen) - 1
 )
@@ -130,7 +131,7 @@ func (c *Collector) handleRecord(b []byte, raw *probes.Raw, handle func(span.Eve
 		return
 	}
 	dec := site.Probe.DecodeEntry
-	if site.Kind == probes.SiteReturn {
+	if site.Kind == probes.SiteReturn || raw.Deferred {
 		dec = site.Probe.DecodeReturn
 	}
 	ev := dec(raw)
@@ -208,6 +209,7 @@ func DecodeEvent(b []byte, raw *probes.Raw) bool {
 	h := (*rbpf.TraceEventHead)(unsafe.Pointer(&b[0]))
 	*raw = probes.Raw{
 		Entry:     h.Kind == eventEntry,
+		Deferred:  h.Kind == eventDeferred,
 		PID:       h.Pid,
 		Time:      h.Ktime,
 		G:         h.G,

@@ -23,6 +23,9 @@ func siteConfig(plan *probes.Plan, s *probes.Site) rbpf.TraceSiteConfig {
 	if s.Kind == probes.SiteEntry && s.Probe.Role == probes.RoleSpan {
 		c.KeySlot = int8(l.Key)
 	}
+	if s.Kind == probes.SiteEntry && s.Probe.DeferredRead {
+		c.Deferred = 1
+	}
 	for i, a := range l.Strings {
 		spec := rbpf.TraceStrSpec{PtrSlot: int8(a.Ptr), LenSlot: int8(a.Len), BaseSlot: int8(a.Base)}
 		if a.Base != probes.None {

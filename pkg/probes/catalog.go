@@ -163,6 +163,13 @@ type Probe struct {
 	// ItemResult marks a call probe whose hits say what a work-queue item's worker did with it
 	// (a requeue, a retry): the span's result, kept at every Detail.
 	ItemResult bool
+	// DeferredRead marks an entry-only probe whose entry reads nothing when it is hit: it keeps
+	// the register Entry.Save (a pointer to an out-parameter the call fills, as cache Get's
+	// obj) in the goroutine's state, and at the goroutine's next hit, whatever its site, the
+	// kernel reads the strings Entry names through that pointer (Base Saved) and sends them as a
+	// deferred record of the entry site, decoded by DecodeReturn. The call has returned by then,
+	// so no return site (a RET the kernel single-steps) is needed. Only inside a span.
+	DeferredRead bool
 	// Fallback probes are used only when no earlier catalog entry with the same ID found
 	// sites: a Calls probe's shape is looked for first, the plain sites are the fallback.
 	Fallback bool
@@ -349,6 +356,22 @@ var Catalog = []*Probe{
 		Entry:       layout().val(0, ValueArg{Base: 3, Field: FieldRef{Type: "net/http.Response", Path: "StatusCode"}}),
 		Return:      layout(),
 		DecodeEntry: decodeResponseStatus, DecodeReturn: decodeIgnore},
+}
+
+// DeferredReads are the forms some call probes take at DetailReconcile: entry-only, their
+// out-parameter read at the goroutine's next hit (Probe.DeferredRead), so the reconciled
+// object's UID and resourceVersion cost one emulated hit per read and no return site.
+var DeferredReads = []*Probe{
+	// controller-runtime's cache Get(ctx, key, obj, opts...) fills obj (slots 7-8, an
+	// interface: its data word in 8); its namespace, name, UID and resourceVersion are read
+	// at the goroutine's next hit, a later call's or the reconcile's end. An object the call
+	// did not fill (not found, an error) has no UID there and gives nothing.
+	{ID: "controller-runtime/cache-get", Module: controllerRuntime, Role: RoleCall,
+		Symbol:    regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/cache\.\(\*informerCache\)\.Get$`),
+		EntryOnly: true, DeferredRead: true,
+		Entry:       objectReturn(Saved).save(8),
+		Return:      layout(),
+		DecodeEntry: decodeIgnore, DecodeReturn: decodeDeferredObject},
 }
 
 // QueueProbes see keys added to work queues, so a span can say how long its object waited:

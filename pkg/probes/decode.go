@@ -10,7 +10,10 @@ import (
 
 // Raw is one probe event as the kernel wrote it, with its strings already copied out.
 type Raw struct {
-	Entry       bool
+	Entry bool
+	// Deferred marks a deferred read (Probe.DeferredRead) of the record's entry site, sent at
+	// the goroutine's next hit.
+	Deferred    bool
 	PID         uint32
 	Time        uint64
 	G           uint64
@@ -170,6 +173,15 @@ func readObject(r *Raw, c *span.CallInfo) {
 		return
 	}
 	c.Namespace, c.Name, c.UID, c.ResourceVersion = r.Str[0], r.Str[1], r.Str[2], r.Str[3]
+}
+
+// decodeDeferredObject is a deferred read of an object a call filled (Probe.DeferredRead):
+// an ObjectRead event, whose Call names the object when the strings are a Kubernetes object's
+// (nothing when the call did not fill it), so the hit it stands for is counted either way.
+func decodeDeferredObject(r *Raw) span.Event {
+	e := base(r, span.ObjectRead)
+	readObject(r, &e.Call)
+	return e
 }
 
 func decodeListerEntry(r *Raw) span.Event {

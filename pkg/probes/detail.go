@@ -16,9 +16,11 @@ const (
 	// and the goroutine probes that put calls made on goroutines the reconcile starts in it.
 	DetailCalls Detail = iota
 	// DetailReconcile keeps the probes that make the span itself: the reconcile's (or work-queue
-	// item's) entry and return, what its worker did with the item (Probe.ItemResult), and the
-	// queue adds that give its queue wait. No call probe and no goroutine probe: a span has no
-	// calls, phases, UID, resourceVersion or trigger.
+	// item's) entry and return, what its worker did with the item (Probe.ItemResult), the
+	// queue adds that give its queue wait, and, in place of the cache read probe that has one
+	// (DeferredReads), its entry-only form, whose object is read at the goroutine's next hit:
+	// the reconciled object's UID and resourceVersion, and the trigger they give. No other call
+	// probe and no goroutine probe: a span has no calls or phases.
 	DetailReconcile
 )
 
@@ -47,7 +49,19 @@ func (d Detail) Catalog(catalog []*Probe) []*Probe {
 	if d == DetailCalls {
 		return slices.Clone(catalog)
 	}
-	return slices.DeleteFunc(slices.Clone(catalog), func(p *Probe) bool {
-		return (p.Role == RoleCall && !p.ItemResult) || p.Role == RoleSpawn || p.Role == RoleExit
-	})
+	var out []*Probe
+	deferred := map[string]bool{}
+	for _, p := range catalog {
+		if p.Role == RoleSpawn || p.Role == RoleExit || (p.Role == RoleCall && !p.ItemResult && !p.DeferredRead) {
+			for _, q := range DeferredReads {
+				if q.ID == p.ID && !deferred[q.ID] {
+					deferred[q.ID] = true
+					out = append(out, q)
+				}
+			}
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }

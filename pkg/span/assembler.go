@@ -272,6 +272,10 @@ func (a *Assembler) Add(e Event) {
 				o.requeued, o.requeueAfter = true, e.RequeueAfter
 			}
 		}
+	case ObjectRead:
+		if o := a.spanOf(k, &e); o != nil && (e.SpanStartTime == 0 || e.SpanStartTime == o.at) {
+			o.learnObject(e.Call)
+		}
 	case CallObject:
 		if o := a.spanOf(k, &e); o != nil {
 			a.callObject(o, k, e.Call)

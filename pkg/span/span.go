@@ -47,6 +47,12 @@ const (
 	// in the queue: rate limited (RateLimited: a retry after an error) or after RequeueAfter
 	// (-1: a delay not read).
 	QueueRequeue
+	// ObjectRead: a read on this goroutine, inside its span, found this object (Call.Namespace,
+	// Name, UID, ResourceVersion; empty when the read found none). It is no call of the span:
+	// a cache read probed at its entry alone (DetailReconcile), its object read at the
+	// goroutine's next hit. The first read of the reconciled object gives the span its UID and
+	// resourceVersion.
+	ObjectRead
 )
 
 // CallKind names what a call inside a reconcile does.

@@ -37,14 +37,14 @@ type EmptyG_key struct {
 }
 
 type EmptyG_state struct {
-	_     structs.HostLayout
-	Start uint64
-	Saved uint64
-	Site  uint32
-	Depth uint32
-	Goid  int64
-	Skip  uint32
-	Pad0  uint32
+	_        structs.HostLayout
+	Start    uint64
+	Saved    uint64
+	Site     uint32
+	Depth    uint32
+	Goid     int64
+	Skip     uint32
+	Deferred uint32
 }
 
 type EmptyPidBitmap struct {
@@ -61,7 +61,8 @@ type EmptySiteConfig struct {
 	GoidOff  uint32
 	SaveSlot int8
 	KeySlot  int8
-	Pad0     [2]uint8
+	Deferred uint8
+	Pad0     [1]uint8
 	Str      [5]struct {
 		_        structs.HostLayout
 		PtrSlot  int8

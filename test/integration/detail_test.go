@@ -7,43 +7,100 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/test/testenv"
 )
 
 // TestDetailReconcile traces the scripted controller-runtime fixture with --detail reconcile:
 // the same reconciles as the ground truth, each exact (object, result, error type and message,
-// requeue delay, reconcile ID, times) as at the calls detail, with its queue wait, and no call;
-// each cost its process two probe hits (the Reconcile's entry and the return address in its
-// handler), none single-stepped; no call or goroutine probe is attached. Plain and stripped.
+// requeue delay, reconcile ID, times) as at the calls detail, with its queue wait, the UID and
+// resourceVersion the reconcile read (the fixture's own record of them), and no call; each
+// cost its process three probe hits (the Reconcile's entry, its cache read's entry, whose
+// object is read at the goroutine's next hit, and the return address in its handler), none
+// single-stepped; no call probe but the deferred cache read and no goroutine probe is
+// attached. A second tracer at --detail calls traces the same process at the same time: its
+// spans of the same reconciles have the same results, UIDs, resourceVersions and queue waits.
+// Plain and stripped.
 func TestDetailReconcile(t *testing.T) {
 	bpftest.Require(t)
 	forEachBuild(t, func(t *testing.T, build fixtureBuild) {
 		f := startTracedFixtureDetail(t, probes.DetailReconcile, []string{"--max-concurrent-reconciles", "4"}, build.flags...)
+		callsTr, callsSink, _ := testenv.TraceDetail(t, "the fixture at detail calls", f.ctl.PID(), probes.DetailCalls)
+		stopCalls := testkit.Go(t, callsTr.Run)
 		recs := f.runScripts(t, "detail-"+build.name)
+		if err := stopCalls(); err != nil {
+			t.Errorf("tracer at detail calls: %v", err)
+		}
+		callsTr.Close()
 		spans := f.sink.Snapshot()
 		testkit.Compare(t, recs, spans, testkit.Match{Wall: f.clock.Wall, Slack: 500 * time.Millisecond})
-		waited, twoEmulated := 0, 0
+		byID := map[string]span.Span{}
 		for _, s := range spans {
-			if len(s.Calls) != 0 || s.UID != "" || s.ResourceVersion != "" {
-				t.Errorf("%s/%s: %d calls, UID %q, resourceVersion %q at detail reconcile", s.Namespace, s.Name, len(s.Calls), s.UID, s.ResourceVersion)
+			byID[s.ReconcileID] = s
+		}
+		withUID := 0
+		for _, r := range recs {
+			s, ok := byID[r.ReconcileID]
+			if !ok {
+				continue // Compare said so
+			}
+			if s.UID != r.UID || s.ResourceVersion != r.ResourceVersion {
+				t.Errorf("%s/%s attempt %d: UID %q resourceVersion %q, the reconcile read %q %q", r.Namespace, r.Name, r.Attempt, s.UID, s.ResourceVersion, r.UID, r.ResourceVersion)
+			}
+			if s.UID != "" {
+				withUID++
+			}
+		}
+		waited, three := 0, 0
+		for _, s := range spans {
+			if len(s.Calls) != 0 {
+				t.Errorf("%s/%s: %d calls at detail reconcile", s.Namespace, s.Name, len(s.Calls))
+			}
+			if s.UID != "" && s.TriggerController == "" {
+				t.Errorf("%s/%s: UID and resourceVersion but no trigger", s.Namespace, s.Name)
 			}
 			if s.QueueWait > 0 && s.QueueWait < 5*time.Second {
 				waited++
 			}
-			if s.ProbeHits.Emulated == 2 && s.ProbeHits.SingleStepped == 0 {
-				twoEmulated++
+			if s.ProbeHits.Emulated == 3 && s.ProbeHits.SingleStepped == 0 {
+				three++
 			} else {
-				t.Errorf("%s/%s: probe hits %+v, want 2 emulated", s.Namespace, s.Name, s.ProbeHits)
+				t.Errorf("%s/%s: probe hits %+v, want 3 emulated", s.Namespace, s.Name, s.ProbeHits)
 			}
 		}
 		if waited < len(spans)*9/10 {
 			t.Errorf("only %d of %d spans have a queue wait", waited, len(spans))
 		}
 		for _, site := range f.plan.Sites {
-			if r := site.Probe.Role; (r == probes.RoleCall && !site.Probe.ItemResult) || r == probes.RoleSpawn || r == probes.RoleExit {
-				t.Errorf("detail reconcile attached %s at %s", site.Probe.ID, site.Where())
+			p := site.Probe
+			if (p.Role == probes.RoleCall && !p.ItemResult && !p.DeferredRead) || p.Role == probes.RoleSpawn || p.Role == probes.RoleExit {
+				t.Errorf("detail reconcile attached %s at %s", p.ID, site.Where())
+			}
+			if p.DeferredRead && site.Kind != probes.SiteEntry {
+				t.Errorf("deferred read %s has a return site at %s", p.ID, site.Where())
 			}
 		}
-		t.Logf("%d reconciles, %d spans of 2 emulated hits each; %d probe hits in all (queue adds and rate limits included): %.2f per reconcile",
-			len(recs), twoEmulated, f.stats.Kernel.Hits, float64(f.stats.Kernel.Hits)/float64(max(len(recs), 1)))
+
+		// The same reconciles at detail calls, traced at the same time.
+		same := 0
+		for _, c := range callsSink.Snapshot() {
+			s, ok := byID[c.ReconcileID]
+			if !ok {
+				t.Errorf("%s/%s (%s): a span at detail calls, none at detail reconcile", c.Namespace, c.Name, c.ReconcileID)
+				continue
+			}
+			d := s.QueueWait - c.QueueWait
+			if s.Result != c.Result || s.ErrorType != c.ErrorType || s.UID != c.UID || s.ResourceVersion != c.ResourceVersion || d < -time.Millisecond || d > time.Millisecond {
+				t.Errorf("%s/%s (%s): detail reconcile %s %q %s@%s wait %v, detail calls %s %q %s@%s wait %v", s.Namespace, s.Name, s.ReconcileID,
+					s.Result, s.ErrorType, s.UID, s.ResourceVersion, s.QueueWait, c.Result, c.ErrorType, c.UID, c.ResourceVersion, c.QueueWait)
+				continue
+			}
+			same++
+		}
+		if same != len(spans) {
+			t.Errorf("%d of %d spans the same at both details", same, len(spans))
+		}
+		t.Logf("%d reconciles, %d with a UID and resourceVersion; %d spans of 3 emulated hits each, %d the same at detail calls; %d probe hits in all (queue adds and rate limits included): %.2f per reconcile",
+			len(recs), withUID, three, same, f.stats.Kernel.Hits, float64(f.stats.Kernel.Hits)/float64(max(len(recs), 1)))
 	})
 }
