@@ -180,7 +180,8 @@ type Probe struct {
 }
 
 // CallPair names two functions the probed function calls directly, one after the other: the
-// probe's entry site is the `CALL` of Entry, its return site the `CALL` of Return that follows,
+// probe's entry site is the `CALL` of Entry, its return site the `CALL` of Return that follows
+// (none for an EntryOnly probe, whose Return is ""),
 // each read with the callee's arguments in the ABI registers. The kernel emulates a uprobe on
 // `CALL rel32` (amd64) and simulates `BL` (arm64), where a RET (amd64) or the entry's store
 // (arm64) is single-stepped. The plan takes these sites only when the function has exactly one
@@ -358,20 +359,36 @@ var Catalog = []*Probe{
 		DecodeEntry: decodeResponseStatus, DecodeReturn: decodeIgnore},
 }
 
-// DeferredReads are the forms some call probes take at DetailReconcile: entry-only, their
-// out-parameter read at the goroutine's next hit (Probe.DeferredRead), so the reconciled
-// object's UID and resourceVersion cost one emulated hit per read and no return site.
-var DeferredReads = []*Probe{
-	// controller-runtime's cache Get(ctx, key, obj, opts...) fills obj (slots 7-8, an
-	// interface: its data word in 8); its namespace, name, UID and resourceVersion are read
-	// at the goroutine's next hit, a later call's or the reconcile's end. An object the call
-	// did not fill (not found, an error) has no UID there and gives nothing.
+// ReconcileReads are the forms controller-runtime's cache read probe takes at DetailReconcile:
+// one hit per cache Get, no return site, and the object's namespace, name, UID and
+// resourceVersion read as the cache holds them, so that a span has the reconciled object's UID
+// and resourceVersion (and the trigger they give) for one emulated hit more.
+var ReconcileReads = []*Probe{
+	// The cache reader copies the object it holds into the caller's: in CacheReader.Get,
+	// reflect.Indirect(outVal).Set(reflect.Indirect(objVal)), one direct call of
+	// reflect.Value.Set(v, x Value), Values of three words: x (slots 3-5) is the object read,
+	// its data pointer in slot 4. At that `CALL` (emulated) the object is complete and is what
+	// the caller gets; it is read there, at once. Every cache of a manager reads through a
+	// CacheReader (informerCache, the multi-namespace cache), so this sees them all.
 	{ID: "controller-runtime/cache-get", Module: controllerRuntime, Role: RoleCall,
+		Symbol:      regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/cache/internal\.\(\*CacheReader\)\.Get$`),
+		Calls:       &CallPair{Entry: "reflect.Value.Set"},
+		EntryOnly:   true,
+		Entry:       objectReturn(4),
+		Return:      layout(),
+		DecodeEntry: decodeObjectRead, DecodeReturn: decodeIgnore},
+	// Where CacheReader.Get has another shape: a deferred read. informerCache.Get(ctx, key,
+	// obj, opts...) fills obj (slots 7-8, an interface: its data word in 8); its entry keeps it,
+	// and its namespace, name, UID and resourceVersion are read at the goroutine's next hit (a
+	// later call's, or the reconcile's end). Not exact where the reconcile changed obj before
+	// that hit (a write through it fills it from the response) or let it die (its memory may
+	// hold another value by then): a read is kept only when it names the reconciled object.
+	{ID: "controller-runtime/cache-get", Module: controllerRuntime, Role: RoleCall, Fallback: true,
 		Symbol:    regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/cache\.\(\*informerCache\)\.Get$`),
 		EntryOnly: true, DeferredRead: true,
 		Entry:       objectReturn(Saved).save(8),
 		Return:      layout(),
-		DecodeEntry: decodeIgnore, DecodeReturn: decodeDeferredObject},
+		DecodeEntry: decodeIgnore, DecodeReturn: decodeObjectRead},
 }
 
 // QueueProbes see keys added to work queues, so a span can say how long its object waited:

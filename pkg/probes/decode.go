@@ -175,10 +175,11 @@ func readObject(r *Raw, c *span.CallInfo) {
 	c.Namespace, c.Name, c.UID, c.ResourceVersion = r.Str[0], r.Str[1], r.Str[2], r.Str[3]
 }
 
-// decodeDeferredObject is a deferred read of an object a call filled (Probe.DeferredRead):
-// an ObjectRead event, whose Call names the object when the strings are a Kubernetes object's
-// (nothing when the call did not fill it), so the hit it stands for is counted either way.
-func decodeDeferredObject(r *Raw) span.Event {
+// decodeObjectRead is a read of an object (strings 0-3: namespace, name, UID,
+// resourceVersion) that is no call of the span (ReconcileReads): an ObjectRead event, whose
+// Call names the object when the strings are a Kubernetes object's (nothing when the call did
+// not fill it), so the hit it stands for is counted either way.
+func decodeObjectRead(r *Raw) span.Event {
 	e := base(r, span.ObjectRead)
 	readObject(r, &e.Call)
 	return e

@@ -17,10 +17,10 @@ const (
 	DetailCalls Detail = iota
 	// DetailReconcile keeps the probes that make the span itself: the reconcile's (or work-queue
 	// item's) entry and return, what its worker did with the item (Probe.ItemResult), the
-	// queue adds that give its queue wait, and, in place of the cache read probe that has one
-	// (DeferredReads), its entry-only form, whose object is read at the goroutine's next hit:
-	// the reconciled object's UID and resourceVersion, and the trigger they give. No other call
-	// probe and no goroutine probe: a span has no calls or phases.
+	// queue adds that give its queue wait, and, in place of controller-runtime's cache read
+	// probe, its one-hit form (ReconcileReads): the reconciled object's UID and resourceVersion,
+	// and the trigger they give. No other call probe and no goroutine probe: a span has no
+	// calls or phases.
 	DetailReconcile
 )
 
@@ -50,13 +50,15 @@ func (d Detail) Catalog(catalog []*Probe) []*Probe {
 		return slices.Clone(catalog)
 	}
 	var out []*Probe
-	deferred := map[string]bool{}
+	replaced := map[string]bool{}
 	for _, p := range catalog {
-		if p.Role == RoleSpawn || p.Role == RoleExit || (p.Role == RoleCall && !p.ItemResult && !p.DeferredRead) {
-			for _, q := range DeferredReads {
-				if q.ID == p.ID && !deferred[q.ID] {
-					deferred[q.ID] = true
-					out = append(out, q)
+		if p.Role == RoleSpawn || p.Role == RoleExit || (p.Role == RoleCall && !p.ItemResult && !slices.Contains(ReconcileReads, p)) {
+			if !replaced[p.ID] {
+				replaced[p.ID] = true
+				for _, q := range ReconcileReads {
+					if q.ID == p.ID {
+						out = append(out, q)
+					}
 				}
 			}
 			continue

@@ -191,8 +191,13 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 					p.missing(pr.ID, fmt.Sprintf("%s: %v", fn.Name, err))
 					continue
 				}
-				p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteEntry, Site: entry},
-					Site{Probe: pr, Function: fn, Kind: SiteReturn, Site: ret})
+				p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteEntry, Site: entry})
+				if pr.EntryOnly {
+					p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: fmt.Sprintf("%s's call of %s (no return site)", fn.Name, pr.Calls.Entry)})
+					matched[pr.ID] = true
+					continue
+				}
+				p.Sites = append(p.Sites, Site{Probe: pr, Function: fn, Kind: SiteReturn, Site: ret})
 				p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: fmt.Sprintf("%s's calls of %s and %s (no single-step)", fn.Name, pr.Calls.Entry, pr.Calls.Return)})
 				matched[pr.ID] = true
 				continue
@@ -375,6 +380,10 @@ func callPairSites(bin *symbols.Binary, fn symbols.Function, c *CallPair) (entry
 	}
 	var sites [2][]symbols.Site
 	for i, name := range []string{c.Entry, c.Return} {
+		if name == "" { // an entry-only probe's
+			sites[i] = sites[0]
+			continue
+		}
 		callee, err := bin.Lookup(name)
 		if err != nil {
 			return entry, ret, err

@@ -112,6 +112,10 @@ func TestDecodeObject(t *testing.T) {
 			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Error: "*errors.StatusError", Outcome: span.OutcomeNotFound}}},
 		{"cache get: informer not synced", decodeCacheGetReturn, Raw{ErrorType: "*errors.StatusError", ErrorMsg: "failed waiting for *v1.ConfigMap Informer to sync"},
 			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Error: "*errors.StatusError", Outcome: span.OutcomeError}}},
+		{"deferred cache read (detail reconcile)", decodeObjectRead, Raw{Deferred: true, Str: obj},
+			span.Event{Kind: span.ObjectRead, Call: span.CallInfo{Namespace: "ns", Name: "web", UID: uid, ResourceVersion: "235"}}},
+		{"deferred cache read of an object the call did not fill: its hit, no object", decodeObjectRead, Raw{Deferred: true},
+			span.Event{Kind: span.ObjectRead}},
 		{"cache get: other error", decodeCacheGetReturn, Raw{ErrorType: "*fmt.wrapError", ErrorMsg: "not found"},
 			span.Event{Kind: span.CallEnd, Call: span.CallInfo{Error: "*fmt.wrapError", Outcome: span.OutcomeError}}},
 	}

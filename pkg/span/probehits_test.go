@@ -46,3 +46,34 @@ func TestProbeHits(t *testing.T) {
 		t.Errorf("a return without its entry: %+v", got)
 	}
 }
+
+// TestObjectRead: a deferred read (DetailReconcile) gives the span the UID and resourceVersion
+// of the first read of the reconciled object, not of other objects or later reads; it is no call
+// of the span, and its hit is the span's.
+func TestObjectRead(t *testing.T) {
+	const uid, other = "0c1680f0-7819-471a-ba2b-7406fbd29909", "9d2f4a61-1b7e-4c1a-8d55-3f0e2b6c7a10"
+	var got []Span
+	a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+	for _, e := range []Event{
+		{Kind: SpanStart, PID: 1, Goid: 5, Time: 100, Controller: "c", Namespace: "ns", Name: "web"},
+		{Kind: ObjectRead, PID: 1, Goid: 5, Time: 200, SpanStartTime: 100, Call: CallInfo{Namespace: "ns", Name: "db", UID: other, ResourceVersion: "7"}},
+		{Kind: ObjectRead, PID: 1, Goid: 5, Time: 300, SpanStartTime: 100}, // a read that found nothing
+		{Kind: ObjectRead, PID: 1, Goid: 5, Time: 400, SpanStartTime: 100, Call: CallInfo{Namespace: "ns", Name: "web", UID: uid, ResourceVersion: "41"}},
+		{Kind: ObjectRead, PID: 1, Goid: 5, Time: 500, SpanStartTime: 100, Call: CallInfo{Namespace: "ns", Name: "web", UID: uid, ResourceVersion: "42"}},
+		// another goroutine's read, in no span of this one
+		{Kind: ObjectRead, PID: 1, Goid: 6, Time: 550, SpanStartTime: 90, Call: CallInfo{Namespace: "ns", Name: "web", UID: other, ResourceVersion: "1"}},
+		{Kind: SpanEnd, PID: 1, Goid: 5, Time: 600, SpanStartTime: 100, Result: ResultSuccess},
+	} {
+		a.Add(e)
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d spans, want 1", len(got))
+	}
+	s := got[0]
+	if s.UID != uid || s.ResourceVersion != "41" || len(s.Calls) != 0 || s.ProbeHits != (ProbeHits{Emulated: 6}) {
+		t.Errorf("span: UID %q resourceVersion %q, %d calls, hits %+v; want %q 41, no call, 6 emulated hits", s.UID, s.ResourceVersion, len(s.Calls), s.ProbeHits, uid)
+	}
+	if s.TriggerController != TriggerUnknown {
+		t.Errorf("trigger %q, want %q (no write of that version seen)", s.TriggerController, TriggerUnknown)
+	}
+}

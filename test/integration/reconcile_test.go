@@ -65,13 +65,19 @@ func startTracedFixtureArgs(t *testing.T, args []string, flags ...string) *trace
 // startTracedFixtureDetail starts the fixture with args, built with flags, traced at detail.
 func startTracedFixtureDetail(t *testing.T, detail probes.Detail, args []string, flags ...string) *tracedFixture {
 	t.Helper()
+	return startTracedFixtureCatalog(t, detail.Catalog(probes.Catalog), args, flags...)
+}
+
+// startTracedFixtureCatalog starts the fixture with args, built with flags, traced with catalog.
+func startTracedFixtureCatalog(t *testing.T, catalog []*probes.Probe, args []string, flags ...string) *tracedFixture {
+	t.Helper()
 	env := testenv.Start(t, testenv.Options{})
 	bin := testkit.Build(t, fixturePkg, flags...)
 	truth := filepath.Join(t.TempDir(), "truth.jsonl")
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(bin, append([]string{"--kubeconfig", env.Kubeconfig,
 		"--ground-truth", truth}, args...)...))
 
-	tr, s, plan := testenv.TraceDetail(t, "the fixture", ctl.PID(), detail)
+	tr, s, plan := testenv.TraceCatalog(t, "the fixture", ctl.PID(), catalog)
 	t.Logf("attached %s", plan)
 	f := &tracedFixture{env: env, ctl: ctl, truth: truth, sink: s, tracer: tr, stopRun: testkit.Go(t, tr.Run), clock: tr.Clock(), plan: plan}
 	t.Cleanup(func() { f.stop(t) })

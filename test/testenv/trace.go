@@ -23,6 +23,12 @@ func TraceDetail(t testing.TB, what string, pid int, detail probes.Detail) (*tra
 	return traceWith(t, tracer.Options{Catalog: detail.Catalog(probes.Catalog)}, "trace "+what, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.TracePID(pid) })
 }
 
+// TraceCatalog is Trace with catalog in place of the whole catalog.
+func TraceCatalog(t testing.TB, what string, pid int, catalog []*probes.Probe) (*tracer.Tracer, *testkit.Sink, *probes.Plan) {
+	t.Helper()
+	return traceWith(t, tracer.Options{Catalog: catalog}, "trace "+what, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.TracePID(pid) })
+}
+
 // traceWith makes a tracer of opts (the whole catalog unless it names one) that writes its
 // spans into a new sink and logs nothing, and calls start with it; doing names start in the
 // failure.
