@@ -68,12 +68,14 @@ func addInheritanceFlag(fs *flag.FlagSet, i *probes.Inheritance) {
 		"own goroutine are unchanged)")
 }
 
-// addDetailFlag adds --detail (trace, run and inspect).
+// addDetailFlag adds --detail (trace, run and inspect), reconcile by default.
 func addDetailFlag(fs *flag.FlagSet, d *probes.Detail) {
-	fs.Var(d, "detail", "how much of each reconcile to probe, `calls` or reconcile: calls (the default) also probes its API calls and "+
-		"cache and lister reads (children, phases, the object's UID and resourceVersion, the trigger) and goroutines it starts; reconcile "+
-		"probes only the reconcile's (or work-queue item's) start and end, its result and its queue adds: fewer traps per reconcile, "+
-		"no calls in the span (docs/probes.md, \"Detail levels\")")
+	*d = probes.DetailReconcile
+	fs.Var(d, "detail", "how much of each reconcile to probe, `reconcile` or calls: reconcile (the default) probes its start and end, "+
+		"its result, its queue adds and the read of its object (controller, object, UID and resourceVersion, result, error, queue wait, "+
+		"trigger: three emulated probe hits per reconcile that reads its object once); calls also probes its API calls and cache and "+
+		"lister reads (children, phases, fights; kube-controller-manager's lister reads give the object's UID) and the goroutines it "+
+		"starts, at more probe hits per call, some single-stepped (docs/probes.md, \"Detail levels\")")
 }
 
 // fightAlternations turns --fight-alternations into span.Options.FightAlternations (where 0

@@ -198,14 +198,17 @@ func wantSnakeCase(t *testing.T, doc string) int {
 }
 
 // TestInspectFixture: the fixture controller is traceable, with its reconcile probe, entry
-// and return sites and the offsets it needs, plain and stripped.
+// and return sites and the offsets it needs, plain and stripped, at --detail calls; at the
+// default detail (reconcile) the manager's path of a reconcile (its entry, the return address
+// in reconcileHandler, the cache reader's copy of the object) is at instructions the kernel
+// emulates.
 func TestInspectFixture(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the fixture controller")
 	}
 	for _, ldflags := range []string{"", "-s -w"} {
 		bin := testkit.Build(t, "./test/fixtures/scripted-controller", "-ldflags="+ldflags)
-		code, out, _ := runCLI(t, "inspect", "--json", bin)
+		code, out, _ := runCLI(t, "inspect", "--json", "--detail", "calls", bin)
 		wantSnakeCase(t, out)
 		var rep InspectReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -252,6 +255,7 @@ func TestInspectFixture(t *testing.T) {
 		if !strings.Contains(choices["runtime/goroutine-start"], "runtime.newproc.func1's calls") || !strings.Contains(choices["controller-runtime/reconcile"], "the return addresses of its calls") || len(choices) != 2 {
 			t.Errorf("ldflags %q: choices %+v, want goroutine-start at runtime.newproc.func1's calls and the reconcile's return at its return addresses", ldflags, rep.Choices)
 		}
+		inspectDefaultDetail(t, bin)
 		for _, want := range []string{"controller-runtime/reconcile", "controller-runtime/cache-get", "client-go/request"} {
 			if !found[want] {
 				t.Errorf("ldflags %q: no %s probe", ldflags, want)
@@ -266,7 +270,7 @@ func TestInspectFixture(t *testing.T) {
 			t.Errorf("ldflags %q: goroutine inheritance %+v, probes %v: want auto, attached", ldflags, g, found)
 		}
 		// Off: no goroutine probe, the others unchanged; the text report says so.
-		code, out, _ = runCLI(t, "inspect", "--json", "--goroutine-inheritance", "off", bin)
+		code, out, _ = runCLI(t, "inspect", "--json", "--detail", "calls", "--goroutine-inheritance", "off", bin)
 		var off InspectReport
 		if err := json.Unmarshal([]byte(out), &off); err != nil || code != 0 {
 			t.Fatalf("--goroutine-inheritance off: exit %d, %v", code, err)
@@ -281,9 +285,42 @@ func TestInspectFixture(t *testing.T) {
 		if g := off.GoroutineInheritance; g.Mode != "off" || g.Attached || len(off.Probes) != len(rep.Probes)-2 {
 			t.Errorf("--goroutine-inheritance off: %+v, probes %v (auto: %d probes)", g, offProbes, len(rep.Probes))
 		}
-		if _, text, _ := runCLI(t, "inspect", "--goroutine-inheritance=off", bin); !strings.Contains(text, "goroutines: inheritance off, probes not attached: no goroutine probe: calls made on goroutines a reconcile starts are in no span") {
+		if _, text, _ := runCLI(t, "inspect", "--detail=calls", "--goroutine-inheritance=off", bin); !strings.Contains(text, "goroutines: inheritance off, probes not attached: no goroutine probe: calls made on goroutines a reconcile starts are in no span") {
 			t.Errorf("--goroutine-inheritance=off: the text report does not say so:\n%s", text)
 		}
+	}
+}
+
+// inspectDefaultDetail checks inspect's plan of the fixture bin at the default detail: reconcile,
+// no call probe but the cache read, and the sites a manager's reconcile hits emulated.
+func inspectDefaultDetail(t *testing.T, bin string) {
+	t.Helper()
+	code, out, _ := runCLI(t, "inspect", "--json", bin)
+	var rep InspectReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
+		t.Fatalf("inspect at the default detail: exit %d, %v", code, err)
+	}
+	if rep.Detail != "reconcile" {
+		t.Errorf("default detail %q, want reconcile", rep.Detail)
+	}
+	reconcileEnd, cacheRead := false, false
+	for _, p := range rep.Probes {
+		switch p.Probe {
+		case "controller-runtime/reconcile":
+			if p.Entry.Trap != "emulated" {
+				t.Errorf("%s: entry %+v single-stepped", p.Symbol, p.Entry)
+			}
+			for _, r := range p.Returns {
+				reconcileEnd = reconcileEnd || (strings.Contains(r.In, ").reconcileHandler") && r.Trap == "emulated")
+			}
+		case "controller-runtime/cache-get":
+			cacheRead = p.Entry.Trap == "emulated" && len(p.Returns) == 0 && strings.HasPrefix(p.Entry.Insn, "CALL reflect.Value.Set")
+		case "client-go/request", "client-go/response", "client-go/result-object", "runtime/goroutine-start", "runtime/goroutine-exit":
+			t.Errorf("probe %s attached at the default detail", p.Probe)
+		}
+	}
+	if !reconcileEnd || !cacheRead {
+		t.Errorf("default detail: the reconcile's return in reconcileHandler emulated %v, the cache read at an emulated CALL reflect.Value.Set with no return site %v", reconcileEnd, cacheRead)
 	}
 }
 

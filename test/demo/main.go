@@ -162,8 +162,8 @@ func run(ctx context.Context, agent string, wait bool) error {
 		return err
 	}
 	kcm := procs[0].Process.Pid
-	say("reconscope-agent trace --pid %d,%d --metrics-addr %s\n  (no change to the traced programs: uprobes at the entry and at every RET of Reconcile, sync handlers and API calls)", ctl.Process.Pid, kcm, metricsAddr)
-	tr := exec.Command(agent, "trace", "--pid", fmt.Sprintf("%d,%d", ctl.Process.Pid, kcm), "--metrics-addr", metricsAddr)
+	say("reconscope-agent trace --pid %d,%d --metrics-addr %s --detail calls\n  (no change to the traced programs: uprobes at the entry and at every RET of Reconcile, sync handlers and API calls)", ctl.Process.Pid, kcm, metricsAddr)
+	tr := exec.Command(agent, "trace", "--pid", fmt.Sprintf("%d,%d", ctl.Process.Pid, kcm), "--metrics-addr", metricsAddr, "--detail", "calls")
 	tr.Stdout = os.Stdout
 	logR, logW, err := os.Pipe()
 	if err != nil {

@@ -285,7 +285,7 @@ func startRunAgent(t *testing.T, agentBin, kubeconfig, node, otlpAddr string, ex
 	agent := testenv.StartProcess(t, "reconscope-agent "+node, exec.Command(agentBin, "run",
 		"--kubeconfig", kubeconfig, "--node-name", node, "--metrics-addr", metricsAddr, "--scan-interval", "200ms",
 		"--otlp-endpoint", otlpAddr, "--otlp-protocol", "grpc", "--otlp-insecure",
-		"--output", "json", "--log-format", "json", "--config", cfgPath))
+		"--output", "json", "--log-format", "json", "--config", cfgPath, "--detail", "calls"))
 	return agent, metricsAddr
 }
 

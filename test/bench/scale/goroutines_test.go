@@ -25,16 +25,16 @@ func TestReportGoroutineCost(t *testing.T) {
 		cycle(tracedReconcile, 1100*time.Millisecond, 10000),
 	})
 	for _, want := range []string{
-		"| traced / untraced, within each round | traced by reconscope (default) | traced, --goroutine-inheritance=off | traced, goroutine creation at newproc1's entry and RETs (before) | traced, --detail reconcile |",
+		"| traced / untraced, within each round | traced, --detail calls | traced, --goroutine-inheritance=off | traced, goroutine creation at newproc1's entry and RETs (before) | traced by reconscope (default, --detail reconcile) |",
 		"| CPU per reconcile | 1.500× | 1.250× | 2.000× | 1.100× |",
 		// 3000 probe hits over 1000 reconciles; no goroutine joins a span at detail reconcile
-		"| traced, --detail reconcile | 1000 | 1.1ms | 5ms | 9.9ms | 0.50% | 10.0 | 10.0 | — | 3.0 |",
+		"| traced by reconscope (default, --detail reconcile) | 1000 | 1.1ms | 5ms | 9.9ms | 0.50% | 10.0 | 10.0 | — | 3.0 |",
 		// 10 goroutines created per reconcile, and 10 per second while idle
 		"| untraced | 1000 | 1ms | 5ms | 9.9ms | 0.50% | 10.0 | 10.0 | — |",
 		"| traced, --goroutine-inheritance=off | 1000 | 1.25ms | 5ms | 9.9ms | 0.50% | 10.0 | 10.0 | — |",
-		"| traced by reconscope (default) | 1000 | 1.5ms | 5ms | 9.9ms | 0.50% | 10.0 | 10.0 | 2.000 |",
+		"| traced, --detail calls | 1000 | 1.5ms | 5ms | 9.9ms | 0.50% | 10.0 | 10.0 | 2.000 |",
 		// the goroutine probes' cost: the variants with them against tracedOff
-		"| goroutine probes: traced with them − traced with `--goroutine-inheritance=off`, within each round | traced by reconscope (default) | traced, goroutine creation at newproc1's entry and RETs (before) |",
+		"| goroutine probes: traced with them − traced with `--goroutine-inheritance=off`, within each round | traced, --detail calls | traced, goroutine creation at newproc1's entry and RETs (before) |",
 		"| CPU added per reconcile | 250µs | 750µs |",
 		"| CPU added per goroutine created | 25µs | 75µs |",
 	} {

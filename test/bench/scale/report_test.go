@@ -68,9 +68,10 @@ func intro(cfg config) string {
 		`Two real controllers against a real kube-apiserver and etcd, each untraced and traced by
 ` + "`reconscope-agent trace --pid`" + ` (attached when a cycle starts, stopped when it ends), side by side: a round
 runs one cycle of each kind, in an order that rotates between rounds; ratios are taken within
-each round, then their median. Traced runs as users run it (goroutine inheritance at newproc's
-calls, the default), with ` + "`--goroutine-inheritance=off`" + ` (no goroutine probe), and with
-` + "`--detail reconcile`" + ` (the reconciles' own probes and their queue adds: no call, no goroutine probe).
+each round, then their median. Traced runs as users run it (` + "`--detail reconcile`" + `, the default:
+the reconciles' own probes, their cache reads' objects and their queue adds; no call, no goroutine
+probe), with ` + "`--detail calls`" + ` (calls, and goroutine inheritance at newproc's calls), and with
+` + "`--detail calls --goroutine-inheritance=off`" + ` (no goroutine probe).
 A cycle warms up (one object reconciled, and traced, its span
 written), runs the workload's first step (creations), leaves the controller idle for ` + cfg.idle.String() + `
 while it watches the objects, then runs the other steps; after each step it waits until the

@@ -54,26 +54,29 @@ type variant struct {
 
 var (
 	untraced = variant{name: "untraced"}
-	// traced is the agent as users run it (the default): goroutine creation seen at newproc's calls.
-	traced    = variant{name: "traced by reconscope (default)", inherit: "auto"}
-	tracedOff = variant{name: "traced, --goroutine-inheritance=off", inherit: "off"}
+	// traced is the agent at --detail calls (the default until issue 28): its calls and the
+	// goroutine probes, goroutine creation seen at newproc's calls.
+	traced    = variant{name: "traced, --detail calls", inherit: "auto", detail: "calls"}
+	tracedOff = variant{name: "traced, --goroutine-inheritance=off", inherit: "off", detail: "calls"}
 	// tracedOld sees goroutine creation where it did before: newproc1's entry and RETs.
-	tracedOld = variant{name: "traced, goroutine creation at newproc1's entry and RETs (before)", inherit: "newproc1"}
-	// tracedReconcile probes the reconciles alone: no call, no goroutine probe.
-	tracedReconcile = variant{name: "traced, --detail reconcile", inherit: "auto", detail: "reconcile"}
+	tracedOld = variant{name: "traced, goroutine creation at newproc1's entry and RETs (before)", inherit: "newproc1", detail: "calls"}
+	// tracedReconcile is the agent as users run it (the default, --detail reconcile): the
+	// reconciles, their cache reads' objects and queue adds; no call, no goroutine probe.
+	tracedReconcile = variant{name: "traced by reconscope (default, --detail reconcile)", inherit: "auto", detail: "reconcile"}
 )
 
 func (v variant) traced() bool { return v.inherit != "" }
 
 // key names the variant in RECONSCOPE_BENCH_SCALE_VARIANTS: untraced, baseline (another
-// agent), its --detail when it sets one, else its --goroutine-inheritance (auto, off, newproc1).
+// agent), its --detail when it sets one other than calls, else its --goroutine-inheritance
+// (auto, off, newproc1).
 func (v variant) key() string {
 	switch {
 	case !v.traced():
 		return "untraced"
 	case v.agent != "":
 		return "baseline"
-	case v.detail != "":
+	case v.detail != "" && v.detail != "calls":
 		return v.detail
 	}
 	return v.inherit
