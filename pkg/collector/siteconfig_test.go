@@ -55,3 +55,38 @@ func TestSiteConfig(t *testing.T) {
 		t.Errorf("value 1: %+v, want none", c.Val[1])
 	}
 }
+
+// TestDeferredSite: only a deferred read's entry site is marked deferred in its kernel record,
+// and a record of kind EVENT_DEFERRED decodes as a deferred read (Raw.Deferred), not an entry.
+func TestDeferredSite(t *testing.T) {
+	var deferred *probes.Probe
+	for _, p := range probes.ReconcileReads {
+		if p.DeferredRead {
+			deferred = p
+		}
+	}
+	if deferred == nil {
+		t.Fatal("no deferred read in probes.ReconcileReads")
+	}
+	plan := &probes.Plan{}
+	if c := siteConfig(plan, &probes.Site{Probe: deferred, Kind: probes.SiteEntry}); c.Deferred != 1 || c.SaveSlot != int8(deferred.Entry.Save) {
+		t.Errorf("deferred read's entry: deferred %d, save slot %d", c.Deferred, c.SaveSlot)
+	}
+	for _, p := range probes.Catalog {
+		if c := siteConfig(plan, &probes.Site{Probe: p, Kind: probes.SiteEntry}); c.Deferred != 0 {
+			t.Errorf("%s: entry marked deferred", p.ID)
+		}
+	}
+	for kind, want := range map[rbpf.TraceEventKind][2]bool{
+		rbpf.TraceEventKindEVENT_ENTRY:    {true, false},
+		rbpf.TraceEventKindEVENT_RETURN:   {false, false},
+		rbpf.TraceEventKindEVENT_DEFERRED: {false, true},
+	} {
+		rec := make([]byte, headSize)
+		rec[0] = uint8(kind)
+		var raw probes.Raw
+		if !DecodeEvent(rec, &raw) || raw.Entry != want[0] || raw.Deferred != want[1] {
+			t.Errorf("kind %d: entry %v, deferred %v; want %v", kind, raw.Entry, raw.Deferred, want)
+		}
+	}
+}
