@@ -141,6 +141,26 @@ func (p *process) errorType(itab uint64) string {
 	return name
 }
 
+// objectType names the dynamic type of an `any` from its run-time type word (an abi.Type's
+// address in the process), as %T prints it; "" when it cannot be named. Names are cached
+// with the error types' (a type word and an itab are never at one address).
+func (p *process) objectType(typ uint64) string {
+	if p.att == nil || p.att.Plan == nil || p.att.Plan.Binary == nil {
+		return ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n, ok := p.names[typ]; ok {
+		return n
+	}
+	name := ""
+	if n, err := p.att.Plan.Binary.TypeName(typ - p.bias); err == nil {
+		name = ShortTypeName(n)
+	}
+	p.names[typ] = name
+	return name
+}
+
 // maxFuncNames bounds a process's cache of function names by code address (the return
 // addresses of work-queue workers: a handful per program).
 const maxFuncNames = 4096

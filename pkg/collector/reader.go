@@ -197,6 +197,11 @@ func (c *Collector) decode(b []byte, raw *probes.Raw) (*probes.Site, bool) {
 			raw.ItabType = p.errorType(itab)
 		}
 	}
+	if slot := site.Layout().Type; slot >= 0 {
+		if typ := e.Args[slot]; typ != 0 && p != nil {
+			raw.ObjectType = p.objectType(typ)
+		}
+	}
 	return site, true
 }
 

@@ -206,6 +206,9 @@ func (e *OTLPExporter) Write(s *span.Span) error {
 	if s.UID != "" && s.ResourceVersion != "" {
 		startOpts = append(startOpts, trace.WithLinks(versionLink(s.UID, s.ResourceVersion, linkReadVersion)))
 	}
+	if links := triggerLinks(s); len(links) > 0 {
+		startOpts = append(startOpts, trace.WithLinks(links...))
+	}
 	for _, i := range writes {
 		startOpts = append(startOpts, trace.WithLinks(versionLink(s.Calls[i].UID, s.Calls[i].ResourceVersion, linkWroteVersion)))
 	}

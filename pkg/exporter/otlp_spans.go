@@ -54,6 +54,12 @@ const (
 	attrCallOutcome    = attribute.Key("reconscope.call.outcome")
 	attrTriggerCtl     = attribute.Key("reconscope.trigger.controller")
 	attrTriggerLagNS   = attribute.Key("reconscope.trigger.lag_ns")
+	attrTriggers       = attribute.Key("reconscope.triggers")
+	attrTriggerKind    = attribute.Key("reconscope.trigger.kind")
+	attrTriggerEvent   = attribute.Key("reconscope.trigger.event")
+	attrTriggerWriter  = attribute.Key("reconscope.trigger.writer")
+	attrObjectKind     = attribute.Key("k8s.object.kind")
+	attrReadVerWriter  = attribute.Key("reconscope.read_version.writer")
 	attrCallKind       = attribute.Key("reconscope.call.kind")
 	attrCallVerb       = attribute.Key("reconscope.call.verb")
 	attrCallResource   = attribute.Key("reconscope.call.resource")
@@ -72,6 +78,9 @@ const (
 	// linkWroteVersion: from a reconcile and from a write call to the lifeline span of the
 	// version the write made.
 	linkWroteVersion = "wrote_version"
+	// linkTrigger: from a reconcile to the lifeline span of the version a watch event among
+	// its triggers delivered (span.Trigger).
+	linkTrigger = "trigger"
 	// linkWriter: from a lifeline span to the call span that made its version.
 	linkWriter = "writer"
 )
@@ -348,7 +357,64 @@ func rootAttributes(s *span.Span) []attribute.KeyValue {
 	if s.TriggerLagKnown {
 		attrs = append(attrs, attrTriggerLagNS.Int64(int64(s.TriggerLag)))
 	}
+	attrs = nonEmpty(attrs, attrReadVerWriter, s.ReadVersionWriter)
+	attrs = nonEmpty(attrs, attrTriggers, triggerSummary(s))
 	return attrs
+}
+
+// triggerLinks links a reconcile to the lifeline span of each watch event's version among its
+// triggers (one link per version), with the trigger's attributes: a backend that shows link
+// attributes names the event even where no agent exported that lifeline span (an untraced
+// writer).
+func triggerLinks(s *span.Span) []trace.Link {
+	var links []trace.Link
+	seen := map[string]bool{}
+	for i := range s.Triggers {
+		t := &s.Triggers[i]
+		if t.Object.UID == "" || t.Object.ResourceVersion == "" || seen[t.Object.UID+"/"+t.Object.ResourceVersion] {
+			continue
+		}
+		seen[t.Object.UID+"/"+t.Object.ResourceVersion] = true
+		l := versionLink(t.Object.UID, t.Object.ResourceVersion, linkTrigger)
+		l.Attributes = append(l.Attributes, attrTriggerKind.String(string(t.Kind)), attrTriggerEvent.String(t.Event),
+			attrTriggerWriter.String(t.Writer), attrObjectKind.String(t.Object.Kind),
+			attrObjectNamespace.String(t.Object.Namespace), attrObjectName.String(t.Object.Name))
+		links = append(links, l)
+	}
+	return links
+}
+
+// triggerSummary is the triggers in one line, for backends that do not show links: each as
+// its kind, and for a watch event what happened to which object version and its writer
+// ("mapped add Pod ns/web-1@812 by replicaset, retry"), then how many more were dropped.
+func triggerSummary(s *span.Span) string {
+	var b strings.Builder
+	for i := range s.Triggers {
+		t := &s.Triggers[i]
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(string(t.Kind))
+		if t.Event == "" {
+			continue
+		}
+		if t.Event != string(t.Kind) {
+			b.WriteString(" " + t.Event)
+		}
+		b.WriteString(" " + t.Object.Kind + " ")
+		if t.Object.Namespace != "" {
+			b.WriteString(t.Object.Namespace + "/")
+		}
+		b.WriteString(t.Object.Name)
+		if t.Object.ResourceVersion != "" {
+			b.WriteString("@" + t.Object.ResourceVersion)
+		}
+		b.WriteString(" by " + t.Writer)
+	}
+	if s.TriggersDropped > 0 {
+		fmt.Fprintf(&b, " (+%d more)", s.TriggersDropped)
+	}
+	return b.String()
 }
 
 // callSpanName is "<verb> <resource>[/<subresource>]", e.g. "GET configmaps".

@@ -48,15 +48,36 @@ type JSONSpan struct {
 	// BackoffNS is the time the object was held back before it was ready in its queue
 	// (After delays, the rate limiter's backoff).
 	BackoffNS int64 `json:"backoff_ns"`
-	// TriggerController and TriggerLagNS: who wrote the version read, and the lag from that
-	// write to this reconcile (docs/json.md).
-	TriggerController string     `json:"trigger_controller"`
-	TriggerLagNS      int64      `json:"trigger_lag_ns"`
+	// Triggers are the work-queue adds this reconcile served: why it ran (docs/json.md);
+	// TriggersDropped counts those beyond the first span.MaxTriggers.
+	Triggers        []JSONTrigger `json:"triggers"`
+	TriggersDropped int           `json:"triggers_dropped,omitempty"`
+	// TriggerController and TriggerLagNS: who wrote the most recent watch event among the
+	// triggers, and the lag from that write to this reconcile (docs/json.md).
+	TriggerController string `json:"trigger_controller"`
+	TriggerLagNS      int64  `json:"trigger_lag_ns"`
+	// ReadVersionWriter: who wrote the version of the object the reconcile read.
+	ReadVersionWriter string     `json:"read_version_writer"`
 	Calls             []JSONCall `json:"calls"`
 	// Fights are the controller fights this reconcile's writes took part in.
 	Fights     []JSONFight `json:"fights,omitempty"`
 	Noop       bool        `json:"noop"`
 	Incomplete bool        `json:"incomplete"`
+}
+
+// JSONTrigger is one trigger of a JSON span: an add to the work queue it served (docs/json.md).
+type JSONTrigger struct {
+	Kind string `json:"kind"`
+	// Event, the object and Writer: the watch event the adding goroutine was delivering
+	// (event, mapped, resync); absent for requeues and other adds.
+	Event           string    `json:"event,omitempty"`
+	ObjectKind      string    `json:"object_kind,omitempty"`
+	Namespace       string    `json:"namespace,omitempty"`
+	Name            string    `json:"name,omitempty"`
+	UID             string    `json:"uid,omitempty"`
+	ResourceVersion string    `json:"resource_version,omitempty"`
+	Writer          string    `json:"writer,omitempty"`
+	Time            time.Time `json:"time"`
 }
 
 // JSONFight is one controller fight of a JSON span (docs/json.md).
@@ -112,6 +133,7 @@ func ToJSON(s *span.Span, clock ktime.Clock) JSONSpan {
 		Result: string(s.Result), RequeueAfterNS: int64(s.RequeueAfter), ErrorType: s.ErrorType,
 		Error: s.Error, PID: s.PID, Goid: s.Goid, Exe: s.Exe, Pod: s.Pod, Container: s.Container,
 		QueueWaitNS: int64(s.QueueWait), BackoffNS: int64(s.Backoff), TriggerController: s.TriggerController,
+		ReadVersionWriter: s.ReadVersionWriter, Triggers: make([]JSONTrigger, 0, len(s.Triggers)), TriggersDropped: s.TriggersDropped,
 		Phases: JSONPhases{FetchNS: int64(s.Phases.Fetch), DiffNS: int64(s.Phases.Diff), ApplyNS: int64(s.Phases.Apply),
 			ReadNS: int64(s.Phases.Fetch), WriteNS: int64(s.Phases.Apply), ComputeNS: int64(s.Phases.Diff)},
 		Calls: make([]JSONCall, 0, len(s.Calls)),
@@ -119,6 +141,11 @@ func ToJSON(s *span.Span, clock ktime.Clock) JSONSpan {
 	}
 	if s.TriggerLagKnown {
 		j.TriggerLagNS = int64(s.TriggerLag)
+	}
+	for _, t := range s.Triggers {
+		j.Triggers = append(j.Triggers, JSONTrigger{Kind: string(t.Kind), Event: t.Event, ObjectKind: t.Object.Kind,
+			Namespace: t.Object.Namespace, Name: t.Object.Name, UID: t.Object.UID, ResourceVersion: t.Object.ResourceVersion,
+			Writer: t.Writer, Time: clock.Wall(t.Time)})
 	}
 	for _, f := range s.Fights {
 		j.Fights = append(j.Fights, JSONFight{Namespace: f.Namespace, Name: f.Name, UID: f.UID, Resource: f.Resource,

@@ -98,6 +98,9 @@ type Layout struct {
 	// learns which controller a key is from the span; once it excluded that controller it
 	// writes the key into the kernel's excluded map, and the entry exits before any record.
 	Key int
+	// Type is a slot holding the type word of an empty interface (any) whose dynamic type the
+	// decoder wants named (Raw.ObjectType), or None.
+	Type int
 }
 
 // Fields are the struct fields the layout reads, strings first, in slot order.
@@ -226,7 +229,7 @@ func field(base int, typ, path string) StringArg {
 
 // layout returns a Layout that reads nothing; its methods add what a site reads.
 func layout() Layout {
-	l := Layout{Ctx: None, Err: None, Save: None, Itab: None, Key: None}
+	l := Layout{Ctx: None, Err: None, Save: None, Itab: None, Key: None, Type: None}
 	for i := range l.Strings {
 		l.Strings[i] = noString
 	}
@@ -243,6 +246,7 @@ func (l Layout) err(slot int) Layout           { l.Err = slot; return l }
 func (l Layout) save(slot int) Layout          { l.Save = slot; return l }
 func (l Layout) itab(slot int) Layout          { l.Itab = slot; return l }
 func (l Layout) key(slot int) Layout           { l.Key = slot; return l }
+func (l Layout) typ(slot int) Layout           { l.Type = slot; return l }
 
 const (
 	controllerRuntime = "sigs.k8s.io/controller-runtime"
@@ -425,6 +429,49 @@ var QueueProbes = []*Probe{
 		DecodeEntry: decodeRequestQueueAdd, DecodeReturn: decodeIgnore},
 }
 
+// WatchEventProbes see an informer deliver a watch event to a handler: the handler's entry
+// (one emulated hit per event and handler) reads the event's object (its dynamic type, and the
+// namespace, name, UID and resourceVersion of its ObjectMeta) on the goroutine that delivers
+// it. A queue add on that goroutine is then that event's (span.Trigger). Only the handler
+// types the informer calls through its interface are probed: controller-runtime's
+// EventHandler (every For, Owns and Watches), and client-go's ResourceEventHandlerFuncs
+// through its pointer method, which the interface's itab holds (a FilteringResourceEventHandler
+// passes the events it keeps to such an inner handler: probing both would hit twice).
+var WatchEventProbes = []*Probe{
+	// controller-runtime v0.15+: (*EventHandler[object, request]).OnAdd(obj any,
+	// isInInitialList bool): recv, dict, obj (2-3), isInInitialList (4)
+	watchEventProbe(controllerRuntime, crHandler+"OnAdd$", "add", 2, None),
+	// OnUpdate(oldObj, newObj any): recv, dict, old (2-3), new (4-5)
+	watchEventProbe(controllerRuntime, crHandler+"OnUpdate$", "update", 4, 2),
+	// OnDelete(obj any): recv, dict, obj (2-3)
+	watchEventProbe(controllerRuntime, crHandler+"OnDelete$", "delete", 2, None),
+	// client-go: (*ResourceEventHandlerFuncs).OnAdd(obj any, isInInitialList bool): recv, obj (1-2)
+	watchEventProbe(clientGo, cgHandler+"OnAdd$", "add", 1, None),
+	// OnUpdate(oldObj, newObj any): recv, old (1-2), new (3-4)
+	watchEventProbe(clientGo, cgHandler+"OnUpdate$", "update", 3, 1),
+	watchEventProbe(clientGo, cgHandler+"OnDelete$", "delete", 1, None),
+}
+
+const (
+	crHandler = `^sigs\.k8s\.io/controller-runtime/pkg/internal/source\.\(\*EventHandler\[go\.shape\..*\]\)\.`
+	cgHandler = `^k8s\.io/client-go/tools/cache\.\(\*ResourceEventHandlerFuncs\)\.`
+)
+
+// watchEventProbe reads, at the entry of a handler method, the object of an `any` whose type
+// word is in slot obj (its data word next): its type, namespace, name, UID and resourceVersion
+// (strings 0-3), and for an update the old object's resourceVersion (string 4) from the `any`
+// in slot old: a resync delivers an update whose two versions are one.
+func watchEventProbe(module, symbol, event string, obj, old int) *Probe {
+	entry := objectReturn(obj + 1).typ(obj)
+	if old != None {
+		entry = entry.str(4, meta(old+1, "ResourceVersion"))
+	}
+	return &Probe{ID: "informer/" + event, Module: module, Role: RoleMark, EntryOnly: true,
+		Symbol: regexp.MustCompile(symbol),
+		Entry:  entry, Return: layout(),
+		DecodeEntry: decodeWatchEvent(event), DecodeReturn: decodeIgnore}
+}
+
 // fieldUses says, for each struct field a probe or the error reader reads, what it gives
 // spans: what they lack when its offset is unknown.
 var fieldUses = map[string]string{
@@ -435,10 +482,10 @@ var fieldUses = map[string]string{
 	restRequest + " namespace":         "the namespace of API calls",
 	restRequest + " resourceName":      "the object name of API calls",
 	restRequest + " subresource":       "the subresource of API calls",
-	objectMeta + " UID":                "the object UID of cache and lister reads and of API writes (and of the span)",
-	objectMeta + " ResourceVersion":    "the object resourceVersion of cache and lister reads and of API writes",
-	objectMeta + " Namespace":          "the object namespace of lister reads and of API writes",
-	objectMeta + " Name":               "the object name of lister reads and of API writes (creates)",
+	objectMeta + " UID":                "the object UID of cache and lister reads, of API writes (and of the span) and of watch events (triggers)",
+	objectMeta + " ResourceVersion":    "the object resourceVersion of cache and lister reads, of API writes and of watch events (triggers)",
+	objectMeta + " Namespace":          "the object namespace of lister reads, of API writes and of watch events (triggers)",
+	objectMeta + " Name":               "the object name of lister reads, of API writes (creates) and of watch events (triggers)",
 	"net/http.Response StatusCode":     "the HTTP status of API calls",
 	namespacedName + " Namespace":      "the namespace of work-queue adds (the span's time waiting in the queue)",
 	namespacedName + " Name":           "the name of work-queue adds (the span's time waiting in the queue)",
@@ -517,6 +564,7 @@ func init() {
 	Catalog = append(Catalog, GoroutineProbes...)
 	Catalog = append(Catalog, QueueProbes...)
 	Catalog = append(Catalog, WorkQueueProbes...)
+	Catalog = append(Catalog, WatchEventProbes...)
 }
 
 // syncPrefix starts the ID of every sync-handler probe; the controller's name follows.

@@ -32,6 +32,9 @@ type Raw struct {
 	ErrorType string
 	// ItabType is the concrete type behind the itab in the site's Itab slot ("" when none).
 	ItabType string
+	// ObjectType is the dynamic type of the `any` whose type word is in the site's Type slot,
+	// as %T prints it ("*v1.Pod"; "" when nil or unknown).
+	ObjectType string
 	// Incomplete marks fields that could not be read (unknown offsets, truncated strings).
 	Incomplete bool
 	// Worker is the function that called the probed one, past the work queue's own code (the
@@ -314,3 +317,33 @@ func decodeKeyQueueAdd(r *Raw) span.Event {
 }
 
 func decodeRequestQueueAdd(r *Raw) span.Event { return queueAdd(r, r.Str[0], r.Str[1], 0) }
+
+// decodeWatchEvent turns a handler's entry into the watch event it delivers. The object's
+// metadata is read at ObjectMeta's place in a typed Kubernetes object; of any other value
+// (an Unstructured, client-go's DeletedFinalStateUnknown of a delete missed by the watch) only
+// the type is kept. An update whose old and new objects have one resourceVersion is a resync.
+func decodeWatchEvent(watch string) Decoder {
+	return func(r *Raw) span.Event {
+		e := base(r, span.WatchEvent)
+		e.Watch = watch
+		e.Object.Kind = kindOf(r.ObjectType)
+		if IsUID(r.Str[2]) && strings.HasPrefix(r.ObjectType, "*") && !strings.Contains(r.ObjectType, "Unstructured") {
+			e.Object.Namespace, e.Object.Name, e.Object.UID, e.Object.ResourceVersion = r.Str[0], r.Str[1], r.Str[2], r.Str[3]
+			if watch == span.WatchUpdate && r.Str[4] != "" && r.Str[4] == r.Str[3] {
+				e.Watch = span.WatchResync
+			}
+		} else {
+			e.Incomplete = false // nothing read that the event claims
+		}
+		return e
+	}
+}
+
+// kindOf is the kind of an object of Go type typeName as %T prints it: "*v1.Pod" -> "Pod".
+func kindOf(typeName string) string {
+	name := strings.TrimPrefix(typeName, "*")
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		name = name[i+1:]
+	}
+	return name
+}

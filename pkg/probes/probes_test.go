@@ -158,3 +158,32 @@ func TestFieldUsesMatchFieldsRead(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeWatchEvent: a handler's entry is the watch event it delivers: what happened, and
+// the object's kind (from its Go type), namespace, name, UID and resourceVersion; an update of
+// one version is a resync; a value that is not a typed object keeps its type alone.
+func TestDecodeWatchEvent(t *testing.T) {
+	const uid = "0b6f3c1e-8a5f-4c5e-9a43-1f0c7e4d2a10"
+	tests := []struct {
+		name  string
+		watch string
+		raw   Raw
+		want  span.Event
+	}{
+		{"add of a pod", span.WatchAdd, Raw{ObjectType: "*v1.Pod", Str: [6]string{"ns", "web-1", uid, "812"}},
+			span.Event{Kind: span.WatchEvent, Watch: span.WatchAdd, Object: span.ObjectRef{Kind: "Pod", Namespace: "ns", Name: "web-1", UID: uid, ResourceVersion: "812"}}},
+		{"update", span.WatchUpdate, Raw{ObjectType: "*v1.ConfigMap", Str: [6]string{"ns", "cm", uid, "9", "8"}},
+			span.Event{Kind: span.WatchEvent, Watch: span.WatchUpdate, Object: span.ObjectRef{Kind: "ConfigMap", Namespace: "ns", Name: "cm", UID: uid, ResourceVersion: "9"}}},
+		{"resync: one version", span.WatchUpdate, Raw{ObjectType: "*v1.ConfigMap", Str: [6]string{"ns", "cm", uid, "9", "9"}},
+			span.Event{Kind: span.WatchEvent, Watch: span.WatchResync, Object: span.ObjectRef{Kind: "ConfigMap", Namespace: "ns", Name: "cm", UID: uid, ResourceVersion: "9"}}},
+		{"a delete the watch missed", span.WatchDelete, Raw{ObjectType: "cache.DeletedFinalStateUnknown", Str: [6]string{"x", "y", "z"}},
+			span.Event{Kind: span.WatchEvent, Watch: span.WatchDelete, Object: span.ObjectRef{Kind: "DeletedFinalStateUnknown"}}},
+		{"unstructured", span.WatchAdd, Raw{ObjectType: "*unstructured.Unstructured", Str: [6]string{"ns", "n", uid, "1"}},
+			span.Event{Kind: span.WatchEvent, Watch: span.WatchAdd, Object: span.ObjectRef{Kind: "Unstructured"}}},
+	}
+	for _, tc := range tests {
+		if got := decodeWatchEvent(tc.watch)(&tc.raw); got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -79,6 +79,8 @@ type openSpan struct {
 	retry        bool
 	requeued     bool
 	requeueAfter time.Duration
+	// triggers are the adds the span serves (triggers.go), named with their writers at its end.
+	triggers triggerSet
 }
 
 type queueKey struct {
@@ -116,6 +118,8 @@ type queued struct {
 	// limited counts rate-limited adds whose delay the rate limiter has not yet been seen
 	// to give.
 	limited int
+	// triggers says why each add happened.
+	triggers triggerSet
 }
 
 type limiting struct {
@@ -156,8 +160,10 @@ type Assembler struct {
 	// the name of the queue being made on a goroutine (QueueNamed, until its QueueMade).
 	queueNames map[queueKey]string
 	naming     map[goroutineKey]string
-	stats      Stats
-	emit       func(Span)
+	// triggers follows what the goroutines that add to queues are doing (triggers.go).
+	triggers *triggers
+	stats    Stats
+	emit     func(Span)
 }
 
 // NewAssembler returns an Assembler that hands each finished span to emit.
@@ -196,6 +202,7 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 
 		queueNames: make(map[queueKey]string),
 		naming:     make(map[goroutineKey]string),
+		triggers:   newTriggers(opts.MaxOpen),
 	}
 }
 
@@ -229,7 +236,9 @@ func (a *Assembler) Add(e Event) {
 	case CallEnd:
 		a.callEnd(k, e)
 	case QueueAdd:
-		a.queueAdd(e)
+		a.queueAdd(k, e)
+	case WatchEvent:
+		a.triggers.watchEvent(k, &e)
 	case QueueLimitStart:
 		ok := objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}
 		if l, found := a.limiting[k]; found && l.key == ok {
@@ -326,7 +335,7 @@ func (a *Assembler) start(k goroutineKey, e Event) {
 	o := a.newOpen(e)
 	o.key = k
 	if !e.Queue { // a work-queue item's object is known at its Done
-		a.serve(&o.span, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+		a.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
 	}
 	a.open[k] = o
 	a.byStart[spanKey{pid: e.PID, start: e.Time}] = o
@@ -335,7 +344,7 @@ func (a *Assembler) start(k goroutineKey, e Event) {
 // queueAdd records a work-queue add. A delayed add (After) is ready at its time plus the
 // delay; a rate-limited one when its rate limiter says (QueueLimitEnd), or, with an After
 // too, at the earlier of the two (as controller-runtime's priority queue does).
-func (a *Assembler) queueAdd(e Event) {
+func (a *Assembler) queueAdd(k goroutineKey, e Event) {
 	ok := objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}
 	q := a.queued[ok]
 	if q == nil {
@@ -345,6 +354,7 @@ func (a *Assembler) queueAdd(e Event) {
 		q = &queued{added: e.Time}
 		a.queued[ok] = q
 	}
+	q.triggers.add(a.triggers.classify(k, &e, ok, a.open[k]))
 	if e.RateLimited {
 		q.limited++
 		if e.RequeueAfter > 0 {
@@ -361,7 +371,8 @@ func (a *Assembler) queueAdd(e Event) {
 // not seen: its adds stay for a later reconcile. An object whose only adds are rate-limited
 // ones whose delay was not seen (a rate limiter reconscope does not probe) is served too: all
 // its wait counts as backoff, for its ready time is not known.
-func (a *Assembler) serve(s *Span, ok objectKey) {
+func (a *Assembler) serve(o *openSpan, ok objectKey) {
+	s := &o.span
 	q := a.queued[ok]
 	if q == nil {
 		return
@@ -377,6 +388,7 @@ func (a *Assembler) serve(s *Span, ok objectKey) {
 	default:
 		return
 	}
+	o.triggers = q.triggers
 	delete(a.queued, ok)
 }
 
@@ -389,7 +401,7 @@ func (a *Assembler) enrich(o *openSpan, e Event) {
 	o.span.Controller, o.span.Namespace, o.span.Name, o.span.ReconcileID = e.Controller, e.Namespace, e.Name, e.ReconcileID
 	o.span.Start = e.Time
 	o.span.Incomplete = o.span.Incomplete || e.Incomplete
-	a.serve(&o.span, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+	a.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
 }
 
 func (a *Assembler) newOpen(e Event) *openSpan {
@@ -488,7 +500,7 @@ func (a *Assembler) queueEnd(o *openSpan, e Event) Event {
 	}
 	s.Namespace, s.Name, s.ItemType = e.Namespace, e.Name, e.ItemType
 	if s.Name != "" {
-		a.serve(s, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+		a.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
 	}
 	switch {
 	case o.retry:
@@ -530,9 +542,26 @@ func (a *Assembler) finish(o *openSpan, e Event) {
 		}
 	}
 	finalize(&s)
-	a.trigger(&s)
+	a.readVersionWriter(&s)
+	o.triggers.served(&s, a.written)
+	var requeue TriggerKind
+	switch {
+	case o.queue && o.retry:
+		requeue = TriggerRetry
+	case o.queue && o.requeued && o.requeueAfter > 0:
+		requeue = TriggerRequeueAfter
+	case o.queue && o.requeued:
+		requeue = TriggerRequeue
+	}
+	a.triggers.spanEnded(keyOf(&e), &s, requeue)
 	a.stats.Spans++
 	a.emit(s)
+}
+
+// written looks up who made version v.
+func (a *Assembler) written(v version) (written, bool) {
+	w, ok := a.versions[v]
+	return w, ok
 }
 
 func (a *Assembler) callEnd(k goroutineKey, e Event) {
@@ -631,22 +660,17 @@ func (a *Assembler) remember(v version, w written) {
 	a.versionOrder = append(a.versionOrder, v)
 }
 
-// trigger names the writer of the version s read, and the lag from that write's return to the
-// start of s, when the write was seen here and returned before s began.
-func (a *Assembler) trigger(s *Span) {
+// readVersionWriter names the writer of the version s read, when the write was seen here.
+func (a *Assembler) readVersionWriter(s *Span) {
 	if s.UID == "" || s.ResourceVersion == "" {
 		return
 	}
 	w, ok := a.versions[version{s.UID, s.ResourceVersion}]
 	if !ok {
-		s.TriggerController = TriggerUnknown
+		s.ReadVersionWriter = TriggerUnknown
 		return
 	}
-	s.TriggerController = w.controller
-	if w.end <= s.Start {
-		s.TriggerLag = time.Duration(s.Start - w.end)
-		s.TriggerLagKnown = true
-	}
+	s.ReadVersionWriter = w.controller
 }
 
 // mergeCallInfo fills what the call's return learnt (status, UID) into what its entry knew.
@@ -692,6 +716,8 @@ func (a *Assembler) abandon(k goroutineKey, o *openSpan) {
 	s.Result = ResultAbandoned
 	s.Incomplete = true
 	finalize(&s)
+	a.readVersionWriter(&s)
+	o.triggers.served(&s, a.written)
 	a.stats.Abandoned++
 	a.stats.Spans++
 	a.emit(s)
@@ -753,6 +779,7 @@ func (a *Assembler) ProcessExited(pid uint32) {
 	maps.DeleteFunc(a.limiting, func(k goroutineKey, _ limiting) bool { return k.pid == pid })
 	maps.DeleteFunc(a.queueNames, func(k queueKey, _ string) bool { return k.pid == pid })
 	maps.DeleteFunc(a.naming, func(k goroutineKey, _ string) bool { return k.pid == pid })
+	a.triggers.processExited(pid)
 }
 
 // Flush closes every open span as abandoned (the agent is stopping).

@@ -305,7 +305,9 @@ func TestCallObject(t *testing.T) {
 // controller and the lag from its return; a version nobody here wrote is "unknown"; a
 // reconcile that began before the write returned gets no lag; a no-op write (it returned the
 // version read) does not claim the version.
-func TestTrigger(t *testing.T) {
+// TestReadVersionWriter: a reconcile names the writer of the version of its object it read,
+// when that write was seen (whatever enqueued it: that is Triggers' and TriggerController's).
+func TestReadVersionWriter(t *testing.T) {
 	const dep, rs = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
 	var got []Span
 	a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
@@ -343,29 +345,27 @@ func TestTrigger(t *testing.T) {
 		a.Add(e)
 	}
 	want := []struct {
-		ctl, trigger string
-		lag          time.Duration
-		known        bool
+		ctl, writer string
 	}{
-		{"replicaset", "deployment", 0, false}, // read the POST's version, but began before it returned
-		{"deployment", TriggerUnknown, 0, false},
-		{"replicaset", "deployment", 1000, true},
-		{"deployment", TriggerUnknown, 0, false}, // the no-op patch did not claim version 5
+		{"replicaset", "deployment"}, // read the POST's version (its write returned meanwhile)
+		{"deployment", TriggerUnknown},
+		{"replicaset", "deployment"},
+		{"deployment", TriggerUnknown}, // the no-op patch did not claim version 5
 	}
 	if len(got) != len(want) {
 		t.Fatalf("%d spans", len(got))
 	}
 	for i, w := range want {
 		s := got[i]
-		if s.Controller != w.ctl || s.TriggerController != w.trigger || s.TriggerLag != w.lag || s.TriggerLagKnown != w.known {
-			t.Errorf("span %d: %s trigger %q lag %v known %v, want %+v", i, s.Controller, s.TriggerController, s.TriggerLag, s.TriggerLagKnown, w)
+		if s.Controller != w.ctl || s.ReadVersionWriter != w.writer || s.TriggerController != "" {
+			t.Errorf("span %d: %s read version writer %q trigger %q, want %+v and no trigger (no add seen)", i, s.Controller, s.ReadVersionWriter, s.TriggerController, w)
 		}
 	}
 	// A span that read nothing has no trigger at all.
 	a.Add(sp(14, 3000, "deployment", "web"))
 	a.Add(Event{Kind: SpanEnd, PID: 1, Goid: 14, Time: 3010, Result: ResultError})
-	if s := got[len(got)-1]; s.TriggerController != "" {
-		t.Errorf("span without a read: trigger %q", s.TriggerController)
+	if s := got[len(got)-1]; s.ReadVersionWriter != "" {
+		t.Errorf("span without a read: read version writer %q", s.ReadVersionWriter)
 	}
 }
 

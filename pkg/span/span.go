@@ -53,6 +53,9 @@ const (
 	// goroutine's next hit. The first read of the reconciled object gives the span its UID and
 	// resourceVersion.
 	ObjectRead
+	// WatchEvent: an informer is delivering a watch event (Watch: add, update, delete, resync)
+	// of Object to a handler on this goroutine; a QueueAdd that follows on it is that event's.
+	WatchEvent
 )
 
 // CallKind names what a call inside a reconcile does.
@@ -114,6 +117,9 @@ type Event struct {
 
 	// Call fields.
 	Call CallInfo
+	// Watch event fields (WatchEvent): what happened (a WatchKind) and to which object.
+	Watch  string
+	Object ObjectRef
 
 	// Incomplete marks an event some of whose fields could not be read (truncated strings,
 	// unknown offsets).
@@ -216,15 +222,24 @@ type Span struct {
 	Error           string
 	Calls           []Call
 	Phases          Phases
-	// TriggerController is the controller whose write made the version of the object this
-	// reconcile read (ResourceVersion): TriggerUnknown when that write was not seen on this
-	// node (kubectl, an untraced controller, another node), "" when no read was seen.
+	// Triggers are the adds to the work queue this reconcile served, in order: why it ran
+	// (the first MaxTriggers; TriggersDropped counts the rest).
+	Triggers        []Trigger
+	TriggersDropped int
+	// TriggerController is the writer of the most recent watch event among Triggers (event,
+	// mapped or resync): the controller whose write made that event's version, TriggerUnknown
+	// when that write was not seen on this node (kubectl, an untraced controller, another node),
+	// "" when no watch event is among the triggers (requeues only, or no add seen).
 	TriggerController string
 	// TriggerLag is the time from the return of that write to the start of this reconcile
 	// (watch delivery plus queue), when TriggerLagKnown: the write was seen here and returned
 	// before this reconcile began.
 	TriggerLag      time.Duration
 	TriggerLagKnown bool
+	// ReadVersionWriter is the controller whose write made the version of the object this
+	// reconcile read (ResourceVersion): TriggerUnknown when that write was not seen on this
+	// node, "" when no read was seen. (TriggerController meant this before issue 27.)
+	ReadVersionWriter string
 	// QueueWait is how long the object waited ready in its work queue: from the moment it
 	// became ready (the earliest ready time of the adds not yet served by an earlier
 	// reconcile: an add's time plus its After delay or its rate limiter's backoff) to this
