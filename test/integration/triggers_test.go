@@ -1,0 +1,159 @@
+package integration
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/test/groundtruth"
+)
+
+// TestTriggers: the scripted fixture, a controller-runtime operator that Owns Pods, creates two
+// Pods controlled by the ConfigMap it reconciles; the Pods' creation events reconcile the
+// ConfigMap again. That reconcile lists both events as mapped triggers, each with the Pod's UID
+// and the resourceVersion the API server returned to the fixture's create (the fixture's own
+// ground truth, not the agent's), and the writer "scripted"; trigger_controller is that writer.
+// A reconcile that failed is retried (a retry trigger), one that asked to be requeued after a
+// delay comes back as requeue_after, and the first reconcile of each object is the watch event
+// of its ConfigMap's creation, written by the test (untraced). The informer's probe sites are
+// function entries the kernel emulates: no single-step per watch event.
+func TestTriggers(t *testing.T) {
+	bpftest.Require(t)
+	f := startTracedFixtureArgs(t, []string{"--owns", "pod"})
+	const ns = "triggers"
+	objects := map[string]string{
+		"owner": "times:1;create:pod/owner-a;create:pod/owner-b",
+		"retry": "times:1;error",
+		"later": "times:1;requeue-after:50ms",
+	}
+	createScripted(t, f.env, ns, objects)
+	recs := settle(t, f.truth, []string{"owner", "retry", "later"})
+	time.Sleep(300 * time.Millisecond) // let the last events drain
+	f.stop(t)
+
+	for _, s := range f.plan.Sites {
+		if strings.HasPrefix(s.Probe.ID, "informer/") {
+			if s.Kind != probes.SiteEntry || s.Trap() != "emulated" {
+				t.Errorf("%s site %s: kind %v, %s; want an entry the kernel emulates", s.Probe.ID, s.Where(), s.Kind, s.Trap())
+			}
+		}
+	}
+
+	// What the fixture's creates returned: the Pods' UIDs and versions.
+	type version struct{ uid, rv string }
+	pods := map[string]version{}
+	for _, r := range recs {
+		for _, c := range r.Calls {
+			if r.Name == "owner" && c.Verb == "create" && c.Kind == "pod" && c.UID != "" {
+				pods[c.Name] = version{c.UID, c.ResourceVersion}
+			}
+		}
+	}
+	if len(pods) != 2 {
+		t.Fatalf("the fixture created %d pods (%v), want 2: %+v", len(pods), pods, recs)
+	}
+
+	spans := map[string][]span.Span{}
+	for _, s := range f.sink.Snapshot() {
+		if s.Namespace == ns {
+			spans[s.Name] = append(spans[s.Name], s)
+		}
+	}
+	for name := range objects {
+		for i, s := range spans[name] {
+			t.Logf("%s #%d %s: trigger_controller %q read_version_writer %q triggers %+v (+%d)", name, i, s.Result, s.TriggerController, s.ReadVersionWriter, s.Triggers, s.TriggersDropped)
+		}
+	}
+
+	// The first reconcile of each object: the creation of its ConfigMap, by the test.
+	for name := range objects {
+		if len(spans[name]) == 0 {
+			t.Errorf("%s: no span", name)
+			continue
+		}
+		s := spans[name][0]
+		if !hasTrigger(s, func(tr span.Trigger) bool {
+			return tr.Kind == span.TriggerEvent && tr.Event == span.WatchAdd && tr.Object.Kind == "ConfigMap" &&
+				tr.Object.Name == name && tr.Writer == span.WriterUntraced
+		}) {
+			t.Errorf("%s: first reconcile's triggers %+v, want the add of its ConfigMap, untraced", name, s.Triggers)
+		}
+	}
+
+	// The owner's reconcile after the Pods' creation: both events, by their writer.
+	found := false
+	for _, s := range spans["owner"][min(1, len(spans["owner"])):] {
+		all := true
+		for pod, v := range pods {
+			all = all && hasTrigger(s, func(tr span.Trigger) bool {
+				return tr.Kind == span.TriggerMapped && tr.Event == span.WatchAdd && tr.Object.Kind == "Pod" &&
+					tr.Object.Namespace == ns && tr.Object.Name == pod && tr.Object.UID == v.uid &&
+					tr.Object.ResourceVersion == v.rv && tr.Writer == "scripted"
+			})
+		}
+		if !all {
+			continue
+		}
+		found = true
+		if s.TriggerController != "scripted" {
+			t.Errorf("owner: trigger_controller %q, want scripted (the writer of the most recent event)", s.TriggerController)
+		}
+		// The same in JSON.
+		b, err := json.Marshal(exporter.ToJSON(&s, f.clock))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var j struct {
+			Triggers []struct {
+				Kind, Event, ObjectKind, Name, UID, Writer string
+				ResourceVersion                            string `json:"resource_version"`
+			} `json:"triggers"`
+			TriggerController string `json:"trigger_controller"`
+		}
+		if err := json.Unmarshal(b, &j); err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		for _, tr := range j.Triggers {
+			if v, ok := pods[tr.Name]; ok && tr.Kind == "mapped" && tr.Event == "add" && tr.UID == v.uid && tr.ResourceVersion == v.rv && tr.Writer == "scripted" {
+				seen++
+			}
+		}
+		if seen != 2 || j.TriggerController != "scripted" {
+			t.Errorf("owner in JSON: %s", b)
+		}
+	}
+	if !found {
+		t.Errorf("no reconcile of owner lists the creation of its pods %v by scripted", pods)
+	}
+
+	// Requeues: the second reconcile of each.
+	for name, kind := range map[string]span.TriggerKind{"retry": span.TriggerRetry, "later": span.TriggerRequeueAfter} {
+		ok := false
+		for _, s := range spans[name][min(1, len(spans[name])):] {
+			ok = ok || hasTrigger(s, func(tr span.Trigger) bool { return tr.Kind == kind })
+		}
+		if !ok {
+			t.Errorf("%s: no reconcile with a %s trigger", name, kind)
+		}
+	}
+	outcomes := map[groundtruth.Outcome]int{}
+	for _, r := range recs {
+		outcomes[r.Outcome]++
+	}
+	t.Logf("%d reconciles: %v; kernel %+v", len(recs), outcomes, f.stats.Kernel)
+}
+
+func hasTrigger(s span.Span, match func(span.Trigger) bool) bool {
+	for _, tr := range s.Triggers {
+		if match(tr) {
+			return true
+		}
+	}
+	return false
+}
