@@ -30,6 +30,7 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/ktime"
+	"github.com/reconscope/reconscope/pkg/lifeline"
 	"github.com/reconscope/reconscope/pkg/span"
 )
 
@@ -1064,5 +1065,72 @@ func TestOTLPFightEvent(t *testing.T) {
 	}
 	if strings.Join(writers, ",") != "alpha,beta" || strings.Join(opponents, ",") != "beta" {
 		t.Errorf("writers %v opponents %v, want alpha,beta and beta", writers, opponents)
+	}
+}
+
+// TestOTLPTriggerLinks: a reconcile links to the lifeline span of each watch event's version
+// among its triggers (derived from the event's UID and resourceVersion, as the writer's agent
+// derives its lifeline span), once per version, with the trigger's attributes; requeues have
+// no version to link to. reconscope.triggers sums the set up in one attribute, and
+// read_version_writer is an attribute of its own.
+func TestOTLPTriggerLinks(t *testing.T) {
+	const podUID, cmUID = "55555555-5555-5555-5555-555555555555", "66666666-6666-6666-6666-666666666666"
+	pod := span.ObjectRef{Kind: "Pod", Namespace: "ns", Name: "web-1", UID: podUID, ResourceVersion: "812"}
+	s := &span.Span{Controller: "owner", Namespace: "ns", Name: "web", ReconcileID: "r", PID: 1, Exe: "/m", Goid: 10,
+		Start: 100 * ms, Duration: 20 * time.Millisecond, Result: span.ResultSuccess,
+		Triggers: []span.Trigger{
+			{Kind: span.TriggerMapped, Event: span.WatchAdd, Object: pod, Writer: "replicaset", Time: 90 * ms},
+			{Kind: span.TriggerMapped, Event: span.WatchAdd, Object: pod, Writer: "replicaset", Time: 91 * ms}, // one version, one link
+			{Kind: span.TriggerRetry, Time: 95 * ms},
+			{Kind: span.TriggerEvent, Event: span.WatchUpdate, Object: span.ObjectRef{Kind: "ConfigMap", Namespace: "ns", Name: "web", UID: cmUID, ResourceVersion: "9"}, Writer: span.WriterUntraced, Time: 96 * ms},
+		},
+		TriggersDropped:   2,
+		TriggerController: span.TriggerUnknown, ReadVersionWriter: "owner"}
+	got, _, _ := export(t, ProtocolGRPC, []*span.Span{s}, nil)
+	var root *tracepb.Span
+	for _, r := range got {
+		if r.span.GetName() == "reconcile owner" {
+			root = r.span
+		}
+	}
+	if root == nil {
+		t.Fatal("no reconcile span")
+	}
+	a := attrMap(root.GetAttributes())
+	wantStr(t, a, "reconscope.triggers", "mapped add Pod ns/web-1@812 by replicaset, mapped add Pod ns/web-1@812 by replicaset, retry, event update ConfigMap ns/web@9 by untraced (+2 more)")
+	wantStr(t, a, "reconscope.trigger.controller", span.TriggerUnknown)
+	wantStr(t, a, "reconscope.read_version.writer", "owner")
+	var links []*tracepb.Span_Link
+	for _, l := range root.GetLinks() {
+		if attrMap(l.GetAttributes())["reconscope.link.type"].GetStringValue() == "trigger" {
+			links = append(links, l)
+		}
+	}
+	if len(links) != 2 {
+		t.Fatalf("%d trigger links, want 2 (one per version): %v", len(links), root.GetLinks())
+	}
+	for i, want := range []struct {
+		uid, rv, kind, event, writer, objKind, name string
+	}{
+		{podUID, "812", "mapped", "add", "replicaset", "Pod", "web-1"},
+		{cmUID, "9", "event", "update", span.WriterUntraced, "ConfigMap", "web"},
+	} {
+		l := links[i]
+		v := lifeline.Version(want.uid, want.rv)
+		if hex.EncodeToString(l.GetTraceId()) != v.TraceID().String() {
+			t.Errorf("link %d to trace %x, want the lifeline trace %s", i, l.GetTraceId(), v.TraceID())
+		}
+		if hex.EncodeToString(l.GetSpanId()) != v.SpanID().String() {
+			t.Errorf("link %d to span %x, want the version's lifeline span %s", i, l.GetSpanId(), v.SpanID())
+		}
+		la := attrMap(l.GetAttributes())
+		wantStr(t, la, "k8s.object.uid", want.uid)
+		wantStr(t, la, "k8s.object.resource_version", want.rv)
+		wantStr(t, la, "reconscope.trigger.kind", want.kind)
+		wantStr(t, la, "reconscope.trigger.event", want.event)
+		wantStr(t, la, "reconscope.trigger.writer", want.writer)
+		wantStr(t, la, "k8s.object.kind", want.objKind)
+		wantStr(t, la, "k8s.object.name", want.name)
+		wantStr(t, la, "k8s.object.namespace", "ns")
 	}
 }

@@ -38,3 +38,38 @@ func TestJSONPhaseNames(t *testing.T) {
 		t.Errorf("phases add up to %d, duration %d", sum, got.DurationNS)
 	}
 }
+
+// TestJSONTriggers: triggers carry the kind, the event and its object, and the writer; a
+// requeue only its kind and time; read_version_writer and trigger_controller stand apart.
+func TestJSONTriggers(t *testing.T) {
+	s := span.Span{Controller: "owner", Result: span.ResultSuccess, TriggerController: "replicaset", ReadVersionWriter: "owner",
+		Triggers: []span.Trigger{
+			{Kind: span.TriggerMapped, Event: span.WatchAdd, Object: span.ObjectRef{Kind: "Pod", Namespace: "ns", Name: "web-1", UID: "u", ResourceVersion: "812"}, Writer: "replicaset"},
+			{Kind: span.TriggerRetry},
+		}, TriggersDropped: 3}
+	b, err := json.Marshal(ToJSON(&s, ktime.Clock{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Triggers          []map[string]any `json:"triggers"`
+		TriggersDropped   int              `json:"triggers_dropped"`
+		TriggerController string           `json:"trigger_controller"`
+		ReadVersionWriter string           `json:"read_version_writer"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Triggers) != 2 || got.TriggersDropped != 3 || got.TriggerController != "replicaset" || got.ReadVersionWriter != "owner" {
+		t.Fatalf("%s", b)
+	}
+	want := map[string]any{"kind": "mapped", "event": "add", "object_kind": "Pod", "namespace": "ns", "name": "web-1", "uid": "u", "resource_version": "812", "writer": "replicaset"}
+	for k, v := range want {
+		if got.Triggers[0][k] != v {
+			t.Errorf("triggers[0].%s = %v, want %v (%s)", k, got.Triggers[0][k], v, b)
+		}
+	}
+	if len(got.Triggers[1]) != 2 || got.Triggers[1]["kind"] != "retry" || got.Triggers[1]["time"] == nil {
+		t.Errorf("triggers[1] = %v, want kind and time only", got.Triggers[1])
+	}
+}
