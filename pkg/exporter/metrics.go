@@ -119,6 +119,7 @@ type Metrics struct {
 	queueWait  *prometheus.HistogramVec
 	triggerLag *prometheus.HistogramVec
 	fights     *prometheus.CounterVec
+	conflicts  *prometheus.CounterVec
 	hits       *prometheus.CounterVec
 	hot        *hotObjects
 	tracing    *prometheus.GaugeVec
@@ -181,12 +182,16 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 		queueWait: histogram("reconscope_queue_wait_seconds",
 			"Time an object waited in its controller's work queue before its reconcile started (reconciles whose queue add was seen).", wl()...),
 		triggerLag: histogram("reconscope_trigger_lag_seconds",
-			"Time from the write that made the version a reconcile read to the reconcile's start (watch delivery plus queue), by the controller that wrote it (trigger_controller); reconciles whose trigger write was seen on this node.",
+			"Time from the write that made the version of the most recent watch event among a reconcile's triggers to the reconcile's start (watch delivery plus queue), by the controller that wrote it (trigger_controller); reconciles whose trigger write was seen on this node.",
 			wl("trigger_controller")...),
 		fights: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reconscope_controller_fights_total",
 			Help: "Controller fight episodes seen on this node: writers alternately changing one object's resource[/subresource] (see --fight-alternations, --fight-window), once per episode for each writer and each opponent.",
 		}, []string{"controller", "opponent", "resource"}),
+		conflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconscope_write_conflicts_total",
+			Help: "API writes answered 409 Conflict, by the writing controller, the writer of the newer version it conflicted with (other_writer: a controller traced on this node, or untraced) and the resource[/subresource].",
+		}, []string{"controller", "other_writer", "resource"}),
 		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reconscope_probe_hits_total",
 			Help: "Probe hits the traced process paid for its reconciles (the hits whose records joined a span: entry, return, calls, queue marks), by what each cost its thread: kind=emulated (one trap) or single_stepped (a trap and a single-step). Divide by reconscope_reconcile_total for hits per reconcile.",
@@ -209,7 +214,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.hits, m.hot, m.tracing,
+		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.conflicts, m.hits, m.hot, m.tracing,
 	)
 	if opts.AgentStats != nil {
 		reg.MustRegister(newAgentCollector(opts.AgentStats))
@@ -349,6 +354,13 @@ func (m *Metrics) Write(s *span.Span) error {
 			code = strconv.Itoa(c.Status)
 		}
 		m.api.WithLabelValues(lv(verb, resource, code)...).Inc()
+		if c.Status == 409 && c.IsWrite() {
+			other := c.ConflictWriter
+			if other == "" {
+				other = span.WriterUntraced
+			}
+			m.conflicts.WithLabelValues(s.Controller, other, resource).Inc()
+		}
 	}
 	m.hot.observe(hotController{controller: s.Controller, namespace: wv[0], workload: wv[4]}, s.Namespace, s.Name)
 	return nil

@@ -619,3 +619,37 @@ func TestMetricsResultsStartAtZero(t *testing.T) {
 		b + "success": 0, b + "error": 1, b + "requeue": 0, b + "requeue_after": 0, b + "abandoned": 0,
 	})
 }
+
+// TestMetricsWriteConflicts: each write answered 409 counts once, by its controller, the writer
+// of the newer version (untraced when none was named) and its resource[/subresource]; other
+// calls do not count.
+func TestMetricsWriteConflicts(t *testing.T) {
+	m, srv, _ := newTestMetrics(t, MetricsOptions{})
+	put := func(status int, other string) span.Call {
+		return span.Call{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "PUT", Resource: "replicasets", Subresource: "status", Status: status, ConflictWriter: other}}
+	}
+	for _, s := range []*span.Span{
+		{Controller: "replicaset", Result: span.ResultError, Calls: []span.Call{put(409, "foo-controller")}},
+		{Controller: "replicaset", Result: span.ResultError, Calls: []span.Call{put(409, "foo-controller"), put(200, "")}},
+		{Controller: "replicaset", Result: span.ResultError, Calls: []span.Call{put(409, "")}},
+		{Controller: "replicaset", Result: span.ResultSuccess, Calls: []span.Call{{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "GET", Resource: "replicasets", Status: 409}}}},
+	} {
+		if err := m.Write(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fams, _ := scrape(t, srv.URL+"/metrics", "")
+	got := series(t, fams, "reconscope_write_conflicts_total")
+	want := map[string]float64{
+		"controller=replicaset,other_writer=foo-controller,resource=replicasets/status": 2,
+		"controller=replicaset,other_writer=untraced,resource=replicasets/status":       1,
+	}
+	if len(got) != len(want) {
+		t.Errorf("series %v, want %d", keys(got), len(want))
+	}
+	for labels, w := range want {
+		if v := got[labels].GetCounter().GetValue(); v != w {
+			t.Errorf("%s = %v, want %v", labels, v, w)
+		}
+	}
+}

@@ -60,6 +60,7 @@ const (
 	attrTriggerWriter  = attribute.Key("reconscope.trigger.writer")
 	attrObjectKind     = attribute.Key("k8s.object.kind")
 	attrReadVerWriter  = attribute.Key("reconscope.read_version.writer")
+	attrConflictWriter = attribute.Key("reconscope.conflict.writer")
 	attrCallKind       = attribute.Key("reconscope.call.kind")
 	attrCallVerb       = attribute.Key("reconscope.call.verb")
 	attrCallResource   = attribute.Key("reconscope.call.resource")
@@ -474,6 +475,7 @@ func callAttributes(c *span.Call) []attribute.KeyValue {
 	attrs = nonEmpty(attrs, attrObjectName, c.Name)
 	attrs = nonEmpty(attrs, attrObjectUID, c.UID)
 	attrs = nonEmpty(attrs, attrObjectRV, c.ResourceVersion)
+	attrs = nonEmpty(attrs, attrConflictWriter, c.ConflictWriter)
 	return attrs
 }
 

@@ -120,9 +120,12 @@ type JSONCall struct {
 	ResourceVersion string `json:"resource_version"`
 	Status          int    `json:"status"`
 	// Outcome is a cache read's: hit, not_found or error; "" for other calls.
-	Outcome    string    `json:"outcome,omitempty"`
-	Start      time.Time `json:"start"`
-	DurationNS int64     `json:"duration_ns"`
+	Outcome string `json:"outcome,omitempty"`
+	// ConflictWriter is, for a write answered 409, the writer of the newer version it
+	// conflicted with (untraced when not seen).
+	ConflictWriter string    `json:"conflict_writer,omitempty"`
+	Start          time.Time `json:"start"`
+	DurationNS     int64     `json:"duration_ns"`
 }
 
 // ToJSON converts a span to its JSON form.
@@ -155,7 +158,7 @@ func ToJSON(s *span.Span, clock ktime.Clock) JSONSpan {
 		j.Calls = append(j.Calls, JSONCall{
 			Kind: string(c.Kind), Verb: c.Verb, Resource: c.Resource, Subresource: c.Subresource,
 			Namespace: c.Namespace, Name: c.Name, UID: c.UID, ResourceVersion: c.ResourceVersion,
-			Status: c.Status, Outcome: c.Outcome, Start: clock.Wall(c.Start),
+			Status: c.Status, Outcome: c.Outcome, ConflictWriter: c.ConflictWriter, Start: clock.Wall(c.Start),
 			DurationNS: int64(c.Duration),
 		})
 	}

@@ -162,6 +162,8 @@ type Assembler struct {
 	naming     map[goroutineKey]string
 	// triggers follows what the goroutines that add to queues are doing (triggers.go).
 	triggers *triggers
+	// latest is the newest version traced writes made of each object (conflicts.go).
+	latest *latestWrites
 	stats    Stats
 	emit     func(Span)
 }
@@ -203,6 +205,7 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 		queueNames: make(map[queueKey]string),
 		naming:     make(map[goroutineKey]string),
 		triggers:   newTriggers(opts.MaxOpen),
+		latest:     newLatestWrites(opts.MaxVersions),
 	}
 }
 
@@ -588,6 +591,9 @@ func (a *Assembler) callEnd(k goroutineKey, e Event) {
 		d = time.Duration(e.Time - c.start)
 	}
 	o.span.Calls = append(o.span.Calls, Call{CallInfo: info, Start: c.start, Duration: d, Depth: len(o.calls[k]), Goroutine: k.goid})
+	if call := &o.span.Calls[len(o.span.Calls)-1]; call.Kind == CallAPI && call.IsWrite() && call.Status == 409 {
+		call.ConflictWriter = a.latest.conflictWriter(&o.span, call)
+	}
 	o.last[k] = len(o.span.Calls) - 1
 	o.learnObject(info)
 }
@@ -623,6 +629,7 @@ func (a *Assembler) callObject(o *openSpan, k goroutineKey, obj CallInfo) {
 	if c.IsWrite() && c.Status < 300 && !(c.UID == o.span.UID && c.ResourceVersion == o.span.ResourceVersion) {
 		end := c.Start + uint64(max(c.Duration, 0))
 		a.remember(version{c.UID, c.ResourceVersion}, written{controller: o.span.Controller, end: end})
+		a.latest.wrote(c.UID, c.ResourceVersion, o.span.Controller, end)
 		if f := a.fightWrite(c, writer{pid: o.span.PID, controller: o.span.Controller}, end); f != nil {
 			o.addFight(*f)
 		}

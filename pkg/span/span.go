@@ -178,6 +178,11 @@ type CallInfo struct {
 	// Outcome is a cache read's (cache_get: controller-runtime's cache, client-go listers):
 	// OutcomeHit, OutcomeNotFound or OutcomeError; "" for other calls.
 	Outcome string
+	// ConflictWriter is, for a write answered 409 Conflict, the controller whose write made the
+	// newer version of the object it conflicted with, when a traced process on this node was
+	// seen making it; WriterUntraced when not; "" on other calls, or when the version the
+	// reconcile read of the object is not known.
+	ConflictWriter string
 }
 
 // Outcomes of a cache read (CallInfo.Outcome).
