@@ -1,10 +1,15 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/pkg/exporter"
@@ -156,4 +161,39 @@ func hasTrigger(s span.Span, match func(span.Trigger) bool) bool {
 		}
 	}
 	return false
+}
+
+// TestTriggersHitsPerWatchEvent: a watch event delivered to a handler costs the traced process
+// one probe hit (the handler's entry, emulated), whether or not the handler enqueues: the
+// fixture's ConfigMap informer delivers the creation of ConfigMaps without a script to its one
+// handler, whose predicate drops them. The cost is the slope between two batches (a batch's
+// background hits, timers and the runtime's, cancel out).
+func TestTriggersHitsPerWatchEvent(t *testing.T) {
+	bpftest.Require(t)
+	f := startTracedFixture(t)
+	ctx := context.Background()
+	if err := f.env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hits"}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	batch := func(first, n int) uint64 {
+		t.Helper()
+		before := f.tracer.Stats().Kernel.Hits
+		for i := first; i < first+n; i++ {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "hits", Name: fmt.Sprintf("plain-%d", i)}}
+			if err := f.env.Client.Create(ctx, cm); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(2 * time.Second) // the informer delivers them
+		return f.tracer.Stats().Kernel.Hits - before
+	}
+	const n1, n2 = 20, 220
+	h1 := batch(0, n1)
+	h2 := batch(n1, n2)
+	perEvent := float64(h2-h1) / float64(n2-n1)
+	t.Logf("%d hits for %d watch events, %d for %d: %.3f hits per watch event", h1, n1, h2, n2, perEvent)
+	if perEvent < 0.95 || perEvent > 1.1 {
+		t.Errorf("%.3f probe hits per watch event, want 1 (the handler's entry)", perEvent)
+	}
 }
