@@ -396,6 +396,9 @@ func triggerSummary(s *span.Span) string {
 			b.WriteString(", ")
 		}
 		b.WriteString(string(t.Kind))
+		if t.Function != "" {
+			b.WriteString(" from " + t.Function)
+		}
 		if t.Event == "" {
 			continue
 		}

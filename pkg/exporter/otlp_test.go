@@ -1082,6 +1082,7 @@ func TestOTLPTriggerLinks(t *testing.T) {
 			{Kind: span.TriggerMapped, Event: span.WatchAdd, Object: pod, Writer: "replicaset", Time: 90 * ms},
 			{Kind: span.TriggerMapped, Event: span.WatchAdd, Object: pod, Writer: "replicaset", Time: 91 * ms}, // one version, one link
 			{Kind: span.TriggerRetry, Time: 95 * ms},
+			{Kind: span.TriggerOther, Function: "main.resyncAll", Time: 95 * ms},
 			{Kind: span.TriggerEvent, Event: span.WatchUpdate, Object: span.ObjectRef{Kind: "ConfigMap", Namespace: "ns", Name: "web", UID: cmUID, ResourceVersion: "9"}, Writer: span.WriterUntraced, Time: 96 * ms},
 		},
 		TriggersDropped:   2,
@@ -1097,7 +1098,7 @@ func TestOTLPTriggerLinks(t *testing.T) {
 		t.Fatal("no reconcile span")
 	}
 	a := attrMap(root.GetAttributes())
-	wantStr(t, a, "reconscope.triggers", "mapped add Pod ns/web-1@812 by replicaset, mapped add Pod ns/web-1@812 by replicaset, retry, event update ConfigMap ns/web@9 by untraced (+2 more)")
+	wantStr(t, a, "reconscope.triggers", "mapped add Pod ns/web-1@812 by replicaset, mapped add Pod ns/web-1@812 by replicaset, retry, other from main.resyncAll, event update ConfigMap ns/web@9 by untraced (+2 more)")
 	wantStr(t, a, "reconscope.trigger.controller", span.TriggerUnknown)
 	wantStr(t, a, "reconscope.read_version.writer", "owner")
 	var links []*tracepb.Span_Link

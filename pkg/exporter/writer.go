@@ -70,14 +70,16 @@ type JSONTrigger struct {
 	Kind string `json:"kind"`
 	// Event, the object and Writer: the watch event the adding goroutine was delivering
 	// (event, mapped, resync); absent for requeues and other adds.
-	Event           string    `json:"event,omitempty"`
-	ObjectKind      string    `json:"object_kind,omitempty"`
-	Namespace       string    `json:"namespace,omitempty"`
-	Name            string    `json:"name,omitempty"`
-	UID             string    `json:"uid,omitempty"`
-	ResourceVersion string    `json:"resource_version,omitempty"`
-	Writer          string    `json:"writer,omitempty"`
-	Time            time.Time `json:"time"`
+	Event           string `json:"event,omitempty"`
+	ObjectKind      string `json:"object_kind,omitempty"`
+	Namespace       string `json:"namespace,omitempty"`
+	Name            string `json:"name,omitempty"`
+	UID             string `json:"uid,omitempty"`
+	ResourceVersion string `json:"resource_version,omitempty"`
+	Writer          string `json:"writer,omitempty"`
+	// Function is, for kind other, the function that added.
+	Function string    `json:"function,omitempty"`
+	Time     time.Time `json:"time"`
 }
 
 // JSONFight is one controller fight of a JSON span (docs/json.md).
@@ -148,7 +150,7 @@ func ToJSON(s *span.Span, clock ktime.Clock) JSONSpan {
 	for _, t := range s.Triggers {
 		j.Triggers = append(j.Triggers, JSONTrigger{Kind: string(t.Kind), Event: t.Event, ObjectKind: t.Object.Kind,
 			Namespace: t.Object.Namespace, Name: t.Object.Name, UID: t.Object.UID, ResourceVersion: t.Object.ResourceVersion,
-			Writer: t.Writer, Time: clock.Wall(t.Time)})
+			Writer: t.Writer, Function: t.Function, Time: clock.Wall(t.Time)})
 	}
 	for _, f := range s.Fights {
 		j.Fights = append(j.Fights, JSONFight{Namespace: f.Namespace, Name: f.Name, UID: f.UID, Resource: f.Resource,

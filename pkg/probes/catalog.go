@@ -394,6 +394,10 @@ var ReconcileReads = []*Probe{
 		Return:      layout(),
 		DecodeEntry: decodeIgnore, DecodeReturn: decodeObjectRead},
 }
+// addCaller reads, at a queue add's entry, the return addresses of its innermost frames: the
+// function that added (past the queues' own code, Raw.Worker) names an add of kind other.
+// Frame-pointer reads, no trap.
+var addCaller = ValueArg{Base: Frames}
 
 // QueueProbes see keys added to work queues, so a span can say how long its object waited:
 // controller-runtime's priority queue (v0.20+, the default from v0.23) and client-go's typed
@@ -405,7 +409,8 @@ var QueueProbes = []*Probe{
 		Symbol:    regexp.MustCompile(`^sigs\.k8s\.io/controller-runtime/pkg/controller/priorityqueue\.\(\*priorityqueue\[go\.shape\.struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}\]\)\.AddWithOpts$`),
 		EntryOnly: true,
 		Entry: layout().str(0, StringArg{Ptr: None, Len: None, Base: 5, Field: FieldRef{Type: "k8s.io/apimachinery/pkg/types.NamespacedName", Path: "Namespace"}}).
-			str(1, StringArg{Ptr: None, Len: None, Base: 5, Field: FieldRef{Type: "k8s.io/apimachinery/pkg/types.NamespacedName", Path: "Name"}}),
+			str(1, StringArg{Ptr: None, Len: None, Base: 5, Field: FieldRef{Type: "k8s.io/apimachinery/pkg/types.NamespacedName", Path: "Name"}}).
+			val(0, addCaller),
 		Return:      layout(),
 		DecodeEntry: decodePriorityQueueAdd, DecodeReturn: decodeIgnore},
 	// ... and the delay its rate limiter gives a rate-limited add (AddRateLimited, after an
@@ -419,13 +424,13 @@ var QueueProbes = []*Probe{
 		// (*Typed[string]).Add(item string): recv, dict, item (2-3)
 		Symbol:    regexp.MustCompile(`^k8s\.io/client-go/util/workqueue\.\(\*Typed\[go\.shape\.string\]\)\.Add$`),
 		EntryOnly: true,
-		Entry:     layout().str(0, str(2, 3)), Return: layout(),
+		Entry:     layout().str(0, str(2, 3)).val(0, addCaller), Return: layout(),
 		DecodeEntry: decodeKeyQueueAdd, DecodeReturn: decodeIgnore},
 	{ID: "client-go/queue-add", Module: clientGo, Role: RoleMark,
 		// (*Typed[reconcile.Request]).Add(item): recv, dict, namespace (2-3), name (4-5)
 		Symbol:    regexp.MustCompile(`^k8s\.io/client-go/util/workqueue\.\(\*Typed\[go\.shape\.struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}\]\)\.Add$`),
 		EntryOnly: true,
-		Entry:     layout().str(0, str(2, 3)).str(1, str(4, 5)), Return: layout(),
+		Entry:     layout().str(0, str(2, 3)).str(1, str(4, 5)).val(0, addCaller), Return: layout(),
 		DecodeEntry: decodeRequestQueueAdd, DecodeReturn: decodeIgnore},
 }
 

@@ -285,6 +285,7 @@ func queueAdd(r *Raw, ns, name string, after time.Duration) span.Event {
 	e := base(r, span.QueueAdd)
 	e.Namespace, e.Name = ns, name
 	e.RequeueAfter = after
+	e.Worker = r.Worker // the function that added
 	return e
 }
 

@@ -218,6 +218,10 @@ func decodeQueueAddAfter(delaySlot int) Decoder {
 // worker.
 const WorkerPackage = "k8s.io/client-go/util/workqueue."
 
+// PriorityQueuePackage is controller-runtime's priority queue's package, passed over as the
+// work queue's is to find the function that added to it (its Add calls AddWithOpts).
+const PriorityQueuePackage = "sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue."
+
 // Worker picks, from the names of the functions holding the return addresses of a Done site's
 // frames (innermost first, "" where unknown), the worker that called Done: the first outside
 // the work queue's code and the runtime (a deferred Done returns through runtime.deferreturn
@@ -227,7 +231,7 @@ func Worker(frames []string) string {
 		switch {
 		case fn == "":
 			return "" // the chain is cut: what follows is not known to be the worker
-		case strings.HasPrefix(fn, WorkerPackage), strings.HasPrefix(fn, "runtime."):
+		case strings.HasPrefix(fn, WorkerPackage), strings.HasPrefix(fn, PriorityQueuePackage), strings.HasPrefix(fn, "runtime."):
 			continue
 		}
 		return WorkerName(fn)

@@ -100,7 +100,8 @@ type Event struct {
 	QueueID uint64
 	// ItemType is the Go type of a work-queue item that is not a key (SpanEnd of a queue).
 	ItemType string
-	// Worker is the function that called Done (SpanEnd of a queue), in its short form
+	// Worker is the function that called Done (SpanEnd of a queue), or the one that added
+	// (QueueAdd), in its short form
 	// ("controller.ProvisionController.processNextClaimWorkItem"): the controller of an item
 	// whose queue's name is not known. "" when it was not read.
 	Worker string

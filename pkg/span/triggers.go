@@ -67,6 +67,9 @@ type Trigger struct {
 	// node was seen writing it (by the time the reconcile ended), else WriterUntraced; ""
 	// for requeues.
 	Writer string
+	// Function is, for an add of kind other, the function that added (past the queue's own
+	// code, in WorkerName's short form: "main.resyncAll"), "" when not read.
+	Function string
 	// Time is when the add happened (monotonic ns).
 	Time uint64
 	// writeEnd is when the writer's write returned (monotonic ns), when Writer is known.
@@ -192,7 +195,7 @@ func (t *triggers) classify(k goroutineKey, e *Event, ok objectKey, open *openSp
 		tr.Kind = kind
 		return tr
 	}
-	tr.Kind = TriggerOther
+	tr.Kind, tr.Function = TriggerOther, e.Worker
 	return tr
 }
 

@@ -109,9 +109,9 @@ func TestTriggers(t *testing.T) {
 			reconcile(20, 1000, 1100, "web", ResultSuccess)},
 		want: want{triggers: []Trigger{{Kind: TriggerRequeue, Time: 150}}},
 	}, {
-		name:   "an add from a goroutine doing nothing reconscope saw",
-		events: [][]Event{{add(60, 300, "web")}, reconcile(20, 1000, 1100, "web", ResultSuccess)},
-		want:   want{triggers: []Trigger{{Kind: TriggerOther, Time: 300}}},
+		name:   "an add from a goroutine doing nothing reconscope saw names the function that added",
+		events: [][]Event{{{Kind: QueueAdd, PID: 1, Goid: 60, Time: 300, Namespace: "ns", Name: "web", Worker: "main.resyncAll"}}, reconcile(20, 1000, 1100, "web", ResultSuccess)},
+		want:   want{triggers: []Trigger{{Kind: TriggerOther, Function: "main.resyncAll", Time: 300}}},
 	}, {
 		name: "adds during a reconcile are the next one's",
 		events: [][]Event{{watch(50, 300, WatchUpdate, cm), add(50, 301, "web")},

@@ -137,6 +137,15 @@ func TestTriggers(t *testing.T) {
 		t.Errorf("no reconcile of owner lists the creation of its pods %v by scripted", pods)
 	}
 
+	// Every add here was an event or a requeue.
+	for name, ss := range spans {
+		for _, s := range ss {
+			if hasTrigger(s, func(tr span.Trigger) bool { return tr.Kind == span.TriggerOther }) {
+				t.Errorf("%s: an add of kind other: %+v", name, s.Triggers)
+			}
+		}
+	}
+
 	// Requeues: the second reconcile of each.
 	for name, kind := range map[string]span.TriggerKind{"retry": span.TriggerRetry, "later": span.TriggerRequeueAfter} {
 		ok := false

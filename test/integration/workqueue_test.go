@@ -16,6 +16,7 @@ import (
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -62,6 +63,27 @@ func TestWorkQueueItems(t *testing.T) {
 			slices.Sort(got)
 			if !slices.Equal(got, want) {
 				t.Errorf("spans differ from the items the program processed (%d spans, %d items):\n%s", len(got), len(want), lineDiff(want, got))
+			}
+			// Why each ran (issue 27): main added the keys itself (other, from main.main); a
+			// flaky key's retry and later's delayed requeue are added by the delaying queue's
+			// goroutine, after the worker asked for them.
+			kinds := map[string]bool{}
+			for _, sp := range s.Snapshot() {
+				for _, tr := range sp.Triggers {
+					switch {
+					case tr.Kind == span.TriggerOther && tr.Function == "main.main":
+						kinds["other from main.main"] = true
+					case tr.Kind == span.TriggerRetry && strings.HasPrefix(sp.Name, "flaky-"):
+						kinds["retry of flaky"] = true
+					case tr.Kind == span.TriggerRequeueAfter && sp.Name == "later":
+						kinds["requeue_after of later"] = true
+					}
+				}
+			}
+			for _, k := range []string{"other from main.main", "retry of flaky", "requeue_after of later"} {
+				if !kinds[k] {
+					t.Errorf("no span with a trigger %s", k)
+				}
 			}
 		})
 	}
