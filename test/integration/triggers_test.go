@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +14,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/groundtruth"
+	"github.com/reconscope/reconscope/test/testenv"
 )
 
 // TestTriggers: the scripted fixture, a controller-runtime operator that Owns Pods, creates two
@@ -204,5 +209,101 @@ func TestTriggersHitsPerWatchEvent(t *testing.T) {
 	t.Logf("%d hits for %d watch events, %d for %d: %.3f hits per watch event", h1, n1, h2, n2, perEvent)
 	if perEvent < 0.95 || perEvent > 1.1 {
 		t.Errorf("%.3f probe hits per watch event, want 1 (the handler's entry)", perEvent)
+	}
+}
+
+// TestWriteConflictNamesOtherWriter: two fixture processes, controllers alpha and beta. alpha
+// reads ConfigMap target from its cache, waits, and updates the version it read; meanwhile beta
+// updates target. alpha's update is answered 409, and its span names beta, whose update (its
+// own ground truth: the version its update returned, newer than the one alpha read) made the
+// newer version.
+func TestWriteConflictNamesOtherWriter(t *testing.T) {
+	bpftest.Require(t)
+	env := testenv.Start(t, testenv.Options{})
+	bin := testkit.Build(t, fixturePkg)
+	dir := t.TempDir()
+	start := func(name string) *testenv.Process {
+		return testenv.StartProcess(t, name, exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--namespace", "conflict",
+			"--controller-name", name, "--selector", "role="+name, "--ground-truth", filepath.Join(dir, name+".jsonl")))
+	}
+	alpha, beta := start("alpha"), start("beta")
+	s := &testkit.Sink{}
+	tr, err := tracer.New(tracer.Options{Writer: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*testenv.Process{alpha, beta} {
+		if _, err := tr.TracePID(p.PID()); err != nil {
+			tr.Close()
+			t.Fatalf("trace %d: %v", p.PID(), err)
+		}
+	}
+	stopRun := testkit.Go(t, tr.Run)
+	defer tr.Close()
+
+	bg := context.Background()
+	createScripted(t, env, "conflict", nil)
+	target := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "conflict", Name: "target"}}
+	if err := env.Client.Create(bg, target); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // both caches have target
+	for name, script := range map[string]string{
+		"alpha": "times:1;get:configmap/target;sleep:1500ms;stale-update:configmap/target",
+		"beta":  "times:1;sleep:300ms;update:configmap/target",
+	} {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "conflict", Name: name, Labels: map[string]string{"role": name},
+			Annotations: map[string]string{"scripted.reconscope.io/script": script}}}
+		if err := env.Client.Create(bg, cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var alphaRecs, betaRecs []groundtruth.Record
+	testkit.WaitFor(t, "alpha's stale update and beta's update", 30*time.Second, func() (bool, string) {
+		alphaRecs, _ = groundtruth.ReadFile(filepath.Join(dir, "alpha.jsonl"))
+		betaRecs, _ = groundtruth.ReadFile(filepath.Join(dir, "beta.jsonl"))
+		return len(alphaRecs) > 0 && len(betaRecs) > 0, fmt.Sprintf("%d and %d reconciles", len(alphaRecs), len(betaRecs))
+	})
+	time.Sleep(500 * time.Millisecond) // let the last events drain
+	if err := stopRun(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Ground truth: what alpha read, and the newer version beta's update returned.
+	var readRV, betaRV string
+	for _, c := range alphaRecs[0].Calls {
+		if c.Verb == "get" && c.Name == "target" {
+			readRV = c.ResourceVersion
+		}
+	}
+	for _, c := range betaRecs[0].Calls {
+		if c.Verb == "update" && c.Name == "target" {
+			betaRV = c.ResourceVersion
+		}
+	}
+	if alphaRecs[0].Outcome != groundtruth.OutcomeError || !strings.Contains(alphaRecs[0].Error, "the object has been modified") || readRV == "" || betaRV == "" || readRV == betaRV {
+		t.Fatalf("no conflict staged: alpha %+v, beta %+v", alphaRecs[0], betaRecs[0])
+	}
+	t.Logf("alpha read target@%s, beta's update made %s, alpha's update: %s", readRV, betaRV, alphaRecs[0].Error)
+
+	found := false
+	for _, sp := range s.Snapshot() {
+		if sp.Controller != "alpha" || sp.Name != "alpha" {
+			continue
+		}
+		for _, c := range sp.Calls {
+			if c.Kind == span.CallAPI && c.Verb == "PUT" && c.Name == "target" {
+				t.Logf("alpha's %s %s/%s: status %d, conflict writer %q", c.Verb, c.Resource, c.Name, c.Status, c.ConflictWriter)
+				if c.Status == 409 {
+					found = true
+					if c.ConflictWriter != "beta" {
+						t.Errorf("alpha's conflicting update names %q, want beta", c.ConflictWriter)
+					}
+				}
+			}
+		}
+	}
+	if !found {
+		t.Error("no span of alpha has its update answered 409")
 	}
 }
