@@ -145,12 +145,13 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 		t.Errorf("no replicaset reconcile links to the deployment controller's create (%x/%x)", rsCreate.GetTraceId(), rsCreate.GetSpanId())
 	}
 
-	// Trigger and lag, on the spans themselves: each reconcile that read a version a traced
-	// write made names that write's controller, with the lag from that write's return to its
-	// start when it began after it (the watch may deliver a version before its writer has the
-	// response: no lag then); a version no traced write made (this test's own create) is
-	// unknown. The replicaset reconcile of the version the deployment controller's create made
-	// names deployment.
+	// Writers, on the spans themselves: each reconcile that read a version a traced write made
+	// names that write's controller as its read version writer; a version no traced write made
+	// (this test's own create) is unknown. Its trigger controller is the writer of the most
+	// recent watch event among its triggers, with the lag from that write's return to its start
+	// when it began after it (the watch may deliver a version before its writer has the
+	// response: no lag then). The replicaset reconcile triggered by the deployment controller's
+	// create of the ReplicaSet names deployment.
 	type write struct {
 		controller string
 		end        uint64
@@ -166,30 +167,53 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 	}
 	byDeployment, lagged, unknown := 0, 0, 0
 	for _, sp := range s.Snapshot() {
-		lines = append(lines, fmt.Sprintf("%s %s@%s trigger %q lag %v (known %v)", sp.Controller, sp.UID, sp.ResourceVersion, sp.TriggerController, sp.TriggerLag, sp.TriggerLagKnown))
-		if sp.UID == "" || sp.ResourceVersion == "" {
+		lines = append(lines, fmt.Sprintf("%s %s@%s read version writer %q trigger %q lag %v (known %v) triggers %+v", sp.Controller, sp.UID, sp.ResourceVersion, sp.ReadVersionWriter, sp.TriggerController, sp.TriggerLag, sp.TriggerLagKnown, sp.Triggers))
+		// read_version_writer: the writer of the version read.
+		if sp.UID != "" && sp.ResourceVersion != "" {
+			w, ok := writes[objectVersion{sp.UID, sp.ResourceVersion}]
+			switch {
+			case !ok:
+				if sp.ReadVersionWriter != span.TriggerUnknown {
+					t.Errorf("%s reconcile of %s@%s, a version no traced write made: read version writer %q, want unknown", sp.Controller, sp.UID, sp.ResourceVersion, sp.ReadVersionWriter)
+				}
+				if sp.UID == string(dep.UID) && sp.ResourceVersion == dep.ResourceVersion {
+					unknown++
+				}
+			case sp.ReadVersionWriter != w.controller:
+				t.Errorf("%s reconcile of %s@%s: read version writer %q, the version was written by %s", sp.Controller, sp.UID, sp.ResourceVersion, sp.ReadVersionWriter, w.controller)
+			}
+		}
+		// trigger_controller: the writer of the most recent watch event among the triggers.
+		var last *span.Trigger
+		for i := range sp.Triggers {
+			if sp.Triggers[i].Event != "" {
+				last = &sp.Triggers[i]
+			}
+		}
+		if last == nil {
+			if sp.TriggerController != "" && sp.TriggersDropped == 0 {
+				t.Errorf("%s reconcile of %s without a watch event among its triggers: trigger %q", sp.Controller, sp.Name, sp.TriggerController)
+			}
 			continue
 		}
-		w, ok := writes[objectVersion{sp.UID, sp.ResourceVersion}]
+		w, ok := writes[objectVersion{last.Object.UID, last.Object.ResourceVersion}]
+		end := sp.Start + uint64(sp.Duration)
 		switch {
-		case !ok:
+		case !ok || (w.end > end && sp.TriggerController == span.TriggerUnknown): // not written here, or not yet when it ended
 			if sp.TriggerController != span.TriggerUnknown || sp.TriggerLagKnown {
-				t.Errorf("%s reconcile of %s@%s, a version no traced write made: trigger %q (lag known %v), want unknown", sp.Controller, sp.UID, sp.ResourceVersion, sp.TriggerController, sp.TriggerLagKnown)
-			}
-			if sp.UID == string(dep.UID) && sp.ResourceVersion == dep.ResourceVersion {
-				unknown++
+				t.Errorf("%s reconcile of %s, triggered by %s@%s no traced write made: trigger %q (lag known %v), want unknown", sp.Controller, sp.Name, last.Object.UID, last.Object.ResourceVersion, sp.TriggerController, sp.TriggerLagKnown)
 			}
 		case sp.TriggerController != w.controller:
-			t.Errorf("%s reconcile of %s@%s: trigger %q, the version was written by %s", sp.Controller, sp.UID, sp.ResourceVersion, sp.TriggerController, w.controller)
+			t.Errorf("%s reconcile of %s: trigger %q, its last event's version %s@%s was written by %s", sp.Controller, sp.Name, sp.TriggerController, last.Object.UID, last.Object.ResourceVersion, w.controller)
 		case sp.Start >= w.end && (!sp.TriggerLagKnown || sp.TriggerLag != time.Duration(sp.Start-w.end) || sp.TriggerLag > 10*time.Second):
-			t.Errorf("%s reconcile of %s@%s: lag %v (known %v), want %v", sp.Controller, sp.UID, sp.ResourceVersion, sp.TriggerLag, sp.TriggerLagKnown, time.Duration(sp.Start-w.end))
+			t.Errorf("%s reconcile of %s: lag %v (known %v), want %v", sp.Controller, sp.Name, sp.TriggerLag, sp.TriggerLagKnown, time.Duration(sp.Start-w.end))
 		case sp.Start < w.end && sp.TriggerLagKnown:
-			t.Errorf("%s reconcile of %s@%s began before the write returned, yet has lag %v", sp.Controller, sp.UID, sp.ResourceVersion, sp.TriggerLag)
+			t.Errorf("%s reconcile of %s began before its trigger's write returned, yet has lag %v", sp.Controller, sp.Name, sp.TriggerLag)
 		}
 		if ok && sp.TriggerLagKnown {
 			lagged++
 		}
-		if sp.Controller == "replicaset" && sp.UID == rsUID && w.controller == "deployment" && sp.TriggerController == "deployment" {
+		if sp.Controller == "replicaset" && sp.UID == rsUID && sp.TriggerController == "deployment" {
 			byDeployment++
 		}
 	}
