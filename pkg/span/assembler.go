@@ -164,8 +164,8 @@ type Assembler struct {
 	triggers *triggers
 	// latest is the newest version traced writes made of each object (conflicts.go).
 	latest *latestWrites
-	stats    Stats
-	emit     func(Span)
+	stats  Stats
+	emit   func(Span)
 }
 
 // NewAssembler returns an Assembler that hands each finished span to emit.
