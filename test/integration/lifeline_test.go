@@ -221,8 +221,16 @@ func TestLifelinesAcrossControllers(t *testing.T) {
 		t.Errorf("%d replicaset reconciles triggered by the deployment controller, %d reconciles with a lag, %d deployment reconciles of the test's own version", byDeployment, lagged, unknown)
 	}
 	for _, sp := range got {
-		if sp.GetName() == "reconcile replicaset" && attrs(sp.GetAttributes())["k8s.object.uid"] == rsUID && attrs(sp.GetAttributes())["reconscope.trigger.controller"] == "" {
-			t.Errorf("OTLP replicaset reconcile without reconscope.trigger.controller")
+		a := attrs(sp.GetAttributes())
+		if sp.GetName() != "reconcile replicaset" || a["k8s.object.uid"] != rsUID {
+			continue
+		}
+		if a["reconscope.read_version.writer"] == "" {
+			t.Errorf("OTLP replicaset reconcile without reconscope.read_version.writer: %v", a)
+		}
+		// A reconcile with a watch event among its triggers (not only a retry) names its writer.
+		if strings.Contains(a["reconscope.triggers"], " by ") && a["reconscope.trigger.controller"] == "" {
+			t.Errorf("OTLP replicaset reconcile triggered by %q without reconscope.trigger.controller", a["reconscope.triggers"])
 		}
 	}
 	if t.Failed() || testing.Verbose() {
