@@ -556,7 +556,7 @@ func (a *Assembler) finish(o *openSpan, e Event) {
 	case o.queue && o.requeued:
 		requeue = TriggerRequeue
 	}
-	a.triggers.spanEnded(keyOf(&e), &s, requeue)
+	a.triggers.spanEnded(keyOf(&e), &s, requeue, e.Time)
 	a.stats.Spans++
 	a.emit(s)
 }
@@ -762,6 +762,7 @@ func (a *Assembler) Expire(now uint64) {
 		}
 	}
 	a.expireFights(now)
+	a.triggers.expire(now)
 	for k, p := range a.pending {
 		if now > p.Time && time.Duration(now-p.Time) > a.opts.ReorderWindow {
 			delete(a.pending, k)

@@ -119,11 +119,17 @@ type triggers struct {
 	max        int
 	delivering map[goroutineKey]delivery
 	ended      map[goroutineKey]ended
-	expected   map[objectKey]TriggerKind
+	expected   map[objectKey]expectedAdd
+}
+
+// expectedAdd is a requeue a client-go worker asked for when its item ended at time at.
+type expectedAdd struct {
+	kind TriggerKind
+	at   uint64
 }
 
 func newTriggers(max int) *triggers {
-	return &triggers{max: max, delivering: map[goroutineKey]delivery{}, ended: map[goroutineKey]ended{}, expected: map[objectKey]TriggerKind{}}
+	return &triggers{max: max, delivering: map[goroutineKey]delivery{}, ended: map[goroutineKey]ended{}, expected: map[objectKey]expectedAdd{}}
 }
 
 // watchEvent remembers the event goroutine k is delivering.
@@ -135,7 +141,7 @@ func (t *triggers) watchEvent(k goroutineKey, e *Event) {
 
 // spanEnded remembers the span s that ended on goroutine k, and, when its worker asked a
 // client-go queue to put the item back (requeue: the kind), expects that add.
-func (t *triggers) spanEnded(k goroutineKey, s *Span, requeue TriggerKind) {
+func (t *triggers) spanEnded(k goroutineKey, s *Span, requeue TriggerKind, at uint64) {
 	if s.Name == "" {
 		return
 	}
@@ -143,8 +149,8 @@ func (t *triggers) spanEnded(k goroutineKey, s *Span, requeue TriggerKind) {
 	if _, found := t.ended[k]; found || len(t.ended) < t.max {
 		t.ended[k] = ended{key: ok, result: s.Result}
 	}
-	if requeue != "" && (len(t.expected) < t.max || t.expected[ok] != "") {
-		t.expected[ok] = requeue
+	if _, found := t.expected[ok]; requeue != "" && (found || len(t.expected) < t.max) {
+		t.expected[ok] = expectedAdd{kind: requeue, at: at}
 	}
 }
 
@@ -173,7 +179,7 @@ func (t *triggers) classify(k goroutineKey, e *Event, ok objectKey, open *openSp
 		tr.Kind = requeueKind(r, e.RateLimited, e.RequeueAfter)
 		return tr
 	}
-	if en, found := t.ended[k]; found && en.key == ok {
+	if en, found := t.ended[k]; found && en.key == ok && open == nil { // not while it runs another
 		delete(t.ended, k) // one add per reconcile: the next is something else
 		tr.Kind = requeueKind(en.result, e.RateLimited, e.RequeueAfter)
 		return tr
@@ -190,9 +196,9 @@ func (t *triggers) classify(k goroutineKey, e *Event, ok objectKey, open *openSp
 		}
 		return tr
 	}
-	if kind, found := t.expected[ok]; found {
+	if x, found := t.expected[ok]; found {
 		delete(t.expected, ok)
-		tr.Kind = kind
+		tr.Kind = x.kind
 		return tr
 	}
 	tr.Kind, tr.Function = TriggerOther, e.Worker
@@ -241,5 +247,18 @@ func nameWriter(tr *Trigger, lookup func(version) (written, bool)) {
 func (t *triggers) processExited(pid uint32) {
 	maps.DeleteFunc(t.delivering, func(k goroutineKey, _ delivery) bool { return k.pid == pid })
 	maps.DeleteFunc(t.ended, func(k goroutineKey, _ ended) bool { return k.pid == pid })
-	maps.DeleteFunc(t.expected, func(k objectKey, _ TriggerKind) bool { return k.pid == pid })
+	maps.DeleteFunc(t.expected, func(k objectKey, _ expectedAdd) bool { return k.pid == pid })
+}
+
+// requeueWait is how long a requeue a client-go worker asked for is waited for: longer than
+// client-go's default rate limiter's longest backoff (1000 s).
+const requeueWait = 30 * time.Minute
+
+// expire forgets the requeues asked for longer than requeueWait before now that never came (a
+// queue shut down, an item forgotten): a later add of the object is not one of them.
+func (t *triggers) expire(now uint64) {
+	after := requeueWait
+	maps.DeleteFunc(t.expected, func(_ objectKey, x expectedAdd) bool {
+		return now > x.at && time.Duration(now-x.at) > after
+	})
 }

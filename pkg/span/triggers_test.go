@@ -109,6 +109,14 @@ func TestTriggers(t *testing.T) {
 			reconcile(20, 1000, 1100, "web", ResultSuccess)},
 		want: want{triggers: []Trigger{{Kind: TriggerRequeue, Time: 150}}},
 	}, {
+		name: "a worker adding an object it reconciled earlier, while it reconciles another, is not its requeue",
+		events: [][]Event{reconcile(20, 100, 200, "web", ResultError),
+			{{Kind: SpanStart, PID: 1, Goid: 20, Time: 300, Controller: "owner", Namespace: "ns", Name: "other"},
+				{Kind: QueueAdd, PID: 1, Goid: 20, Time: 350, Namespace: "ns", Name: "web", Worker: "main.reconcileOther"},
+				{Kind: SpanEnd, PID: 1, Goid: 20, Time: 400, Result: ResultSuccess}},
+			reconcile(21, 1000, 1100, "web", ResultSuccess)},
+		want: want{triggers: []Trigger{{Kind: TriggerOther, Function: "main.reconcileOther", Time: 350}}},
+	}, {
 		name:   "an add from a goroutine doing nothing reconscope saw names the function that added",
 		events: [][]Event{{{Kind: QueueAdd, PID: 1, Goid: 60, Time: 300, Namespace: "ns", Name: "web", Worker: "main.resyncAll"}}, reconcile(20, 1000, 1100, "web", ResultSuccess)},
 		want:   want{triggers: []Trigger{{Kind: TriggerOther, Function: "main.resyncAll", Time: 300}}},
