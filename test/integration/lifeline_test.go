@@ -416,5 +416,24 @@ func TestLifelineFromOperatorToControllerManager(t *testing.T) {
 	if linked == 0 {
 		t.Errorf("no deployment reconcile of made links to the fixture's create (version %s):\n%s", created, strings.Join(lines, "\n"))
 	}
+	// Why kube-controller-manager's deployment controller ran: the watch event of the fixture's
+	// create, linked as a trigger to the fixture's lifeline span, named with its writer.
+	triggered := 0
+	for _, sp := range got {
+		if sp.GetName() != "reconcile deployment" || attrs(sp.GetAttributes())["k8s.object.name"] != "made" {
+			continue
+		}
+		for _, l := range linksOfType(sp, "trigger") {
+			la := attrs(l.GetAttributes())
+			if bytes.Equal(l.GetTraceId(), lifelineSpan.GetTraceId()) && bytes.Equal(l.GetSpanId(), lifelineSpan.GetSpanId()) &&
+				la["reconscope.trigger.kind"] == "event" && la["reconscope.trigger.event"] == "add" && la["reconscope.trigger.writer"] == "scripted" &&
+				la["k8s.object.kind"] == "Deployment" {
+				triggered++
+			}
+		}
+	}
+	if triggered == 0 {
+		t.Errorf("no deployment reconcile of made has a trigger link to the fixture's create (version %s)", created)
+	}
 	t.Logf("the fixture created Deployment made (uid %s) at version %s; %d deployment reconciles link to its lifeline span: %s", dep.UID, created, linked, strings.Join(lines, "; "))
 }
