@@ -73,7 +73,7 @@ func TestObjectRead(t *testing.T) {
 	if s.UID != uid || s.ResourceVersion != "41" || len(s.Calls) != 0 || s.ProbeHits != (ProbeHits{Emulated: 6}) {
 		t.Errorf("span: UID %q resourceVersion %q, %d calls, hits %+v; want %q 41, no call, 6 emulated hits", s.UID, s.ResourceVersion, len(s.Calls), s.ProbeHits, uid)
 	}
-	if s.TriggerController != TriggerUnknown {
-		t.Errorf("trigger %q, want %q (no write of that version seen)", s.TriggerController, TriggerUnknown)
+	if s.ReadVersionWriter != TriggerUnknown {
+		t.Errorf("read version's writer %q, want %q (no write of that version seen)", s.ReadVersionWriter, TriggerUnknown)
 	}
 }
