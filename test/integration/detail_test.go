@@ -87,8 +87,8 @@ func testDetailReconcile(t *testing.T, ns string, catalog []*probes.Probe, flags
 		if len(s.Calls) != 0 {
 			t.Errorf("%s/%s: %d calls at detail reconcile", s.Namespace, s.Name, len(s.Calls))
 		}
-		if s.UID != "" && s.TriggerController == "" {
-			t.Errorf("%s/%s: UID and resourceVersion but no trigger", s.Namespace, s.Name)
+		if s.UID != "" && s.ReadVersionWriter == "" {
+			t.Errorf("%s/%s: UID and resourceVersion but no writer of the version read", s.Namespace, s.Name)
 		}
 		if s.QueueWait > 0 && s.QueueWait < 5*time.Second {
 			waited++
