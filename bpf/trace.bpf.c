@@ -69,6 +69,7 @@ const enum event_kind *unused_event_kind __attribute__((unused));
 const enum event_flag *unused_event_flag __attribute__((unused));
 const enum site_role *unused_site_role __attribute__((unused));
 const enum site_kind *unused_site_kind __attribute__((unused));
+const enum site_flag *unused_site_flag __attribute__((unused));
 const enum counter *unused_counter __attribute__((unused));
 const enum exec_flag *unused_exec_flag __attribute__((unused));
 
@@ -348,10 +349,23 @@ static __always_inline int handle(struct go_regs *regs)
 		if (cfg->role == ROLE_CALL)
 			return 0;
 	}
+	/* A work queue's Get on a goroutine whose open span is the previous item of a queue, with
+	 * no Done for it: the worker handed that item to another goroutine, which ends it. The
+	 * new item's span is the goroutine's own, not nested in the previous one. */
+	if (gs && (cfg->flags & SITE_F_ITEM) && gs->start != 0 && gs->depth == 1) {
+		__u32 prev_site = gs->site;
+		struct site_config *prev = bpf_map_lookup_elem(&sites, &prev_site);
+		if (prev && (prev->flags & SITE_F_ITEM)) {
+			count(COUNTER_HANDED);
+			gs->start = 0;
+			gs->saved = 0;
+			gs->depth = 0;
+		}
+	}
 	/* live: a span is open on the goroutine, or it inherited one; otherwise gs, if any, is a
 	 * state kept from an ended span, whose goroutine ID may be another goroutine's now. */
 	int live = gs && gs->start != 0;
-	if (cfg->role == ROLE_CALL && !live) {
+	if (cfg->role == ROLE_CALL && !live && !(cfg->flags & SITE_F_ITEM_CALL)) {
 		count(COUNTER_CALL_OUTSIDE);
 		return 0;
 	}

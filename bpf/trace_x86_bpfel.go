@@ -25,7 +25,8 @@ const (
 	TraceCounterCOUNTER_LOST_EXEC     TraceCounter = 6
 	TraceCounterCOUNTER_UNWOKEN_BYTES TraceCounter = 7
 	TraceCounterCOUNTER_EXCLUDED      TraceCounter = 8
-	TraceCounterCOUNTER_MAX           TraceCounter = 9
+	TraceCounterCOUNTER_HANDED        TraceCounter = 9
+	TraceCounterCOUNTER_MAX           TraceCounter = 10
 )
 
 type TraceCtlKey struct {
@@ -153,7 +154,7 @@ type TraceSiteConfig struct {
 	SaveSlot int8
 	KeySlot  int8
 	Deferred uint8
-	Pad0     [1]uint8
+	Flags    uint8
 	Str      [5]TraceStrSpec
 	Val      [2]TraceValSpec
 	Exe      uint32
@@ -161,6 +162,13 @@ type TraceSiteConfig struct {
 	_        [4]byte
 	Vaddr    uint64
 }
+
+type TraceSiteFlag uint32
+
+const (
+	TraceSiteFlagSITE_F_ITEM      TraceSiteFlag = 1
+	TraceSiteFlagSITE_F_ITEM_CALL TraceSiteFlag = 2
+)
 
 type TraceSiteKind uint32
 
@@ -228,6 +236,7 @@ const (
 	TraceVarUnusedG_key     = "unused_g_key"
 	TraceVarUnusedG_state   = "unused_g_state"
 	TraceVarUnusedSite      = "unused_site"
+	TraceVarUnusedSiteFlag  = "unused_site_flag"
 	TraceVarUnusedSiteKind  = "unused_site_kind"
 	TraceVarUnusedSiteRole  = "unused_site_role"
 	TraceVarWakeupBytes     = "wakeup_bytes"
@@ -316,6 +325,7 @@ type TraceVariableSpecs struct {
 	UnusedG_key     *ebpf.VariableSpec `ebpf:"unused_g_key"`
 	UnusedG_state   *ebpf.VariableSpec `ebpf:"unused_g_state"`
 	UnusedSite      *ebpf.VariableSpec `ebpf:"unused_site"`
+	UnusedSiteFlag  *ebpf.VariableSpec `ebpf:"unused_site_flag"`
 	UnusedSiteKind  *ebpf.VariableSpec `ebpf:"unused_site_kind"`
 	UnusedSiteRole  *ebpf.VariableSpec `ebpf:"unused_site_role"`
 	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -388,6 +398,7 @@ type TraceVariables struct {
 	UnusedG_key     *ebpf.Variable `ebpf:"unused_g_key"`
 	UnusedG_state   *ebpf.Variable `ebpf:"unused_g_state"`
 	UnusedSite      *ebpf.Variable `ebpf:"unused_site"`
+	UnusedSiteFlag  *ebpf.Variable `ebpf:"unused_site_flag"`
 	UnusedSiteKind  *ebpf.Variable `ebpf:"unused_site_kind"`
 	UnusedSiteRole  *ebpf.Variable `ebpf:"unused_site_role"`
 	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`

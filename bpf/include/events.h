@@ -59,7 +59,8 @@ enum counter {
 	COUNTER_LOST_EXEC = 6,      /* exec notifications dropped (exec ring buffer full); nothing admitted then */
 	COUNTER_UNWOKEN_BYTES = 7,  /* not a count: bytes submitted since the last forced wakeup (hit.h, submit_flags) */
 	COUNTER_EXCLUDED = 8,       /* spans of an excluded controller whose entry exited early: no record from entry to return */
-	COUNTER_MAX = 9,
+	COUNTER_HANDED = 9,         /* work-queue items handed off: a Get on a goroutine whose previous item had no Done yet */
+	COUNTER_MAX = 10,
 };
 
 /* exec_event.flags */
@@ -114,6 +115,19 @@ struct val_spec {
 	__u32 off;
 };
 
+/* site_config.flags */
+enum site_flag {
+	/* A work-queue item's span entry (Get handing an item to its worker). A Get on a goroutine
+	 * whose open span is the previous item of such a site (no Done yet) means that item was
+	 * handed to another goroutine: the new item opens a span of its own, not a nested one, and
+	 * user space pairs each Done with its item (COUNTER_HANDED). */
+	SITE_F_ITEM = 1,
+	/* A call that says what a worker did with an item (AddRateLimited, AddAfter): recorded on
+	 * a goroutine with no span too, where a handed-off item may be ended (user space pairs it
+	 * by the item). */
+	SITE_F_ITEM_CALL = 2,
+};
+
 struct site_config {
 	__u8 kind;       /* SITE_ENTRY or SITE_RETURN */
 	__u8 role;       /* ROLE_* */
@@ -129,7 +143,7 @@ struct site_config {
 			  * goroutine's next hit reads the strings this site names (from SLOT_SAVED) and
 			  * sends them as an EVENT_DEFERRED record of this site: an out-parameter the
 			  * call has filled by then, without a return site */
-	__u8 _pad0[1];
+	__u8 flags;      /* SITE_F_* */
 	struct str_spec str[STR_SPECS];
 	struct val_spec val[VAL_SPECS];
 	__u32 exe;       /* the attached executable the site belongs to (its error layouts' key) */

@@ -169,6 +169,10 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "controllers not selected: %d items skipped by the kernel (no record), %d dropped by the agent\n",
 			st.Kernel.Excluded, st.Excluded)
 	}
+	if st.Kernel.Handed > 0 || st.Assembler.Handoffs > 0 {
+		fmt.Fprintf(stderr, "work-queue items handed to another goroutine: %d, %d of them paired with their Done, %d lost (item identity unknown)\n",
+			st.Kernel.Handed, st.Assembler.Handoffs, st.Assembler.HandoffsLost)
+	}
 	if dropped > 0 {
 		fmt.Fprintf(stderr, "output: %d spans not written (standard output did not keep up)\n", dropped)
 	}

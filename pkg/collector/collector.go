@@ -175,6 +175,7 @@ type Counters struct {
 	Admitted       uint64 // processes added to the PID filter at exec (an attached executable)
 	LostExec       uint64 // exec notifications dropped (exec ring buffer full)
 	Excluded       uint64 // spans of an excluded controller whose entry exited early (Exclude): no record
+	Handed         uint64 // work-queue items whose worker took the next item before their Done (handed to another goroutine)
 }
 
 // Counters reads the kernel's counters.
@@ -189,6 +190,7 @@ func (c *Collector) Counters() (Counters, error) {
 		rbpf.TraceCounterCOUNTER_ADMITTED:     &out.Admitted,
 		rbpf.TraceCounterCOUNTER_LOST_EXEC:    &out.LostExec,
 		rbpf.TraceCounterCOUNTER_EXCLUDED:     &out.Excluded,
+		rbpf.TraceCounterCOUNTER_HANDED:       &out.Handed,
 	}
 	for i, f := range fields {
 		if err := c.counts.Lookup(uint32(i), f); err != nil {

@@ -22,6 +22,12 @@ func siteConfig(plan *probes.Plan, s *probes.Site) rbpf.TraceSiteConfig {
 	}
 	if s.Kind == probes.SiteEntry && s.Probe.Role == probes.RoleSpan {
 		c.KeySlot = int8(l.Key)
+		if s.Probe.Bracket != nil {
+			c.Flags |= uint8(rbpf.TraceSiteFlagSITE_F_ITEM)
+		}
+	}
+	if s.Probe.Role == probes.RoleCall && s.Probe.ItemResult && s.Probe.ItemKnown {
+		c.Flags |= uint8(rbpf.TraceSiteFlagSITE_F_ITEM_CALL)
 	}
 	if s.Kind == probes.SiteEntry && s.Probe.DeferredRead {
 		c.Deferred = 1

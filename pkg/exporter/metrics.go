@@ -75,6 +75,10 @@ type AgentStats struct {
 	// tracer.Stats.Excluded;
 	// reconscope_spans_excluded_total{where="agent"}).
 	ExcludedAgent uint64
+	// Handoffs and HandoffsLost count the work-queue items whose Done came on another
+	// goroutine than their Get's: paired with their item, or abandoned because the item's
+	// identity is unknown (span.Stats.Handoffs, HandoffsLost).
+	Handoffs, HandoffsLost uint64
 }
 
 // MetricsOptions configures NewMetrics.
@@ -384,7 +388,7 @@ func workloadValues(s *span.Span) [6]string {
 type agentCollector struct {
 	stats                                                                                         func() AgentStats
 	inFlight, eventsLost, probes, processes, exported, dropped, unsam, outputLost, redacted, hits *prometheus.Desc
-	excluded                                                                                      *prometheus.Desc
+	excluded, handoffs                                                                            *prometheus.Desc
 }
 
 func newAgentCollector(stats func() AgentStats) *agentCollector {
@@ -405,6 +409,9 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 		redacted: d("reconscope_error_messages_redacted_total",
 			"Reconcile error messages dropped (--error-messages drop) or changed by a redaction pattern (--redact-errors) before any output saw them."),
 		hits: d("reconscope_kernel_probe_hits_total", "Probe hits in traced processes as the kernel program counts them: every hit, with or without a record (goroutine starts and exits, calls outside any reconcile). reconscope_probe_hits_total is the part that joined a reconcile."),
+		handoffs: prometheus.NewDesc("reconscope_workqueue_handoffs_total",
+			"Work-queue items a worker handed to another goroutine (its Done on another goroutine than its Get), by outcome: paired (one span, from Get to Done) or lost (the item's identity is not known for its type: its span was abandoned). docs/probes.md, hand-offs.",
+			[]string{"outcome"}, nil),
 		excluded: prometheus.NewDesc("reconscope_spans_excluded_total",
 			"Work items and reconciles of controllers not selected (--controller, the config's controllers), by where they were dropped: kernel (skipped at their entry, no record written) or agent (recorded, dropped by the agent: those done before the agent read the first of their controller instance, the items of work queues whose name and worker are unknown: \"workqueue\").",
 			[]string{"where"}, nil),
@@ -412,7 +419,7 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 }
 
 func (a *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost, a.redacted, a.hits, a.excluded} {
+	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost, a.redacted, a.hits, a.excluded, a.handoffs} {
 		ch <- d
 	}
 }
@@ -432,6 +439,8 @@ func (a *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(a.hits, prometheus.CounterValue, float64(s.KernelProbeHits))
 	ch <- prometheus.MustNewConstMetric(a.excluded, prometheus.CounterValue, float64(s.ExcludedKernel), "kernel")
 	ch <- prometheus.MustNewConstMetric(a.excluded, prometheus.CounterValue, float64(s.ExcludedAgent), "agent")
+	ch <- prometheus.MustNewConstMetric(a.handoffs, prometheus.CounterValue, float64(s.Handoffs), "paired")
+	ch <- prometheus.MustNewConstMetric(a.handoffs, prometheus.CounterValue, float64(s.HandoffsLost), "lost")
 }
 
 // hotObjects counts reconciles per object over a sliding window and exposes, at each scrape,

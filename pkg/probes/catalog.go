@@ -173,6 +173,13 @@ type Probe struct {
 	// deferred record of the entry site, decoded by DecodeReturn. The call has returned by then,
 	// so no return site (a RET the kernel single-steps) is needed. Only inside a span.
 	DeferredRead bool
+	// ItemKnown marks a work-queue probe (the bracket, its requeue calls) of a shape whose item
+	// is known by the word in slot 2 at each of its sites: a string key's data pointer, a
+	// pointer item, a number (at Get, the processing set's insert takes it there as at Done).
+	// It pairs an item's Done with its Get when the worker handed the item to another
+	// goroutine (span.Event.Item); NamespacedName-like structs and other shapes are passed to
+	// the insert by address, so their items are not known that way.
+	ItemKnown bool
 	// Fallback probes are used only when no earlier catalog entry with the same ID found
 	// sites: a Calls probe's shape is looked for first, the plain sites are the fallback.
 	Fallback bool

@@ -24,7 +24,7 @@ import (
 // by the queue: it is seen when the queue is made (newQueueWithConfig's entry, its result at
 // the RETs: once per queue), so queues made before the process was traced are unnamed.
 var WorkQueueProbes = append([]*Probe{
-	workQueueBracket(`string`, layout().str(0, str(2, 3)), decodeQueueDoneKey),
+	itemKnown(workQueueBracket(`string`, layout().str(0, str(2, 3)), decodeQueueDoneKey)),
 	// types.NamespacedName and controller-runtime's reconcile.Request{NamespacedName}: both
 	// strings in slots 2-5.
 	workQueueBracket(`struct \{ Namespace string; Name string \}`, layout().str(0, str(2, 3)).str(1, str(4, 5)), decodeQueueDoneObject),
@@ -32,7 +32,7 @@ var WorkQueueProbes = append([]*Probe{
 	// probe makes these items' spans already; the bracket would only add two hits per item.
 	superseded(workQueueBracket(`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, layout().str(0, str(2, 3)).str(1, str(4, 5)), decodeQueueDoneObject)),
 	// pointers (garbage collector events and nodes, ...): the item's Go type, no key.
-	workQueueBracket(`\*.*`, layout(), decodeQueueDoneType),
+	itemKnown(workQueueBracket(`\*.*`, layout(), decodeQueueDoneType)),
 	// any other shape (structs, numbers, interface {}): its Go type.
 	others(workQueueBracket(`[^*].*`, layout(), decodeQueueDoneType)),
 
@@ -57,12 +57,13 @@ func requeueProbes() []*Probe {
 		shape     string
 		delaySlot int
 		cr        bool
+		known     bool
 	}{
-		{`string`, 4, false},
-		{`struct \{ Namespace string; Name string \}`, 6, false},
-		{`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, 6, true},
-		{`\*.*`, 3, false},
-		{`[^*].*`, None, false},
+		{`string`, 4, false, true},
+		{`struct \{ Namespace string; Name string \}`, 6, false, false},
+		{`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, 6, true, false},
+		{`\*.*`, 3, false, true},
+		{`[^*].*`, None, false, false},
 	} {
 		retry := &Probe{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true, ItemResult: true,
 			Symbol:      regexp.MustCompile(workQueue + `\(\*rateLimitingType\[go\.shape\.` + q.shape + `\]\)\.AddRateLimited$`),
@@ -82,9 +83,27 @@ func requeueProbes() []*Probe {
 			others(retry)
 			others(after)
 		}
+		if q.known {
+			itemKnown(retry)
+			itemKnown(after)
+		}
 		out = append(out, retry, after)
 	}
 	return out
+}
+
+// itemKnown marks p ItemKnown: its decoders give each event the item's identity (slot 2).
+func itemKnown(p *Probe) *Probe {
+	p.ItemKnown = true
+	for _, d := range []*Decoder{&p.DecodeEntry, &p.DecodeReturn} {
+		decode := *d
+		*d = func(r *Raw) span.Event {
+			e := decode(r)
+			e.Item = r.Args[2]
+			return e
+		}
+	}
+	return p
 }
 
 // superseded leaves p out of plans that attach controller-runtime's Reconcile probe.

@@ -40,6 +40,12 @@ type Stats struct {
 	CallsDropped    uint64 // calls beyond MaxCalls
 	Evicted         uint64 // open spans closed early because MaxOpen was reached
 	ReorderedPaired uint64 // returns that arrived before their entry and were paired anyway
+	// Handoffs counts work-queue items whose Done came on another goroutine than their Get's
+	// and was paired with it by the item (handoff.go); HandoffsLost, items whose worker moved
+	// on to the next item before their Done, whose span could not wait for it (an item of
+	// unknown identity): abandoned.
+	Handoffs     uint64
+	HandoffsLost uint64
 }
 
 type goroutineKey struct {
@@ -81,6 +87,10 @@ type openSpan struct {
 	requeueAfter time.Duration
 	// triggers are the adds the span serves (triggers.go), named with their writers at its end.
 	triggers triggerSet
+	// item is a work-queue item's identity (Event.Item), 0 unknown; handed: its worker took
+	// the next item before its Done (handoff.go), so it is no longer in Assembler.open.
+	item   uint64
+	handed bool
 }
 
 type queueKey struct {
@@ -163,9 +173,10 @@ type Assembler struct {
 	// triggers follows what the goroutines that add to queues are doing (triggers.go).
 	triggers *triggers
 	// latest is the newest version traced writes made of each object (conflicts.go).
-	latest *latestWrites
-	stats  Stats
-	emit   func(Span)
+	latest   *latestWrites
+	handoffs handoffs
+	stats    Stats
+	emit     func(Span)
 }
 
 // NewAssembler returns an Assembler that hands each finished span to emit.
@@ -206,6 +217,7 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 		naming:     make(map[goroutineKey]string),
 		triggers:   newTriggers(opts.MaxOpen),
 		latest:     newLatestWrites(opts.MaxVersions),
+		handoffs:   newHandoffs(),
 	}
 }
 
@@ -276,7 +288,11 @@ func (a *Assembler) Add(e Event) {
 			a.queueNames[queueKey{e.PID, e.QueueID}] = name
 		}
 	case QueueRequeue:
-		if o := a.open[k]; o != nil && o.queue {
+		o := a.handoffs.find(&e) // the item's span, on whichever goroutine
+		if o == nil {
+			o = a.open[k]
+		}
+		if o != nil && o.queue {
 			switch {
 			case e.RateLimited:
 				o.retry = true
@@ -321,8 +337,14 @@ func (a *Assembler) start(k goroutineKey, e Event) {
 			o.depth++
 			return
 		}
-		// The previous span's return was lost: it can no longer be finished.
-		a.abandon(k, o)
+		// A work-queue item with no Done when its worker took the next one: handed to
+		// another goroutine. Otherwise the previous span's return was lost: it can no longer
+		// be finished.
+		if o.queue && e.Queue {
+			a.handOff(k, o)
+		} else {
+			a.abandon(k, o)
+		}
 	}
 	if p, ok := a.pending[k]; ok && p.Time >= e.Time {
 		delete(a.pending, k)
@@ -342,6 +364,7 @@ func (a *Assembler) start(k goroutineKey, e Event) {
 	}
 	a.open[k] = o
 	a.byStart[spanKey{pid: e.PID, start: e.Time}] = o
+	a.handoffs.opened(o, &e)
 }
 
 // queueAdd records a work-queue add. A delayed add (After) is ready at its time plus the
@@ -430,7 +453,14 @@ func (a *Assembler) newOpen(e Event) *openSpan {
 }
 
 func (a *Assembler) end(k goroutineKey, e Event) {
+	if e.Queue && a.endHandedOff(k, e) {
+		return
+	}
 	o := a.open[k]
+	if o != nil && e.NoEntry && o.queue && o.item != 0 && o.item == e.Item {
+		// Its Done, after this goroutine ended a handed-off item for the kernel.
+		e.NoEntry, e.SpanStartTime = false, o.at
+	}
 	if o != nil && e.SpanStartTime != 0 && e.SpanStartTime != o.at {
 		// The kernel says this return's span began at another time than the open one: the
 		// open span's return and this one's entry were lost. Do not pair them.
@@ -713,8 +743,13 @@ func mergeCallInfo(dst *CallInfo, ret CallInfo) {
 }
 
 func (a *Assembler) remove(k goroutineKey, o *openSpan) {
-	delete(a.open, k)
-	delete(a.byStart, spanKey{pid: o.span.PID, start: o.at})
+	if a.open[k] == o { // a handed-off span's goroutine has another span open now
+		delete(a.open, k)
+	}
+	if a.byStart[spanKey{pid: o.span.PID, start: o.at}] == o {
+		delete(a.byStart, spanKey{pid: o.span.PID, start: o.at})
+	}
+	a.handoffs.closed(o)
 }
 
 func (a *Assembler) abandon(k goroutineKey, o *openSpan) {
@@ -752,6 +787,7 @@ func (a *Assembler) Expire(now uint64) {
 	}) {
 		a.abandon(k, a.open[k])
 	}
+	a.expireHandedOff(now, 0)
 	for k, q := range a.queued {
 		ref := q.added
 		if q.readyKnown {
@@ -777,6 +813,7 @@ func (a *Assembler) ProcessExited(pid uint32) {
 	for _, k := range a.sortedKeys(func(o *openSpan) bool { return o.span.PID == pid }) {
 		a.abandon(k, a.open[k])
 	}
+	a.expireHandedOff(0, pid)
 	for k := range a.pending {
 		if k.pid == pid {
 			delete(a.pending, k)
@@ -795,6 +832,7 @@ func (a *Assembler) Flush() {
 	for _, k := range a.sortedKeys(func(*openSpan) bool { return true }) {
 		a.abandon(k, a.open[k])
 	}
+	a.expireHandedOff(0, 0)
 	a.stats.OrphanReturns += uint64(len(a.pending))
 	clear(a.pending)
 }

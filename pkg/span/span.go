@@ -98,6 +98,11 @@ type Event struct {
 	// worker, Done ended it); QueueID is the queue, on SpanEnd and QueueMade.
 	Queue   bool
 	QueueID uint64
+	// Item is the work-queue item's identity on a work-queue item's SpanStart (Get) and
+	// SpanEnd (Done) and on QueueRequeue (probes.Probe.ItemKnown: a string key's data
+	// pointer, a pointer item); 0 where unknown. It pairs a Done with its Get when the worker
+	// handed the item to another goroutine.
+	Item uint64
 	// ItemType is the Go type of a work-queue item that is not a key (SpanEnd of a queue).
 	ItemType string
 	// Worker is the function that called Done (SpanEnd of a queue), or the one that added

@@ -62,7 +62,7 @@ type EmptySiteConfig struct {
 	SaveSlot int8
 	KeySlot  int8
 	Deferred uint8
-	Pad0     [1]uint8
+	Flags    uint8
 	Str      [5]struct {
 		_        structs.HostLayout
 		PtrSlot  int8

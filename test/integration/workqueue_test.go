@@ -193,3 +193,77 @@ func readQueueTruth(t *testing.T, path string) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestWorkQueueHandoff traces the fixture's hand-off queues (-handoff): one goroutine takes
+// each item with Get and hands it through a channel to a pool of goroutines, which process it
+// and call Done. Items whose identity the probes know (string keys, pointers) are one span
+// each, from Get to the Done on the other goroutine, with the result the pool goroutine chose
+// (its AddRateLimited and AddAfter, also off the Get's goroutine), exactly as the program's own
+// record. The NamespacedName queue's items cannot be paired (their identity is not known at
+// Get): none of them becomes a span of the wrong item or result, and each is counted lost.
+func TestWorkQueueHandoff(t *testing.T) {
+	bpftest.Require(t)
+	bin := testkit.Build(t, "./test/fixtures/workqueue-controller")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr, s, _ := testenv.TraceExe(t, ctx, bin)
+	defer tr.Close()
+	stop := testkit.Go(t, tr.Run)
+
+	truth := filepath.Join(t.TempDir(), "truth.jsonl")
+	if out, err := exec.Command(bin, "-truth", truth, "-items", "40", "-handoff").CombinedOutput(); err != nil {
+		t.Fatalf("fixture: %v\n%s", err, out)
+	}
+	var want []string
+	lost := 0
+	for _, l := range readQueueTruth(t, truth) {
+		if strings.HasPrefix(l, "handoff-requests ") {
+			lost++
+		} else {
+			want = append(want, l)
+		}
+	}
+	spansOf := func() (paired, other []string) {
+		for _, sp := range s.Snapshot() {
+			l := queueLine(sp.Controller, sp.Namespace, sp.Name, sp.ItemType, string(sp.Result), sp.RequeueAfter)
+			if sp.Controller == "handoff-keys" || sp.Controller == "handoff-events" {
+				paired = append(paired, l)
+			} else {
+				other = append(other, l)
+			}
+		}
+		slices.Sort(paired)
+		return paired, other
+	}
+	testkit.WaitFor(t, "a span per item of the queues whose items are known", 10*time.Second, func() (bool, string) {
+		paired, _ := spansOf()
+		return len(paired) >= len(want), fmt.Sprintf("%d spans, %d items", len(paired), len(want))
+	})
+	time.Sleep(200 * time.Millisecond) // any extra span
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	paired, other := spansOf()
+	if !slices.Equal(paired, want) {
+		t.Errorf("spans differ from the handed-off items the program processed (%d spans, %d items):\n%s", len(paired), len(want), lineDiff(want, paired))
+	}
+	// The process has exited: the last NamespacedName item, open on the goroutine that took
+	// it when the program ended, is closed abandoned; no other span.
+	for _, l := range other {
+		if !strings.HasSuffix(l, " abandoned 0s") {
+			t.Errorf("a span of an item that could not be paired: %s", l)
+		}
+	}
+	if len(other) > 1 {
+		t.Errorf("%d spans of items that could not be paired (at most the last one, abandoned):\n%s", len(other), strings.Join(other, "\n"))
+	}
+	st := tr.Stats()
+	t.Logf("%d items paired across goroutines, %d of the NamespacedName queue; kernel: %d hand-offs; assembler: %d paired, %d lost",
+		len(want), lost, st.Kernel.Handed, st.Assembler.Handoffs, st.Assembler.HandoffsLost)
+	if st.Assembler.Handoffs != uint64(len(want)) {
+		t.Errorf("%d items paired by the assembler, want %d", st.Assembler.Handoffs, len(want))
+	}
+	if got := st.Assembler.HandoffsLost + uint64(len(other)); got != uint64(lost) {
+		t.Errorf("%d items counted lost + %d abandoned, want the NamespacedName queue's %d", st.Assembler.HandoffsLost, len(other), lost)
+	}
+}
