@@ -288,11 +288,7 @@ func (a *Assembler) Add(e Event) {
 			a.queueNames[queueKey{e.PID, e.QueueID}] = name
 		}
 	case QueueRequeue:
-		o := a.handoffs.find(&e) // the item's span, on whichever goroutine
-		if o == nil {
-			o = a.open[k]
-		}
-		if o != nil && o.queue {
+		if o := a.requeued(k, &e); o != nil && o.queue {
 			switch {
 			case e.RateLimited:
 				o.retry = true
