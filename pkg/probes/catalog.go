@@ -401,6 +401,7 @@ var ReconcileReads = []*Probe{
 		Return:      layout(),
 		DecodeEntry: decodeIgnore, DecodeReturn: decodeObjectRead},
 }
+
 // addCaller reads, at a queue add's entry, the return addresses of its innermost frames: the
 // function that added (past the queues' own code, Raw.Worker) names an add of kind other.
 // Frame-pointer reads, no trap.
