@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -92,4 +93,37 @@ func TestTraceExeRunningController(t *testing.T) {
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
+}
+
+// TestTraceStopKeepsLastReconcile: a trace stopped right after a reconcile (sooner than the
+// reader's poll interval, while the reconcile's records wait in the ring buffer without a
+// wakeup) still writes its span: the stop drains the ring buffer. Five rounds, each a
+// reconcile then SIGTERM as soon as the fixture recorded it.
+func TestTraceStopKeepsLastReconcile(t *testing.T) {
+	agent, env, fixture := agentWithFixture(t, testenv.Options{})
+	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
+	testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig, "--ground-truth", truthFile))
+	createSucceeding(t, env, "warm-%02d", 1)
+	seen := 0
+	for round := range 5 {
+		cmd, out, logs := startTraceExe(t, agent, fixture)
+		waitAttached(t, logs)
+		time.Sleep(time.Second) // the running process joins at the scan after the attach
+		seen, _ = countTruth(truthFile)
+		createSucceeding(t, env, fmt.Sprintf("stop-%d-%%02d", round), 1)
+		testkit.WaitFor(t, "the fixture's record of the reconcile", 30*time.Second, func() (bool, string) {
+			n, _ := countTruth(truthFile)
+			return n > seen, fmt.Sprintf("%d records", n)
+		})
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+		if want := fmt.Sprintf(`"name":"stop-%d-00"`, round); !strings.Contains(out.String(), want) {
+			t.Errorf("round %d: trace stopped right after the reconcile of stop-%d-00 wrote no span of it:\n%s\n%s", round, round, out.String(), logs.String())
+		}
+	}
+}
+
+func countTruth(path string) (int, error) {
+	recs, err := groundtruth.ReadFile(path)
+	return len(recs), err
 }

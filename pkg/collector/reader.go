@@ -57,10 +57,10 @@ func (c *Collector) Run(ctx context.Context, handle func(span.Event), idle func(
 		c.log.Debug("ring buffer: waiting in epoll_wait, not in the runtime's poller", "err", werr)
 		return c.runBlocking(ctx, handle, idle)
 	}
-	stop := context.AfterFunc(ctx, func() {
-		w.close()
-		c.reader.Close()
-	})
+	// ctx's end wakes the wait below, which drains what the ring buffer still holds (records
+	// submitted without a wakeup in the last poll interval) before Run returns: a stop loses
+	// no record the kernel wrote before it.
+	stop := context.AfterFunc(ctx, w.close)
 	defer stop()
 	defer w.close()
 	var rec ringbuf.Record
@@ -86,11 +86,14 @@ func (c *Collector) Run(ctx context.Context, handle func(span.Event), idle func(
 		if timedOut && idle != nil {
 			idle()
 		}
+		if w.closed.Load() {
+			return c.ReadStats(), nil // drained after the stop
+		}
 		err := w.wait(PollInterval)
 		timedOut = errors.Is(err, os.ErrDeadlineExceeded)
 		if err != nil && !timedOut {
 			if errors.Is(err, os.ErrClosed) {
-				return c.ReadStats(), nil
+				continue // drain, then return
 			}
 			return c.ReadStats(), fmt.Errorf("wait for the ring buffer: %w", err)
 		}
