@@ -386,7 +386,9 @@ spec:
 // writeOverlay writes the kustomization a user writes to install the agent from this
 // repository with their own image: deploy/ plus images:. The one addition: the node has no
 // cluster DNS, so the manifest's collector name otel-collector.observability resolves through
-// the pod's /etc/hosts (hostAliases) to the node, where the test's OTLP receiver listens.
+// the pod's /etc/hosts (hostAliases) to the node, where the test's OTLP receiver listens. And
+// the test looks at calls (call spans, lifelines): RECONSCOPE_DETAIL=calls, the variable a
+// user sets for --detail.
 func writeOverlay(t *testing.T, nodeIP string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -413,6 +415,9 @@ patches:
       - op: add
         path: /spec/template/spec/hostAliases
         value: [{ip: %q, hostnames: [otel-collector.observability]}]
+      - op: add
+        path: /spec/template/spec/containers/0/env/-
+        value: {name: RECONSCOPE_DETAIL, value: calls}
 `, rel, name, tag, nodeIP)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
