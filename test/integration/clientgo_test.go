@@ -185,14 +185,21 @@ func createWeb(t *testing.T, c client.Client, ns string) *appsv1.Deployment {
 func waitPods(t *testing.T, c client.Client, ns string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
+	var names []string
 	for time.Now().Before(deadline) {
 		var pods corev1.PodList
-		if err := c.List(context.Background(), &pods, client.InNamespace(ns)); err == nil && len(pods.Items) == n {
-			return
+		if err := c.List(context.Background(), &pods, client.InNamespace(ns)); err == nil {
+			if len(pods.Items) == n {
+				return
+			}
+			names = names[:0]
+			for _, p := range pods.Items {
+				names = append(names, p.Name)
+			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("no %d pods in %s after 30s", n, ns)
+	t.Fatalf("no %d pods in %s after 30s; there are %d: %v", n, ns, len(names), names)
 }
 
 // cooperating fails t for each span that reported a fight, and returns the spans of objects in

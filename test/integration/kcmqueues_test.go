@@ -205,8 +205,24 @@ func kcmWorkload(t *testing.T, c client.Client) {
 	pod := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}
 	two := int32(2)
+	// Each namespace's ResourceQuota first, and its usage computed before anything makes pods:
+	// the quota admission refuses a pod while a quota of its namespace has no status, and the
+	// refused controllers back off for longer than waitPods waits (seen in CI: no 4 pods in
+	// wq-a after 30s, the resource quota controller retrying its own conflicts meanwhile).
 	for _, ns := range []string{"wq-a", "wq-b"} {
 		create(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		create(&corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "quota"},
+			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("100")}}})
+	}
+	for _, ns := range []string{"wq-a", "wq-b"} {
+		testkit.Eventually(t, "the resource quota controller computes quota "+ns+"/quota", 60*time.Second, func() bool {
+			var q corev1.ResourceQuota
+			err := c.Get(bg, client.ObjectKey{Namespace: ns, Name: "quota"}, &q)
+			_, used := q.Status.Used[corev1.ResourcePods]
+			return err == nil && used
+		})
+	}
+	for _, ns := range []string{"wq-a", "wq-b"} {
 		create(&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "robot"}})
 		create(&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 			Spec: appsv1.DeploymentSpec{Replicas: &two, Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: pod}})
@@ -225,8 +241,6 @@ func kcmWorkload(t *testing.T, c client.Client) {
 				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: pod.Spec.Containers}}}}}})
 		create(&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 			Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &intstr.IntOrString{IntVal: 1}, Selector: &metav1.LabelSelector{MatchLabels: labels}}})
-		create(&corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "quota"},
-			Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("100")}}})
 		create(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "data"},
 			Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}})
