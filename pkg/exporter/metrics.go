@@ -104,6 +104,7 @@ type BuildInfo struct {
 	Revision  string // VCS revision
 	Dirty     bool   // built from a tree with uncommitted changes
 	GoVersion string
+	GoArch    string // the architecture it was built for (amd64, arm64)
 }
 
 // Metrics turns spans into Prometheus metrics on its own registry (with the Go and process
@@ -209,9 +210,9 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	if b := opts.BuildInfo; b != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "reconscope_build_info",
-			Help: "What the agent was built from: module version, VCS revision, dirty tree, Go version. Always 1.",
+			Help: "What the agent was built from: module version, VCS revision, dirty tree, Go version, architecture. Always 1.",
 			ConstLabels: prometheus.Labels{
-				"version": b.Version, "revision": b.Revision, "dirty": strconv.FormatBool(b.Dirty), "goversion": b.GoVersion,
+				"version": b.Version, "revision": b.Revision, "dirty": strconv.FormatBool(b.Dirty), "goversion": b.GoVersion, "goarch": b.GoArch,
 			},
 		}, func() float64 { return 1 }))
 	}

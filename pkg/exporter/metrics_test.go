@@ -447,7 +447,7 @@ func TestMetricsHealth(t *testing.T) {
 // TestMetricsWorkloadLabels: the same controller name in two operators gives two sets of
 // series, each naming its workload, and two hot-object lists.
 func TestMetricsWorkloadLabels(t *testing.T) {
-	m, srv, _ := newTestMetrics(t, MetricsOptions{BuildInfo: &BuildInfo{Version: "v0.3.0", Revision: "abc123", Dirty: true, GoVersion: "go1.26.8"}})
+	m, srv, _ := newTestMetrics(t, MetricsOptions{BuildInfo: &BuildInfo{Version: "v0.3.0", Revision: "abc123", Dirty: true, GoVersion: "go1.26.8", GoArch: "arm64"}})
 	for _, op := range []string{"alpha", "beta"} {
 		_ = m.Write(&span.Span{Controller: "secret", Namespace: "ns", Name: "s1", Result: span.ResultSuccess, Duration: time.Millisecond,
 			Pod: op + "-system/" + op + "-7d9f-x", Container: "manager",
@@ -463,7 +463,7 @@ func TestMetricsWorkloadLabels(t *testing.T) {
 		"controller=secret,k8s_namespace_name=beta-system,k8s_workload_name=beta-controller,object_name=s1,object_namespace=ns":   1,
 	})
 	wantValues(t, fams, "reconscope_build_info", map[string]float64{
-		"dirty=true,goversion=go1.26.8,revision=abc123,version=v0.3.0": 1,
+		"dirty=true,goarch=arm64,goversion=go1.26.8,revision=abc123,version=v0.3.0": 1,
 	})
 }
 
