@@ -49,6 +49,7 @@ type OTLPStats struct {
 type OTLPExporter struct {
 	clock    ktime.Clock
 	nodeName string
+	version  string // the instrumentation scope's
 	envRes   *resource.Resource
 	bsp      sdktrace.SpanProcessor
 	acct     *spanAccounting
@@ -142,11 +143,12 @@ func NewOTLP(ctx context.Context, opts OTLPOptions) (*OTLPExporter, error) {
 		sdktrace.WithSpanProcessor(bsp),
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithIDGenerator(idGenerator{}),
-	).Tracer(instrumentationScope)
+	).Tracer(instrumentationScope, trace.WithInstrumentationVersion(opts.Version))
 	return &OTLPExporter{
 		lifelines: lifelines,
 		clock:     clock,
 		nodeName:  opts.NodeName,
+		version:   opts.Version,
 		envRes:    envRes,
 		bsp:       bsp,
 		acct:      acct,
@@ -280,7 +282,7 @@ func (e *OTLPExporter) tracerLocked(s *span.Span, service string) trace.Tracer {
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithIDGenerator(idGenerator{}),
 	)
-	t := tp.Tracer(instrumentationScope)
+	t := tp.Tracer(instrumentationScope, trace.WithInstrumentationVersion(e.version))
 	e.providers.Add(k, t)
 	return t
 }

@@ -261,6 +261,8 @@ func (e *OTLPExporter) processAttributes(s *span.Span, service string) []attribu
 		attrs = nonEmpty(attrs, semconv.K8SPodUIDKey, w.PodUID)
 		attrs = nonEmpty(attrs, semconv.ServiceNamespaceKey, w.ServiceNamespace)
 		attrs = nonEmpty(attrs, semconv.ServiceInstanceIDKey, w.ServiceInstanceID)
+		attrs = nonEmpty(attrs, semconv.ServiceVersionKey, w.ServiceVersion)
+		attrs = nonEmpty(attrs, semconv.ContainerIDKey, w.ContainerID)
 		switch w.Kind {
 		case "Deployment":
 			attrs = nonEmpty(attrs, semconv.K8SDeploymentNameKey, w.Name)

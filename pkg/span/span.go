@@ -296,6 +296,12 @@ type Workload struct {
 	PodUID string
 	// Node is the pod's node (k8s.node.name).
 	Node string
+	// ContainerID is the traced process's container (container.id), from its cgroup path.
+	ContainerID string
+	// ServiceVersion is service.version: the pod's resource.opentelemetry.io/service.version
+	// annotation, else its app.kubernetes.io/version label, else the container image's tag
+	// and digest (OpenTelemetry's Kubernetes conventions); "" when none is known.
+	ServiceVersion string
 	// Kind and Name are the pod's owner workload: Deployment, StatefulSet, DaemonSet,
 	// ReplicaSet (without a Deployment), Job, CronJob; "" for a pod without one (static or bare pods).
 	Kind, Name string
