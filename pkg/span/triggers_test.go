@@ -62,7 +62,7 @@ func TestTriggers(t *testing.T) {
 			reconcile(20, 1000, 1100, "web", ResultSuccess)},
 		want: want{triggers: []Trigger{
 			{Kind: TriggerEvent, Event: WatchUpdate, Object: cm, Writer: WriterUntraced, Time: 301},
-			{Kind: TriggerMapped, Event: WatchAdd, Object: pod, Writer: "maker", Time: 401, writeEnd: 150}},
+			{Kind: TriggerMapped, Event: WatchAdd, Object: pod, Writer: "maker", Time: 401, writeEnd: 150, writerPID: 1}},
 			ctl: "maker", lag: 1000 - 150},
 	}, {
 		name: "the most recent event names the trigger controller, untraced: unknown",
@@ -71,7 +71,7 @@ func TestTriggers(t *testing.T) {
 			{watch(50, 500, WatchUpdate, cm), add(50, 501, "web")},
 			reconcile(20, 1000, 1100, "web", ResultSuccess)},
 		want: want{triggers: []Trigger{
-			{Kind: TriggerMapped, Event: WatchAdd, Object: pod, Writer: "maker", Time: 401, writeEnd: 150},
+			{Kind: TriggerMapped, Event: WatchAdd, Object: pod, Writer: "maker", Time: 401, writeEnd: 150, writerPID: 1},
 			{Kind: TriggerEvent, Event: WatchUpdate, Object: cm, Writer: WriterUntraced, Time: 501}},
 			ctl: TriggerUnknown},
 	}, {
