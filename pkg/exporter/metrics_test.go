@@ -653,3 +653,46 @@ func TestMetricsWriteConflicts(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsHotLoopsAndStaleReads: a hot-loop episode counts once, at its start, by
+// controller and kind; every stale read counts, by the reader and the read's resource
+// (unknown when the read was no call).
+func TestMetricsHotLoopsAndStaleReads(t *testing.T) {
+	m, srv, _ := newTestMetrics(t, MetricsOptions{})
+	loop := func(kind span.HotLoopKind, start bool) []span.HotLoop {
+		return []span.HotLoop{{Kind: kind, Namespace: "ns", Name: "obj", Count: 5, Start: start}}
+	}
+	stale := span.StaleRead{Namespace: "ns", Name: "obj", Resource: "configmaps", ResourceVersion: "1", NewerVersion: "2", NewerWriter: "w"}
+	for _, s := range []*span.Span{
+		{Controller: "looper", Result: span.ResultSuccess, HotLoops: loop(span.HotLoopSelfTriggered, true)},
+		{Controller: "looper", Result: span.ResultSuccess, HotLoops: loop(span.HotLoopSelfTriggered, false)},
+		{Controller: "looper", Result: span.ResultSuccess, HotLoops: loop(span.HotLoopNoopWrite, true)},
+		{Controller: "reader", Result: span.ResultSuccess, StaleReads: []span.StaleRead{stale, stale}},
+		{Controller: "reader", Result: span.ResultSuccess, StaleReads: []span.StaleRead{{Name: "obj", ResourceVersion: "1", NewerVersion: "2"}}},
+	} {
+		if err := m.Write(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fams, _ := scrape(t, srv.URL+"/metrics", "")
+	for name, want := range map[string]map[string]float64{
+		"reconscope_hot_loops_total": {
+			"controller=looper,kind=self_triggered": 1,
+			"controller=looper,kind=noop_write":     1,
+		},
+		"reconscope_stale_reads_total": {
+			"controller=reader,resource=configmaps": 2,
+			"controller=reader,resource=unknown":    1,
+		},
+	} {
+		got := series(t, fams, name)
+		if len(got) != len(want) {
+			t.Errorf("%s: series %v, want %d", name, keys(got), len(want))
+		}
+		for labels, w := range want {
+			if v := got[labels].GetCounter().GetValue(); v != w {
+				t.Errorf("%s{%s} = %v, want %v", name, labels, v, w)
+			}
+		}
+	}
+}

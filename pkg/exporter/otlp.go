@@ -254,6 +254,29 @@ func (e *OTLPExporter) Write(s *span.Span) error {
 		}
 		root.AddEvent(fightEvent, trace.WithTimestamp(e.clock.Wall(f.At)), trace.WithAttributes(attrs...))
 	}
+	for i := range s.HotLoops {
+		h := &s.HotLoops[i]
+		attrs := []attribute.KeyValue{attrHotLoopKind.String(string(h.Kind)),
+			attrObjectNamespace.String(h.Namespace), attrObjectName.String(h.Name), attrObjectUID.String(h.UID),
+			attrHotLoopCount.Int(h.Count), attrHotLoopStart.Bool(h.Start)}
+		if h.Resource != "" {
+			attrs = append(attrs, attrCallResource.String(h.Resource))
+		}
+		if h.Subresource != "" {
+			attrs = append(attrs, attrCallSubres.String(h.Subresource))
+		}
+		root.AddEvent(hotLoopEvent, trace.WithTimestamp(e.clock.Wall(h.At)), trace.WithAttributes(attrs...))
+	}
+	for i := range s.StaleReads {
+		r := &s.StaleReads[i]
+		attrs := []attribute.KeyValue{attrObjectNamespace.String(r.Namespace), attrObjectName.String(r.Name),
+			attrObjectUID.String(r.UID), attrObjectRV.String(r.ResourceVersion), attrStaleNewerRV.String(r.NewerVersion),
+			attrStaleNewerBy.String(r.NewerWriter), attrStaleAgeNS.Int64(int64(r.Age))}
+		if r.Resource != "" {
+			attrs = append(attrs, attrCallResource.String(r.Resource))
+		}
+		root.AddEvent(staleReadEvent, trace.WithTimestamp(e.clock.Wall(r.At)), trace.WithAttributes(attrs...))
+	}
 	root.End(trace.WithTimestamp(end))
 	s.TraceID = root.SpanContext().TraceID().String()
 

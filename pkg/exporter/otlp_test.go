@@ -1145,3 +1145,43 @@ func TestOTLPTriggerLinks(t *testing.T) {
 		wantStr(t, la, "k8s.object.namespace", "ns")
 	}
 }
+
+// TestOTLPHotLoopAndStaleReadEvents: a reconcile in a hot loop carries a reconscope.hot_loop
+// event, one with a stale read a reconscope.stale_read event at the read's start naming both
+// versions, the newer one's writer and the age.
+func TestOTLPHotLoopAndStaleReadEvents(t *testing.T) {
+	const uid = "44444444-4444-4444-4444-444444444444"
+	s := &span.Span{Controller: "looper", Namespace: "ns", Name: "obj", ReconcileID: "r", PID: 1, Exe: "/m", Goid: 10,
+		Start: 100 * ms, Duration: 20 * time.Millisecond, Result: span.ResultSuccess,
+		HotLoops: []span.HotLoop{{Kind: span.HotLoopSelfTriggered, Namespace: "ns", Name: "obj", UID: uid, Count: 5, Start: true, At: 100 * ms}},
+		StaleReads: []span.StaleRead{{Namespace: "ns", Name: "obj", UID: uid, Resource: "configmaps", ResourceVersion: "213",
+			NewerVersion: "216", NewerWriter: "writer", Age: 3 * time.Millisecond, At: 105 * ms}}}
+	got, _, _ := export(t, ProtocolGRPC, []*span.Span{s}, nil)
+	evs := map[string]*tracepb.Span_Event{}
+	for _, r := range got {
+		if r.span.GetName() == "reconcile looper" {
+			for _, e := range r.span.GetEvents() {
+				evs[e.GetName()] = e
+			}
+		}
+	}
+	h, st := evs["reconscope.hot_loop"], evs["reconscope.stale_read"]
+	if len(evs) != 2 || h == nil || st == nil {
+		t.Fatalf("events %v, want reconscope.hot_loop and reconscope.stale_read", evs)
+	}
+	a := attrMap(h.GetAttributes())
+	wantStr(t, a, "reconscope.hot_loop.kind", "self_triggered")
+	wantStr(t, a, "k8s.object.uid", uid)
+	wantInt(t, a, "reconscope.hot_loop.count", 5)
+	wantBool(t, a, "reconscope.hot_loop.start", true)
+	wantAbsent(t, a, "reconscope.call.resource")
+	if want := uint64(testClock.Wall(105 * ms).UnixNano()); st.GetTimeUnixNano() != want {
+		t.Errorf("stale read event at %d, want %d (the read's start)", st.GetTimeUnixNano(), want)
+	}
+	a = attrMap(st.GetAttributes())
+	wantStr(t, a, "k8s.object.resource_version", "213")
+	wantStr(t, a, "reconscope.stale_read.newer_resource_version", "216")
+	wantStr(t, a, "reconscope.stale_read.newer_writer", "writer")
+	wantInt(t, a, "reconscope.stale_read.age_ns", int64(3*time.Millisecond))
+	wantStr(t, a, "reconscope.call.resource", "configmaps")
+}
