@@ -220,9 +220,11 @@ func TestStaleRead(t *testing.T) {
 			continue
 		}
 		read := callRV(rec, "get", "target")
-		// Ground truth: the read found the old version although it began after the update
-		// returned to writer.
+		// Ground truth: the read found the old version although it began after writer's
+		// reconcile, and so its update, had returned; one that began while writer's reconcile
+		// ran may have begun after the update returned, or not.
 		isStale := read == target.ResourceVersion && rec.Start.After(written.End)
+		mayBeStale := read == target.ResourceVersion && rec.End.After(written.Start)
 		if isStale {
 			staleTruth++
 		}
@@ -239,7 +241,7 @@ func TestStaleRead(t *testing.T) {
 		default:
 			flagged++
 			r := sp.StaleReads[0]
-			if read != target.ResourceVersion || r.UID != string(target.UID) || r.Name != "target" || r.Resource != "configmaps" ||
+			if !mayBeStale || r.UID != string(target.UID) || r.Name != "target" || r.Resource != "configmaps" ||
 				r.ResourceVersion != read || r.NewerVersion != newRV || r.NewerWriter != "writer" || r.Age <= 0 {
 				t.Errorf("reader's reconcile %s read target@%s (writer made %s): flagged %+v", sp.ReconcileID, read, newRV, r)
 			}
@@ -247,7 +249,7 @@ func TestStaleRead(t *testing.T) {
 	}
 	t.Logf("target created at %s, writer's update made %s; reader's reconciles: %d stale in truth, %d flagged, %d fresh after the resume; %d spans",
 		target.ResourceVersion, newRV, staleTruth, flagged, fresh, len(spans))
-	if staleTruth < 3 || flagged != staleTruth || fresh == 0 {
+	if staleTruth < 3 || flagged < staleTruth || fresh == 0 {
 		t.Errorf("%d stale reads in truth, %d flagged, %d fresh reads of %s: want at least 3 flagged, all of them, and fresh reads after", staleTruth, flagged, fresh, newRV)
 	}
 	got := counters(t, spans, "reconscope_stale_reads_total")
@@ -327,7 +329,21 @@ func TestHotLoop(t *testing.T) {
 			want[r.ReconcileID] = link{noops: noops}
 		}
 	}
-	t.Logf("loop: %d self-triggered reconciles in a row at most; noop-target: %d no-op claims", longest, noops)
+	// calm's second and third reconciles of calm read the version its own previous patch made:
+	// self-triggered too, but two in a row.
+	calmSelf, calmPatch := 0, ""
+	for _, r := range c.truth("calm") {
+		if r.Name == "calm" {
+			if calmPatch != "" && r.ResourceVersion == calmPatch {
+				calmSelf++
+			}
+			calmPatch = callRV(r, "patch", "calm")
+		}
+	}
+	t.Logf("loop: %d self-triggered reconciles in a row at most; noop-target: %d no-op claims; calm: %d self-triggered", longest, noops, calmSelf)
+	if calmSelf == 0 {
+		t.Errorf("calm was never triggered by its own patch: the calm case was not staged")
+	}
 	if longest < 7 || noops < 6 {
 		t.Fatalf("no loop staged: %d self-triggered reconciles in a row, %d no-op claims", longest, noops)
 	}
