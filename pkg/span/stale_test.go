@@ -12,29 +12,14 @@ import (
 // that are not numbers are not.
 func TestStaleRead(t *testing.T) {
 	const uid = "44444444-4444-4444-4444-444444444444"
-	call := func(kind EventKind, tm uint64, c CallInfo) Event { return Event{Kind: kind, Time: tm, Call: c} }
+	r := objectRig{name: "obj", uid: uid, readResource: "configmaps", writeResource: "configmaps"}
 	reconcile := func(goid int64, ctl string, start, end uint64, between ...[]Event) []Event {
-		evs := []Event{{Kind: SpanStart, PID: 1, Goid: goid, Time: start, Controller: ctl, Namespace: "ns", Name: "obj"}}
-		for _, b := range between {
-			for _, e := range b {
-				e.PID, e.Goid = 1, goid
-				evs = append(evs, e)
-			}
-		}
-		return append(evs, Event{Kind: SpanEnd, PID: 1, Goid: goid, Time: end, Result: ResultSuccess})
+		return r.reconcile(goid, ctl, start, end, ResultSuccess, between...)
 	}
-	read := func(tm uint64, rv string) []Event {
-		return []Event{call(CallStart, tm, CallInfo{Kind: CallCacheGet, Verb: "GET", Resource: "configmaps", Namespace: "ns", Name: "obj"}),
-			call(CallEnd, tm+1, CallInfo{UID: uid, ResourceVersion: rv, Outcome: OutcomeHit})}
-	}
+	read := r.read
+	write := func(tm uint64, rv string) []Event { return r.write(tm, 200, rv) }
 	objectRead := func(tm uint64, rv string) []Event {
 		return []Event{{Kind: ObjectRead, Time: tm, Call: CallInfo{Namespace: "ns", Name: "obj", UID: uid, ResourceVersion: rv}}}
-	}
-	write := func(tm uint64, rv string) []Event {
-		return []Event{call(CallStart, tm, CallInfo{Kind: CallAPI, Verb: "PUT", Resource: "configmaps", Namespace: "ns", Name: "obj"}),
-			call(CallStatus, tm+5, CallInfo{Status: 200}),
-			call(CallEnd, tm+10, CallInfo{}),
-			call(CallObject, tm+11, CallInfo{Namespace: "ns", Name: "obj", UID: uid, ResourceVersion: rv})}
 	}
 	stale := func(res, rv, newer, writer string, at, age uint64) StaleRead {
 		return StaleRead{Namespace: "ns", Name: "obj", UID: uid, Resource: res, ResourceVersion: rv, NewerVersion: newer,
@@ -78,13 +63,7 @@ func TestStaleRead(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var got []Span
-			a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
-			for _, evs := range tc.events {
-				for _, e := range evs {
-					a.Add(e)
-				}
-			}
+			got := assemble(tc.events)
 			for _, s := range got {
 				want := tc.want
 				if s.Controller != "reader" {

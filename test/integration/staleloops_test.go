@@ -116,10 +116,10 @@ func counters(t *testing.T, spans []span.Span, name string) map[string]float64 {
 	return got
 }
 
-// logLines returns the tracer's log lines whose message is msg.
-func (c *tracedControllers) logLines(msg string) []string {
+// logLines returns the log lines in logs whose message is msg.
+func logLines(logs *testkit.LogBuffer, msg string) []string {
 	var lines []string
-	for _, l := range strings.Split(c.logs.String(), "\n") {
+	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, `"msg":"`+msg+`"`) {
 			lines = append(lines, l)
 		}
@@ -392,7 +392,7 @@ func TestHotLoop(t *testing.T) {
 	if want := map[span.HotLoopKind]int{span.HotLoopSelfTriggered: 1, span.HotLoopNoopWrite: 1}; !maps.Equal(starts, want) {
 		t.Errorf("episodes started %v, want %v", starts, want)
 	}
-	lines := c.logLines("hot loop")
+	lines := logLines(c.logs, "hot loop")
 	t.Logf("log lines: %q", lines)
 	if len(lines) != 2 || !strings.Contains(strings.Join(lines, "\n"), `"kind":"self_triggered","namespace":"hotloop","name":"loop"`) ||
 		!strings.Contains(strings.Join(lines, "\n"), `"kind":"noop_write","namespace":"hotloop","name":"noop-target"`) {
