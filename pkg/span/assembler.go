@@ -677,20 +677,17 @@ func (a *Assembler) callObject(o *openSpan, k goroutineKey, obj CallInfo) {
 	}
 	end := c.Start + uint64(max(c.Duration, 0))
 	// A write that returned the version the reconcile read changed nothing: it made no version.
-	if c.UID == o.span.UID && c.ResourceVersion == o.span.ResourceVersion {
-		a.noopWrite(o, c, true, end)
-		return
-	}
+	noop := c.UID == o.span.UID && c.ResourceVersion == o.span.ResourceVersion
 	if c.Verb == "PUT" || c.Verb == "PATCH" {
 		// An update or patch that returned a version already made (the one this reconcile
 		// read of the object, or one a traced write made before) changed nothing either.
 		uid, rv := readBefore(&o.span, c)
 		_, made := a.versions[version{c.UID, c.ResourceVersion}]
-		noop := made || (uid == c.UID && rv == c.ResourceVersion)
+		noop = noop || made || (uid == c.UID && rv == c.ResourceVersion)
 		a.noopWrite(o, c, noop, end)
-		if noop {
-			return
-		}
+	}
+	if noop {
+		return
 	}
 	a.remember(version{c.UID, c.ResourceVersion}, written{controller: o.span.Controller, pid: o.span.PID, end: end})
 	a.latest.wrote(c.UID, c.ResourceVersion, o.span.Controller, end)

@@ -2,9 +2,11 @@ package span
 
 import "time"
 
-// Default hot-loop detection: 5 links within 60 seconds.
+// Default hot-loop detection: 10 links within 60 seconds. A controller that creates an object,
+// or scales one up (each created Pod's event triggers its next reconcile), is triggered by its
+// own writes a few times in a row and stops; a hot loop goes on.
 const (
-	DefaultHotLoopChain  = 5
+	DefaultHotLoopChain  = 10
 	DefaultHotLoopWindow = time.Minute
 )
 

@@ -53,12 +53,12 @@ func (r *loopRig) reconcile(pid uint32, ctl, event, target, read, wrote string) 
 }
 
 // TestHotLoopSelfTriggered: a controller whose every write of its object triggers its next
-// reconcile of it: the fifth reconcile in a row triggered by its own write starts the episode
+// reconcile of it: the DefaultHotLoopChain-th reconcile in a row triggered by its own write starts the episode
 // (reported once, Start), later ones carry it; nothing before.
 func TestHotLoopSelfTriggered(t *testing.T) {
 	r := newLoopRig(Options{})
 	prev := ""
-	for i := range 9 {
+	for i := range DefaultHotLoopChain + 4 {
 		rv := strconv.Itoa(100 + i)
 		s := r.reconcile(1, "looper", prev, "obj", "", rv)
 		prev = rv
@@ -151,11 +151,11 @@ func TestNoHotLoop(t *testing.T) {
 
 // TestHotLoopNoopWrite: a controller patching an object again and again without changing it
 // (the API server returns a version already made: the one a traced write made before, or the
-// one the reconcile read): the fifth no-op write starts the episode on the write's reconcile.
+// one the reconcile read): the DefaultHotLoopChain-th no-op write starts the episode on the write's reconcile.
 func TestHotLoopNoopWrite(t *testing.T) {
 	r := newLoopRig(Options{})
 	r.reconcile(1, "claimer", "", "target", "", "900") // the one write that changes it
-	for i := range 7 {
+	for i := range DefaultHotLoopChain + 3 {
 		read := ""
 		if i == 2 {
 			read = "900" // a no-op known from the version read
