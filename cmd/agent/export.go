@@ -36,6 +36,7 @@ type exportFlags struct {
 	nodeName     *string
 	errMessages  *string
 	redact       *stringsFlag
+	recentSpans  *int
 }
 
 // stringsFlag is a flag that may be given more than once; each value is kept, in order.
@@ -57,6 +58,7 @@ func addExportFlags(fs *flag.FlagSet, metricsDefault string) *exportFlags {
 		nodeName:     fs.String("node-name", os.Getenv("NODE_NAME"), "k8s.node.name of the spans (default: $NODE_NAME)"),
 		errMessages:  fs.String("error-messages", "keep", "reconcile error messages in every output: keep, or drop (the error's type and the result stay; SECURITY.md)"),
 		redact:       &stringsFlag{},
+		recentSpans:  fs.Int("recent-spans", exporter.DefaultRecentSpans, fmt.Sprintf("spans kept for GET /spans on the metrics address, the span stream of kubectl reconscope tail (at most %d; 0: no /spans)", exporter.MaxRecentSpans)),
 	}
 	fs.Var(f.redact, "redact-errors", "replace every match of this regular expression (RE2) in error messages with [redacted], in every output; repeatable")
 	return f
@@ -76,6 +78,11 @@ type exporters struct {
 	// --error-messages keep and no --redact-errors.
 	redactor *exporter.Redactor
 	server   *http.Server
+	// stream keeps the last spans and serves them on GET /spans (kubectl reconscope tail);
+	// nil without a metrics address or with --recent-spans 0.
+	stream *exporter.SpanStream
+	// stopRequests ends the requests in flight (followers of /spans) when the server stops.
+	stopRequests context.CancelFunc
 	// spanExporters names where spans go (otlp, console); none: no span export.
 	spanExporters []string
 	// tracer is the tracer whose statistics the self-metrics report, once it exists (setTracer).
@@ -117,11 +124,19 @@ func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock ktime.C
 		chain = append(chain, e.output)
 	}
 	chain = append(chain, local...)
+	if *f.recentSpans < 0 || *f.recentSpans > exporter.MaxRecentSpans {
+		return nil, fmt.Errorf("--recent-spans %d: want 0 to %d", *f.recentSpans, exporter.MaxRecentSpans)
+	}
 	if *f.metricsAddr != "" {
 		build := agentBuild()
 		e.metrics = exporter.NewMetrics(exporter.MetricsOptions{HotObjectsK: *f.hotK, BuildInfo: &build, AgentStats: func() exporter.AgentStats {
 			return e.agentStats(e.tracer.Load())
 		}})
+		if *f.recentSpans > 0 {
+			e.stream = exporter.NewSpanStream(*f.recentSpans, clock)
+			e.stream.Register(e.metrics.Registry())
+			chain = append(chain, e.stream)
+		}
 	}
 	names, err := f.spanExporters()
 	if err != nil {
@@ -263,7 +278,16 @@ func (e *exporters) serve(addr string, sec *metricsSecurity, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	e.server = &http.Server{Handler: sec.handler(e.metrics.Handler()), ReadHeaderTimeout: 5 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("/", e.metrics.Handler()) // /metrics, /healthz, /readyz
+	if e.stream != nil {
+		mux.Handle("/spans", e.stream)
+	}
+	// Requests end when the server stops: a follower of /spans does not hold up Shutdown.
+	base, cancel := context.WithCancel(context.Background())
+	e.stopRequests = cancel
+	e.server = &http.Server{Handler: sec.handler(mux), ReadHeaderTimeout: 5 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return base }}
 	go func() {
 		if err := e.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server", "err", err)
@@ -301,6 +325,7 @@ func (e *exporters) close() {
 		_ = e.otlp.Shutdown(ctx)
 	}
 	if e.server != nil {
+		e.stopRequests()
 		_ = e.server.Shutdown(ctx)
 	}
 }

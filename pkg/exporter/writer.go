@@ -156,6 +156,8 @@ type JSONCall struct {
 	ConflictWriter string    `json:"conflict_writer,omitempty"`
 	Start          time.Time `json:"start"`
 	DurationNS     int64     `json:"duration_ns"`
+	// Depth is 0 for a call the reconcile made directly, 1 for a call made inside another, ...
+	Depth int `json:"depth"`
 }
 
 // ToJSON converts a span to its JSON form.
@@ -197,7 +199,7 @@ func ToJSON(s *span.Span, clock ktime.Clock) JSONSpan {
 			Kind: string(c.Kind), Verb: c.Verb, Resource: c.Resource, Subresource: c.Subresource,
 			Namespace: c.Namespace, Name: c.Name, UID: c.UID, ResourceVersion: c.ResourceVersion,
 			Status: c.Status, Outcome: c.Outcome, ConflictWriter: c.ConflictWriter, Start: clock.Wall(c.Start),
-			DurationNS: int64(c.Duration),
+			DurationNS: int64(c.Duration), Depth: c.Depth,
 		})
 	}
 	return j
@@ -382,4 +384,38 @@ func (m Multi) Write(s *span.Span) error {
 		}
 	}
 	return first
+}
+
+// JSONClock is the clock of spans made by FromJSON: their monotonic times are Unix
+// nanoseconds.
+var JSONClock = ktime.ClockAt(time.Unix(0, 0))
+
+// FromJSON turns a JSON span (docs/json.md, read back from an agent) into a span whose times
+// JSONClock reads, so that the writers of this package (the tree of TreeWriter) print it as
+// they print the agent's own. Fields the JSON form does not carry stay empty.
+func FromJSON(j JSONSpan) *span.Span {
+	mono := func(t time.Time) uint64 {
+		if t.IsZero() || t.UnixNano() < 0 {
+			return 0
+		}
+		return uint64(t.UnixNano())
+	}
+	s := &span.Span{
+		Controller: j.Controller, Namespace: j.Namespace, Name: j.Name, ItemType: j.ItemType, UID: j.UID,
+		ResourceVersion: j.ResourceVersion, ReconcileID: j.ReconcileID, Start: mono(j.Start),
+		Duration: time.Duration(j.DurationNS), Result: span.Result(j.Result), RequeueAfter: time.Duration(j.RequeueAfterNS),
+		ErrorType: j.ErrorType, Error: j.Error, PID: j.PID, Goid: j.Goid, Exe: j.Exe, Pod: j.Pod, Container: j.Container,
+		QueueWait: time.Duration(j.QueueWaitNS), Backoff: time.Duration(j.BackoffNS), TriggerController: j.TriggerController,
+		ReadVersionWriter: j.ReadVersionWriter, TriggersDropped: j.TriggersDropped, Noop: j.Noop, Incomplete: j.Incomplete,
+	}
+	s.Phases.Fetch, s.Phases.Diff, s.Phases.Apply = time.Duration(j.Phases.FetchNS), time.Duration(j.Phases.DiffNS), time.Duration(j.Phases.ApplyNS)
+	for _, c := range j.Calls {
+		var call span.Call
+		call.Kind, call.Verb, call.Resource, call.Subresource = span.CallKind(c.Kind), c.Verb, c.Resource, c.Subresource
+		call.Namespace, call.Name, call.UID, call.ResourceVersion = c.Namespace, c.Name, c.UID, c.ResourceVersion
+		call.Status, call.Outcome, call.ConflictWriter = c.Status, c.Outcome, c.ConflictWriter
+		call.Start, call.Duration, call.Depth = mono(c.Start), time.Duration(c.DurationNS), c.Depth
+		s.Calls = append(s.Calls, call)
+	}
+	return s
 }
