@@ -126,7 +126,7 @@ func TestChartMatchesKustomize(t *testing.T) {
 		compared   int
 	}{
 		{name: "default", compared: 5},
-		{name: "metrics.secure", helmArgs: []string{"--set", "metrics.secure=true"}, components: []string{metricsAuthDir}, compared: 8},
+		{name: "metrics.secure", helmArgs: []string{"--set", "metrics.secure=true"}, components: []string{metricsAuthDir}, compared: 9},
 		{name: "dashboard", helmArgs: []string{"--set", "dashboard.enabled=true"}, components: []string{grafanaDir}, compared: 6},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -306,7 +306,7 @@ func TestChartOptions(t *testing.T) {
 	if v := pod.Volumes[2]; v.Secret == nil || v.Secret.SecretName != "agent-metrics-tls" {
 		t.Errorf("metrics-tls volume %+v, want Secret agent-metrics-tls", v)
 	}
-	for _, k := range []string{"ClusterRole//reconscope-agent-metrics-auth", "ClusterRoleBinding//reconscope-agent-metrics-auth", "ClusterRole//reconscope-agent-metrics-reader"} {
+	for _, k := range []string{"ClusterRole//reconscope-agent-metrics-auth", "ClusterRoleBinding//reconscope-agent-metrics-auth", "ClusterRole//reconscope-agent-metrics-reader", "ClusterRole//reconscope-agent-spans-reader"} {
 		if objs[k] == nil {
 			t.Errorf("no %s", k)
 		}

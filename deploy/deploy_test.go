@@ -254,8 +254,9 @@ func TestRBACIsPodsReadOnly(t *testing.T) {
 }
 
 // TestMetricsAuthRBAC: the metrics-auth component lets the agent's ServiceAccount create
-// TokenReviews and SubjectAccessReviews, nothing else, and its reader role grants get on
-// /metrics only (kubebuilder's metrics-reader).
+// TokenReviews and SubjectAccessReviews, nothing else, its reader role grants get on
+// /metrics only (kubebuilder's metrics-reader), and its spans reader (kubectl reconscope) get
+// on /metrics and /spans.
 func TestMetricsAuthRBAC(t *testing.T) {
 	var roles map[string][]rbacv1.PolicyRule = map[string][]rbacv1.PolicyRule{}
 	var bindings []*rbacv1.ClusterRoleBinding
@@ -278,6 +279,7 @@ func TestMetricsAuthRBAC(t *testing.T) {
 			{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
 		},
 		"reconscope-agent-metrics-reader": {{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+		"reconscope-agent-spans-reader":   {{NonResourceURLs: []string{"/metrics", "/spans"}, Verbs: []string{"get"}}},
 	}
 	if !reflect.DeepEqual(roles, want) {
 		t.Errorf("metrics-auth roles %+v, want %+v", roles, want)

@@ -278,15 +278,10 @@ func (e *exporters) serve(addr string, sec *metricsSecurity, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/", e.metrics.Handler()) // /metrics, /healthz, /readyz
-	if e.stream != nil {
-		mux.Handle("/spans", e.stream)
-	}
 	// Requests end when the server stops: a follower of /spans does not hold up Shutdown.
 	base, cancel := context.WithCancel(context.Background())
 	e.stopRequests = cancel
-	e.server = &http.Server{Handler: sec.handler(mux), ReadHeaderTimeout: 5 * time.Second,
+	e.server = &http.Server{Handler: sec.handler(exporter.AgentHandler(e.metrics, e.stream)), ReadHeaderTimeout: 5 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return base }}
 	go func() {
 		if err := e.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -265,3 +265,14 @@ func (f SpanFilter) Match(controller, namespace, name, result string) bool {
 func (f SpanFilter) MatchSpan(s *span.Span) bool {
 	return f.Match(s.Controller, s.Namespace, s.Name, string(s.Result))
 }
+
+// AgentHandler is what the agent serves on its metrics address: m's /metrics, /healthz and
+// /readyz, and st's /spans (none when st is nil).
+func AgentHandler(m *Metrics, st *SpanStream) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", m.Handler())
+	if st != nil {
+		mux.Handle("/spans", st)
+	}
+	return mux
+}
