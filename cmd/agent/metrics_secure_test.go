@@ -85,7 +85,8 @@ func serviceAccountToken(t *testing.T, cs kubernetes.Interface, namespace, name 
 // deploy/metrics-auth component), and scrapes it as a user would: without a token (401), with
 // a token the API server does not know (401), as a ServiceAccount not bound to the reader role
 // (403), and as one bound to it (200, the metrics). The probes' paths stay open, and plain
-// HTTP is refused.
+// HTTP is refused. The span stream (/spans) is behind the same check: a kubectl reconscope
+// user bound to the spans reader role reads it and /metrics, the metrics reader does not.
 func TestRunMetricsSecure(t *testing.T) {
 	bpftest.Require(t)
 	agent, err := agentBinary()
@@ -117,6 +118,16 @@ func TestRunMetricsSecure(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reconscope-metrics"},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "reconscope-agent-metrics-reader"},
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "prometheus"}},
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A kubectl reconscope user, bound to the spans reader role.
+	viewer := serviceAccountToken(t, cs, "default", "viewer")
+	binding = &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "viewer-reconscope-spans"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "reconscope-agent-spans-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "viewer"}},
 	}
 	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -173,6 +184,10 @@ func TestRunMetricsSecure(t *testing.T) {
 		{"reader again (cached)", "/metrics", reader, http.StatusOK, "reconscope_build_info"},
 		{"stranger again (cached)", "/metrics", stranger, http.StatusForbidden, "Authorization denied"},
 		{"reader on a path the role does not name", "/debug", reader, http.StatusForbidden, "Authorization denied"},
+		{"span stream without token", "/spans", "", http.StatusUnauthorized, "Unauthorized"},
+		{"span stream, metrics reader only", "/spans", reader, http.StatusForbidden, "system:serviceaccount:default:prometheus"},
+		{"span stream, spans reader", "/spans", viewer, http.StatusOK, ""},
+		{"metrics, spans reader", "/metrics", viewer, http.StatusOK, "reconscope_span_stream_readers_dropped_total 0"},
 	} {
 		code, body, err := get("https", tt.path, tt.token)
 		if err != nil {

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/metricsauth"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+// spansReaderRole is deploy/metrics-auth's ClusterRole for kubectl reconscope users.
+func spansReaderRole(t *testing.T) *rbacv1.ClusterRole {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "metrics-auth", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
+		if r, ok := obj.(*rbacv1.ClusterRole); err == nil && ok && r.Name == "reconscope-agent-spans-reader" {
+			return r
+		}
+	}
+	t.Fatal("deploy/metrics-auth/rbac.yaml has no ClusterRole reconscope-agent-spans-reader")
+	return nil
+}
+
+// kubeconfigWithToken writes a kubeconfig whose user authenticates with token.
+func kubeconfigWithToken(t *testing.T, env *testenv.Env, token string) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
+	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "user"}
+	kc.CurrentContext = "test"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestSecuredAgent: an agent serving --metrics-secure (HTTPS, each bearer token reviewed by a
+// real kube-apiserver with metricsauth) is read by tail and top with the token of the user's
+// kubeconfig when the user is bound to deploy/metrics-auth's spans reader role; another user
+// gets the API server's refusal and what to do about it, and so does a user without a token.
+func TestSecuredAgent(t *testing.T) {
+	env := testenv.Start(t, testenv.Options{})
+	ctx := context.Background()
+	cs := kubernetes.NewForConfigOrDie(env.Config)
+	token := func(name string) string {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}
+		if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, sa, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		exp := int64(3600)
+		tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, name,
+			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, spansReaderRole(t), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	viewer, stranger := token("viewer"), token("stranger")
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "viewer-spans"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "reconscope-agent-spans-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "viewer"}},
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The agent: its handler behind the filter --metrics-secure puts in front of it, over TLS.
+	m := exporter.NewMetrics(exporter.MetricsOptions{})
+	st := exporter.NewSpanStream(10, exporter.JSONClock)
+	filter := metricsauth.New(metricsauth.Options{Client: cs, Open: []string{"/healthz", "/readyz"}})
+	srv := httptest.NewTLSServer(filter.Wrap(exporter.AgentHandler(m, st)))
+	defer srv.Close()
+	agent := &agentEndpoint{srv: srv, writer: exporter.Multi{st, m}, stream: st}
+	agent.reconcile(1, "widgets", "ns-a", "w1", span.ResultError, time.Millisecond)
+	agent.reconcile(2, "widgets", "ns-a", "w1", span.ResultSuccess, time.Millisecond)
+
+	read := func(kubeconfig, flagToken string) (string, error) {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc, err := agentClient(cfg, flagToken, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := httpSource("secure", srv.URL, hc)
+		var out, errOut bytes.Buffer
+		if err := tail(ctx, []source{src}, exporter.SpanFilter{Errors: true}, false, newSpanPrinter("json", &out), &errOut); err != nil {
+			return errOut.String(), err
+		}
+		rep, err := top(ctx, []source{src}, 0, exporter.SpanFilter{}, &errOut)
+		if err != nil {
+			return errOut.String(), err
+		}
+		if len(rep.controllers) != 1 || rep.controllers[0].reconciles != 2 || rep.controllers[0].errors != 1 {
+			t.Errorf("top through the secured agent: %+v, want widgets with 2 reconciles, 1 error", rep.controllers)
+		}
+		return out.String(), nil
+	}
+
+	out, err := read(kubeconfigWithToken(t, env, viewer), "")
+	if err != nil {
+		t.Fatalf("viewer: %v\n%s", err, out)
+	}
+	if got := jsonNames(t, out); strings.Join(got, ";") != "widgets ns-a/w1 error" {
+		t.Errorf("viewer's tail --errors = %v, want widgets ns-a/w1's error", got)
+	}
+	// --token wins over the kubeconfig's
+	if _, err := read(kubeconfigWithToken(t, env, stranger), viewer); err != nil {
+		t.Errorf("--token of the viewer: %v", err)
+	}
+	for _, tt := range []struct {
+		name, token string
+		want        []string
+	}{
+		{"not bound", stranger, []string{"403", "system:serviceaccount:default:stranger", "reconscope-agent-spans-reader"}},
+		{"no token", "", []string{"401", "--token"}},
+	} {
+		msg, err := read(kubeconfigWithToken(t, env, tt.token), "")
+		if err == nil {
+			t.Errorf("%s: read the secured agent", tt.name)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%s: the message %q does not say %q", tt.name, msg, w)
+			}
+		}
+	}
+}
