@@ -9,6 +9,7 @@ GO       ?= go
 # revision and whether the tree was dirty (reconscope_build_info, `reconscope-agent version`).
 VERSION  ?= $(shell cat VERSION)
 BIN      := bin/reconscope-agent
+PLUGIN   := bin/kubectl-reconscope
 LDFLAGS  := -X main.version=$(VERSION)
 SUDO     := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then echo "sudo -E env PATH=$$PATH"; fi)
 PKGS     := ./...
@@ -26,8 +27,9 @@ RUN      ?=
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-build: ## build bin/reconscope-agent (static, no cgo)
+build: ## build bin/reconscope-agent and the kubectl plugin bin/kubectl-reconscope (static, no cgo)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/agent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(PLUGIN) ./cmd/kubectl-reconscope
 
 # make image: the agent's OCI image for every IMAGE_ARCHS, one index in an OCI layout tarball
 # (internal/ociimage.Agent is its spec; the Dockerfile describes the same image). Load it with
@@ -49,11 +51,14 @@ image: ## build the agent's image (amd64+arm64, static, CA certificates, no shel
 
 # make release VERSION=vX.Y.Z: the release's artifacts in bin/release, no registry needed
 # (internal/cmd/release says what each file is): the image tarball and its digest, the chart
-# packaged and rendered with the image by digest, the agent binaries with their CycloneDX SBOMs,
-# SHA256SUMS.
+# packaged and rendered with the image by digest, the agent binaries and the kubectl plugin's
+# (staged beside the agent's in bin/image, not in the image) with their CycloneDX SBOMs, SHA256SUMS.
 RELEASE_DIR ?= bin/release
 
-release: image ## build the release into bin/release: image tarball and digest, chart (.tgz) and manifest by digest, agent binaries, SBOMs, SHA256SUMS
+release: image ## build the release into bin/release: image tarball and digest, chart (.tgz) and manifest by digest, agent and kubectl plugin binaries, SBOMs, SHA256SUMS
+	for arch in $(IMAGE_ARCHS); do \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/image/linux_$$arch/kubectl-reconscope ./cmd/kubectl-reconscope || exit 1; \
+	done
 	$(GO) run ./internal/cmd/release --version $(VERSION) --image-tar $(IMAGE_TAR) --binaries bin/image --helm "$$(test/tools/build-helm.sh | tail -1)" --out $(RELEASE_DIR)
 
 chart-check: controlplane ## helm lint and template the chart, compare it with deploy/, promtool check and test the alert rules

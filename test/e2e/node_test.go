@@ -66,6 +66,9 @@ func TestDaemonSetOnNode(t *testing.T) {
 	stage := t.TempDir()
 	agentBin := buildStatic(t, "./cmd/agent")
 	stageFile(t, agentBin, filepath.Join(stage, ociimage.AgentStage, "linux_"+runtime.GOARCH, "reconscope-agent"))
+	// The kubectl plugin, staged beside the agent as make release does (it is not in the image).
+	pluginBin := buildStatic(t, "./cmd/kubectl-reconscope")
+	stageFile(t, pluginBin, filepath.Join(stage, ociimage.AgentStage, "linux_"+runtime.GOARCH, "kubectl-reconscope"))
 	stageFile(t, "/etc/ssl/certs/ca-certificates.crt", filepath.Join(stage, ociimage.AgentStage, "ca-certificates.crt"))
 	builtinsBin := installBuiltins(t)
 	fixtureBin := buildStatic(t, "./test/fixtures/scripted-controller")
@@ -171,6 +174,8 @@ func TestDaemonSetOnNode(t *testing.T) {
 	truth, _ := groundtruth.ReadFile(truthPath)
 	checkJaegerTrace(t, jaeger, src, fixturePod, "calls", truth)
 	checkJaegerTrace(t, jaeger, src, fixturePod, "fail", truth)
+	// And live, with kubectl only: the plugin's tail and top, through the API server.
+	checkKubectlPlugin(t, env, pluginBin, scripted)
 	waitScraped(t, prom, fixturePod)
 	agentUse.report(t, "tracing kube-controller-manager and the fixture")
 	// Causality between two controllers, in the trace backend: a Deployment created now (kube-

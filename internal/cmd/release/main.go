@@ -16,6 +16,8 @@
 //   - reconscope-agent-linux-ARCH: the agent for local tracing, and
 //     reconscope-agent-linux-ARCH.cdx.json: its CycloneDX SBOM (made by cyclonedx-gomod from the
 //     binary's build information), for each architecture of --binaries;
+//   - kubectl-reconscope-linux-ARCH: the kubectl plugin (installed as kubectl-reconscope on the
+//     PATH), and its SBOM kubectl-reconscope-linux-ARCH.cdx.json, for the same architectures;
 //   - SHA256SUMS: every file above (sha256sum -c SHA256SUMS checks them).
 package main
 
@@ -59,7 +61,7 @@ func run(args []string, stdout io.Writer) error {
 	var o options
 	fl.StringVar(&o.version, "version", "", "the release, vMAJOR.MINOR.PATCH (required)")
 	fl.StringVar(&o.imageTar, "image-tar", "bin/reconscope-agent-image.tar", "the image's OCI layout tarball (make image)")
-	fl.StringVar(&o.binaries, "binaries", "bin/image", "the agent binaries, DIR/linux_ARCH/reconscope-agent (make image)")
+	fl.StringVar(&o.binaries, "binaries", "bin/image", "the agent binaries, DIR/linux_ARCH/reconscope-agent (make image), and the kubectl plugin's beside them, DIR/linux_ARCH/kubectl-reconscope (make release)")
 	fl.StringVar(&o.helm, "helm", "helm", "the helm binary")
 	fl.StringVar(&o.chart, "chart", "deploy/helm/reconscope", "the chart's directory")
 	fl.StringVar(&o.out, "out", "bin/release", "the directory to write (replaced)")
@@ -121,18 +123,25 @@ func release(o options, stdout io.Writer) error {
 	if err != nil || len(archs) == 0 {
 		return fmt.Errorf("no agent binary in %s/linux_*/ (make image builds them)", o.binaries)
 	}
-	for _, bin := range archs {
-		arch := strings.TrimPrefix(filepath.Base(filepath.Dir(bin)), "linux_")
-		dst := filepath.Join(o.out, "reconscope-agent-linux-"+arch)
-		if err := copyFile(bin, dst); err != nil {
-			return err
-		}
-		if err := os.Chmod(dst, 0o755); err != nil {
-			return err
-		}
-		cmd := exec.Command(SBOMTool[0], append(SBOMTool[1:], "-output", dst+".cdx.json", "-version", o.version, dst)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("SBOM of %s: %w\n%s", dst, err, out)
+	for _, agent := range archs {
+		dir := filepath.Dir(agent)
+		arch := strings.TrimPrefix(filepath.Base(dir), "linux_")
+		for _, name := range []string{"reconscope-agent", "kubectl-reconscope"} {
+			bin := filepath.Join(dir, name)
+			if _, err := os.Stat(bin); err != nil {
+				return fmt.Errorf("no %s beside the agent in %s (make release builds it): %w", name, dir, err)
+			}
+			dst := filepath.Join(o.out, name+"-linux-"+arch)
+			if err := copyFile(bin, dst); err != nil {
+				return err
+			}
+			if err := os.Chmod(dst, 0o755); err != nil {
+				return err
+			}
+			cmd := exec.Command(SBOMTool[0], append(SBOMTool[1:], "-output", dst+".cdx.json", "-version", o.version, dst)...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("SBOM of %s: %w\n%s", dst, err, out)
+			}
 		}
 	}
 	sums, err := writeSums(o.out)

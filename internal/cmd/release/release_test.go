@@ -52,8 +52,10 @@ func TestRelease(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(bins, "linux_amd64"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := copyFile(bin, filepath.Join(bins, "linux_amd64", "reconscope-agent")); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"reconscope-agent", "kubectl-reconscope"} {
+		if err := copyFile(bin, filepath.Join(bins, "linux_amd64", name)); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	out := filepath.Join(dir, "release")
@@ -77,7 +79,7 @@ func TestRelease(t *testing.T) {
 			t.Errorf("%s is not in SHA256SUMS", e.Name())
 		}
 	}
-	for _, f := range []string{"reconscope-agent-image-v9.8.7.tar", "reconscope-agent-linux-amd64", "reconscope-v9.8.7.yaml", "reconscope-9.8.7.tgz"} {
+	for _, f := range []string{"reconscope-agent-image-v9.8.7.tar", "reconscope-agent-linux-amd64", "kubectl-reconscope-linux-amd64", "kubectl-reconscope-linux-amd64.cdx.json", "reconscope-v9.8.7.yaml", "reconscope-9.8.7.tgz"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Errorf("no %s: %v", f, err)
 		}
