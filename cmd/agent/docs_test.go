@@ -30,6 +30,19 @@ var otherPrograms = map[string]string{
 	"ground-truth":     "the scripted fixture",
 	"cache-pause-file": "the scripted fixture",
 	"local":            "ctr images tag",
+	// kubectl reconscope (cmd/kubectl-reconscope checks that docs/kubectl-plugin.md names each)
+	"context":         "kubectl reconscope",
+	"agent-namespace": "kubectl reconscope",
+	"agent-port":      "kubectl reconscope",
+	"via":             "kubectl reconscope",
+	"token":           "kubectl reconscope",
+	"object":          "kubectl reconscope",
+	"errors":          "kubectl reconscope",
+	"follow":          "kubectl reconscope",
+	"interval":        "kubectl reconscope",
+	"sort":            "kubectl reconscope",
+	"limit":           "kubectl reconscope",
+	"user":            "kubectl create clusterrolebinding",
 }
 
 // flagMention is a flag named in prose: --name, or --prefix-* for every flag of a prefix.

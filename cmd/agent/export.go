@@ -47,7 +47,7 @@ func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
 
 func addExportFlags(fs *flag.FlagSet, metricsDefault string) *exportFlags {
 	f := &exportFlags{
-		metricsAddr:  fs.String("metrics-addr", metricsDefault, `serve Prometheus /metrics, /healthz and /readyz on this address ("" disables)`),
+		metricsAddr:  fs.String("metrics-addr", metricsDefault, `serve Prometheus /metrics, /healthz, /readyz and the span stream /spans on this address ("" disables)`),
 		otlpEndpoint: fs.String("otlp-endpoint", "", "send spans over OTLP to this collector (URL or host:port); also OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
 		otlpProtocol: fs.String("otlp-protocol", "", "OTLP protocol: grpc, http/protobuf or http/json (default: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, else grpc for an endpoint on port 4317 and http/protobuf otherwise)"),
 		otlpInsecure: fs.Bool("otlp-insecure", false, "OTLP without TLS (also OTEL_EXPORTER_OTLP_INSECURE=true, or an http:// endpoint)"),

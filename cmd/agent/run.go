@@ -35,9 +35,10 @@ and every --scan-interval), traces those the probe catalog supports (one attach 
 by its processes; a new process of an attached executable is traced from its exec, in the kernel,
 also one that restarts within --keep-attached of its executable's last process), names their pod and container from a pod informer limited to this node
 (needs get/list/watch on pods; without API access it keeps tracing with host-only metadata
-and says so once), serves Prometheus metrics and health on --metrics-addr (with
---metrics-secure: HTTPS, /metrics only for bearer tokens the API server allows to get
-/metrics), and sends spans
+and says so once), serves Prometheus metrics, health and its last spans (GET /spans,
+--recent-spans: what kubectl reconscope tail reads) on --metrics-addr (with
+--metrics-secure: HTTPS, /metrics and /spans only for bearer tokens the API server allows to
+get them), and sends spans
 over OTLP when an endpoint is configured (--otlp-endpoint or the OTEL_EXPORTER_OTLP_*
 variables; an endpoint on port 4317 means gRPC unless a protocol is set;
 OTEL_TRACES_EXPORTER=otlp|console|none and OTEL_SDK_DISABLED=true are honoured). SIGTERM detaches every probe, flushes spans and exits 0. On a kernel below
