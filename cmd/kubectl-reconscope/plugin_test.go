@@ -249,6 +249,17 @@ func TestTopRanking(t *testing.T) {
 			t.Errorf("widgets p99 %g s, want in (0.5 ms, 1 ms]", c.p99)
 		}
 	}
+	// -n: the objects of one namespace; the controllers stay
+	inB, err := top(context.Background(), []source{a.source("a"), b.source("b")}, 0, exporter.SpanFilter{Namespace: "ns-b"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inB.rank("rate")
+	rep = inB
+	objs := objOrder()
+	if objs != "ns-b/g1:2:2 ns-b/g2:1:0" || len(inB.controllers) != 2 {
+		t.Errorf("top -n ns-b: objects %s, %d controllers; want ns-b's two objects, both controllers", objs, len(inB.controllers))
+	}
 	var out bytes.Buffer
 	rep.rank("rate")
 	rep.print(&out, 0)

@@ -36,7 +36,10 @@ agent's /metrics, scraped twice --interval apart:
   OBJECTS      the most reconciled objects of each controller over the agents' last 5
                minutes (reconscope_hot_objects, the top 10 per controller and agent); their
                errors and p99 duration are those of the spans the agents keep (GET /spans,
-               the last --recent-spans spans of each agent), "-" when none is kept.`
+               the last --recent-spans spans of each agent), "-" when none is kept.
+
+--controller (a glob, repeatable) narrows both tables, -n/--namespace the objects table to
+the objects of one namespace.`
 
 func runTop(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("top", topSummary, stdout, stderr)
@@ -46,6 +49,9 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 	limit := fs.Int("limit", 20, "rows per table (0: all)")
 	var controllers stringsFlag
 	fs.Var(&controllers, "controller", "only this controller, a glob (repeatable)")
+	var namespace string
+	fs.StringVar(&namespace, "namespace", "", "only objects in this namespace (the objects table; a controller's metrics are not split by namespace)")
+	fs.StringVar(&namespace, "n", "", "shorthand for --namespace")
 	if code, exit := fs.parse(args); exit {
 		return code
 	}
@@ -55,7 +61,7 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 	if *interval < 0 {
 		return usageError(stderr, "top", "--interval %s: want 0 or more", *interval)
 	}
-	filter, err := exporter.ParseSpanFilter(controllers, "", "", false)
+	filter, err := exporter.ParseSpanFilter(controllers, namespace, "", false)
 	if err != nil {
 		return usageError(stderr, "top", "--%v", err)
 	}
@@ -251,7 +257,7 @@ func addControllers(rows map[controllerKey]*controllerRow, before, after scrape,
 	if f := after["reconscope_reconcile_total"]; f != nil {
 		old := prior("reconscope_reconcile_total")
 		for _, m := range f.GetMetric() {
-			if !filter.Match(label(m, "controller"), "", "", "") {
+			if !filter.Match(label(m, "controller"), filter.Namespace, "", "") {
 				continue
 			}
 			d := delta(m.GetCounter().GetValue(), old[seriesKey(m)].GetCounter().GetValue())
@@ -265,7 +271,7 @@ func addControllers(rows map[controllerKey]*controllerRow, before, after scrape,
 	if f := after["reconscope_reconcile_duration_seconds"]; f != nil {
 		old := prior("reconscope_reconcile_duration_seconds")
 		for _, m := range f.GetMetric() {
-			if !filter.Match(label(m, "controller"), "", "", "") {
+			if !filter.Match(label(m, "controller"), filter.Namespace, "", "") {
 				continue
 			}
 			h, was := m.GetHistogram(), old[seriesKey(m)].GetHistogram()

@@ -5,6 +5,7 @@ package e2e
 import (
 	"encoding/json"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -71,11 +72,15 @@ func checkKubectlPlugin(t *testing.T, env *testenv.Env, plugin string, scripted 
 		}
 	}
 
+	// No check through a port-forward (--via port-forward): the test bed's API server cannot
+	// reach the kubelet (it dials the node by its name, which no DNS resolves here).
+
 	for _, by := range []string{"rate", "errors"} {
-		top := kubectlReconscope(t, env, plugin, "top", "--controller", fixtureController, "--sort", by, "--interval", "0")
+		// -n: the agent traces every scripted-controller on the machine, other tests' too
+		top := kubectlReconscope(t, env, plugin, "top", "--controller", fixtureController, "-n", ns, "--sort", by, "--interval", "0")
 		controllers, objects, _ := strings.Cut(top, "\nOBJECT")
-		if !strings.Contains(controllers, "\n"+fixtureController+" ") {
-			t.Errorf("top --sort %s: no row of the controller %s:\n%s", by, fixtureController, top)
+		if !regexp.MustCompile(`(?m)^` + fixtureController + ` +` + ns + `/scripted +[1-9]`).MatchString(controllers) {
+			t.Errorf("top --sort %s: no row of the controller %s of the workload %s/scripted:\n%s", by, fixtureController, ns, top)
 		}
 		rows := strings.Split(strings.TrimSpace(objects), "\n")
 		if len(rows) < 2 || !strings.HasPrefix(rows[1], ns+"/fail ") {
