@@ -175,7 +175,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	checkJaegerTrace(t, jaeger, src, fixturePod, "calls", truth)
 	checkJaegerTrace(t, jaeger, src, fixturePod, "fail", truth)
 	// And live, with kubectl only: the plugin's tail and top, through the API server.
-	checkKubectlPlugin(t, env, pluginBin, scripted)
+	checkKubectlPlugin(t, env, pluginBin, fixturePod.Namespace+"/"+fixturePod.Name, scripted)
 	waitScraped(t, prom, fixturePod)
 	agentUse.report(t, "tracing kube-controller-manager and the fixture")
 	// Causality between two controllers, in the trace backend: a Deployment created now (kube-
