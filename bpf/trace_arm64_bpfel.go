@@ -26,7 +26,8 @@ const (
 	TraceCounterCOUNTER_UNWOKEN_BYTES TraceCounter = 7
 	TraceCounterCOUNTER_EXCLUDED      TraceCounter = 8
 	TraceCounterCOUNTER_HANDED        TraceCounter = 9
-	TraceCounterCOUNTER_MAX           TraceCounter = 10
+	TraceCounterCOUNTER_GATED         TraceCounter = 10
+	TraceCounterCOUNTER_MAX           TraceCounter = 11
 )
 
 type TraceCtlKey struct {
@@ -137,6 +138,8 @@ type TraceG_state struct {
 	Goid     int64
 	Skip     uint32
 	Deferred uint32
+	Calls    uint32
+	Pad0     uint32
 }
 
 type TracePidBitmap struct {
@@ -168,6 +171,7 @@ type TraceSiteFlag uint32
 const (
 	TraceSiteFlagSITE_F_ITEM      TraceSiteFlag = 1
 	TraceSiteFlagSITE_F_ITEM_CALL TraceSiteFlag = 2
+	TraceSiteFlagSITE_F_GATED     TraceSiteFlag = 4
 )
 
 type TraceSiteKind uint32
@@ -207,6 +211,7 @@ type TraceValSpec struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	TraceMapCallDetail      = "call_detail"
 	TraceMapCounters        = "counters"
 	TraceMapErrLayouts      = "err_layouts"
 	TraceMapEvents          = "events"
@@ -294,6 +299,7 @@ type TraceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type TraceMapSpecs struct {
+	CallDetail *ebpf.MapSpec `ebpf:"call_detail"`
 	Counters   *ebpf.MapSpec `ebpf:"counters"`
 	ErrLayouts *ebpf.MapSpec `ebpf:"err_layouts"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
@@ -351,6 +357,7 @@ func (o *TraceObjects) Close() error {
 //
 // It can be passed to LoadTraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TraceMaps struct {
+	CallDetail *ebpf.Map `ebpf:"call_detail"`
 	Counters   *ebpf.Map `ebpf:"counters"`
 	ErrLayouts *ebpf.Map `ebpf:"err_layouts"`
 	Events     *ebpf.Map `ebpf:"events"`
@@ -366,6 +373,7 @@ type TraceMaps struct {
 
 func (m *TraceMaps) Close() error {
 	return _TraceClose(
+		m.CallDetail,
 		m.Counters,
 		m.ErrLayouts,
 		m.Events,

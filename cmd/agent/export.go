@@ -20,6 +20,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/metricsauth"
+	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
@@ -60,6 +61,13 @@ func addExportFlags(fs *flag.FlagSet, metricsDefault string) *exportFlags {
 	}
 	fs.Var(f.redact, "redact-errors", "replace every match of this regular expression (RE2) in error messages with [redacted], in every output; repeatable")
 	return f
+}
+
+// detailSwitched counts a switch of a controller's detail (detail.Options.OnSwitch).
+func (e *exporters) detailSwitched(controller string, to probes.Detail, _ string) {
+	if e.metrics != nil {
+		e.metrics.DetailSwitched(controller, to.String())
+	}
 }
 
 // exporters is what the agent writes spans to, and how to stop it.

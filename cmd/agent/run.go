@@ -116,6 +116,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "run", "%v", err)
 	}
 	defer exp.close()
+	if err := tf.detailPolicy(*ef.slow, log, exp.detailSwitched); err != nil {
+		return usageError(stderr, "run", "%v", err)
+	}
 	t, err := tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) {
 		o.ProcRoot = *procRoot
 		// A new process of an executable already attached is traced from its exec, in the

@@ -125,6 +125,7 @@ type Metrics struct {
 	fights     *prometheus.CounterVec
 	conflicts  *prometheus.CounterVec
 	hits       *prometheus.CounterVec
+	switches   *prometheus.CounterVec
 	hot        *hotObjects
 	tracing    *prometheus.GaugeVec
 
@@ -200,6 +201,10 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			Name: "reconscope_probe_hits_total",
 			Help: "Probe hits the traced process paid for its reconciles (the hits whose records joined a span: entry, return, calls, queue marks), by what each cost its thread: kind=emulated (one trap) or single_stepped (a trap and a single-step). Divide by reconscope_reconcile_total for hits per reconcile.",
 		}, wl("kind")),
+		switches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconscope_detail_switches_total",
+			Help: "Switches of a controller's detail at run time (--detail-switch-max): to=calls when a slow reconcile or a request switched it, to=reconcile when the switch's time was over.",
+		}, []string{"controller", "to"}),
 		hot: newHotObjects(opts),
 		tracing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "reconscope_tracing",
@@ -218,7 +223,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.conflicts, m.hits, m.hot, m.tracing,
+		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.conflicts, m.hits, m.switches, m.hot, m.tracing,
 	)
 	if opts.AgentStats != nil {
 		reg.MustRegister(newAgentCollector(opts.AgentStats))
@@ -265,6 +270,11 @@ func (m *Metrics) initResults(controller string, wv [6]string) {
 	for _, r := range reconcileResults {
 		m.reconciles.WithLabelValues(append(key[:], string(r))...)
 	}
+}
+
+// DetailSwitched counts a switch of controller's detail to level to (reconscope_detail_switches_total).
+func (m *Metrics) DetailSwitched(controller, to string) {
+	m.switches.WithLabelValues(controller, to).Inc()
 }
 
 // Registry is the registry the metrics are on, for the agent to add its own collectors.

@@ -67,3 +67,19 @@ func (d Detail) Catalog(catalog []*Probe) []*Probe {
 	}
 	return out
 }
+
+// CallProbes returns the probes of catalog that DetailCalls keeps and DetailReconcile does not:
+// what an executable planned at DetailReconcile needs besides to trace some of its controllers
+// at DetailCalls (the API call, cache and lister read probes, the goroutine probes). The
+// agent plans them apart and attaches them gated, per controller instance
+// (collector.Collector.AttachCalls). catalog itself is not changed.
+func CallProbes(catalog []*Probe) []*Probe {
+	kept := DetailReconcile.Catalog(catalog)
+	var out []*Probe
+	for _, p := range DetailCalls.Catalog(catalog) {
+		if !slices.Contains(kept, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
