@@ -71,7 +71,7 @@ func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock ktim
 	if tf.policy != nil && tf.policy.Mixed() {
 		opts.Detail = tf.policy
 		opts.Catalog = probes.DetailReconcile.Catalog(catalog)
-		opts.CallProbes = probes.CallProbes(catalog)
+		opts.CallsCatalog = catalog
 	}
 	if configure != nil {
 		configure(&opts)

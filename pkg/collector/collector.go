@@ -317,7 +317,7 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 // AttachCalls attaches plan's sites gated: its call sites (and goroutine probes) record only
 // inside spans of controller instances SetCallDetail gave call detail, and return at once in
 // the others (Counters.Gated). plan holds the probes only detail calls adds to an executable
-// whose own plan (Attach) is at detail reconcile (probes.CallProbes); it is attached and
+// whose own plan (Attach) is at detail reconcile (probes.NewCallsPlan); it is attached and
 // closed (Attachment.Close) at run time while the executable's processes are traced, without
 // touching the spans in flight: a span keeps the detail it began with.
 func (c *Collector) AttachCalls(path string, plan *probes.Plan) (*Attachment, error) {

@@ -88,8 +88,14 @@ type Policy struct {
 	opts Options
 
 	mu       sync.Mutex
-	switched map[string]time.Time // controller -> end of its switch to detail calls
+	switched map[string]window // controller -> its switch to detail calls
+	ended    map[string]window // controller -> its last switch that ended, for reconciles begun in it
 }
+
+// window is a switch's time: from its start to its end, excluded.
+type window struct{ from, until time.Time }
+
+func (w window) holds(t time.Time) bool { return !t.Before(w.from) && t.Before(w.until) }
 
 // New checks opts' patterns and returns the policy.
 func New(opts Options) (*Policy, error) {
@@ -107,7 +113,7 @@ func New(opts Options) (*Policy, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Policy{opts: opts, switched: map[string]time.Time{}}, nil
+	return &Policy{opts: opts, switched: map[string]window{}, ended: map[string]window{}}, nil
 }
 
 // Static is the controller's level by Default and Rules, switches aside.
@@ -120,12 +126,15 @@ func (p *Policy) Static(controller string) probes.Detail {
 	return p.opts.Default
 }
 
-// Detail is the controller's level at now: DetailCalls while a switch lasts, else Static.
-func (p *Policy) Detail(controller string, now time.Time) probes.Detail {
+// Detail is the controller's level at t: DetailCalls while a switch lasts (or lasted: t may be
+// the start of a reconcile that ended since, and a reconcile has the level it began with),
+// else Static.
+func (p *Policy) Detail(controller string, t time.Time) probes.Detail {
 	p.mu.Lock()
-	until, ok := p.switched[controller]
+	w, ok := p.switched[controller]
+	e, eok := p.ended[controller]
 	p.mu.Unlock()
-	if ok && now.Before(until) {
+	if (ok && w.holds(t)) || (eok && e.holds(t)) {
 		return probes.DetailCalls
 	}
 	return p.Static(controller)
@@ -178,12 +187,16 @@ func (p *Policy) Switch(controller string, d time.Duration, why string, now time
 	d = min(d, time.Hour)
 	p.mu.Lock()
 	p.expireLocked(now)
-	_, already := p.switched[controller]
+	w, already := p.switched[controller]
 	if !already && len(p.switched) >= p.opts.MaxSwitched {
 		p.mu.Unlock()
 		return fmt.Errorf("switch %s: %w (%d)", controller, ErrTooManySwitched, p.opts.MaxSwitched)
 	}
-	p.switched[controller] = now.Add(d)
+	if !already {
+		w.from = now
+	}
+	w.until = now.Add(d)
+	p.switched[controller] = w
 	p.mu.Unlock()
 	if !already {
 		p.opts.Logger.Info("detail switch", "controller", controller, "to", probes.DetailCalls.String(), "for", d, "why", why)
@@ -209,9 +222,10 @@ func (p *Policy) Expire(now time.Time) {
 
 func (p *Policy) expireLocked(now time.Time) []string {
 	var ended []string
-	for c, until := range p.switched {
-		if !now.Before(until) {
+	for c, w := range p.switched {
+		if !now.Before(w.until) {
 			delete(p.switched, c)
+			p.ended[c] = w
 			ended = append(ended, c)
 		}
 	}
@@ -224,8 +238,8 @@ func (p *Policy) Switched() map[string]time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make(map[string]time.Time, len(p.switched))
-	for c, t := range p.switched {
-		out[c] = t
+	for c, w := range p.switched {
+		out[c] = w.until
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package tracer
 
 import (
+	"slices"
 	"time"
 
 	"github.com/reconscope/reconscope/pkg/collector"
@@ -9,32 +10,29 @@ import (
 	"github.com/reconscope/reconscope/pkg/span"
 )
 
-// applyDetail gives span s its controller's detail (Options.Detail): it tells the kernel the
-// detail of s's controller instance when that changed, drops the calls of a span at detail
-// reconcile, and lets the policy see the reconcile (a slow one may switch its controller).
-// Run's goroutine only.
+// applyDetail gives span s the detail its controller had when its reconcile began
+// (Options.Detail): a span at detail reconcile loses the calls the kernel recorded (an
+// instance it was not told of yet, or a switch's end while the reconcile ran). It notes a
+// controller instance not known yet, and lets the policy see the reconcile (a slow one may
+// switch its controller). Run's goroutine only.
 func (t *Tracer) applyDetail(s *span.Span) {
 	pol := t.opts.Detail
 	now := time.Now()
-	lvl := pol.Detail(s.Controller, now)
-	if lvl != probes.DetailCalls {
+	if pol.Detail(s.Controller, t.clock.Wall(s.Start)) != probes.DetailCalls {
 		s.DropCalls()
 	}
+	before := pol.Detail(s.Controller, now)
 	pol.Observe(s.Controller, s.Duration, now)
-	if s.Key == 0 || s.Controller == span.UnnamedQueue {
-		return
-	}
-	k := gateKey{pid: s.PID, key: s.Key}
-	if g, ok := t.gates[k]; ok && g.controller == s.Controller {
-		if next := pol.Detail(s.Controller, now); next != g.detail {
-			t.refreshDetail() // a switch: the gates and the probes now
+	switched := pol.Detail(s.Controller, now) != before
+	if s.Key != 0 && s.Controller != span.UnnamedQueue {
+		k := gateKey{pid: s.PID, key: s.Key}
+		if g, ok := t.gates[k]; !ok || g.controller != s.Controller {
+			t.gates[k] = gate{controller: s.Controller, detail: before}
+			switched = true
 		}
-		return
 	}
-	t.gates[k] = gate{controller: s.Controller, detail: pol.Detail(s.Controller, now)}
-	t.setGate(k, t.gates[k].detail)
-	if t.gates[k].detail == probes.DetailCalls {
-		t.refreshDetail() // its executable's calls probes, if not attached yet
+	if switched {
+		t.refreshDetail() // the kernel is told now, not at the next housekeeping
 	}
 }
 
@@ -45,10 +43,12 @@ func (t *Tracer) setGate(k gateKey, d probes.Detail) {
 	}
 }
 
-// refreshDetail ends the switches whose time is over, tells the kernel the detail of every
-// known controller instance that changed, and attaches the calls probes of the executables
-// with a controller at detail calls, detaching those of the others once the spans in flight
-// that began while they recorded have ended (at most callsDrain later). Run's goroutine only.
+// refreshDetail ends the switches whose time is over and brings the kernel to the policy:
+// first it attaches the calls probes of the executables with a controller at detail calls,
+// then it tells the kernel the detail of every controller instance whose detail changed
+// (so that a span begun at calls has its calls from its start), and last it detaches the
+// calls probes of the executables with none, once the spans in flight that began while they
+// recorded have ended (at most callsDrain later). Run's goroutine only.
 func (t *Tracer) refreshDetail() {
 	pol := t.opts.Detail
 	now := time.Now()
@@ -62,9 +62,8 @@ func (t *Tracer) refreshDetail() {
 			continue
 		}
 		if d := pol.Detail(g.controller, now); d != g.detail {
-			g.detail = d
+			g.detail, g.told = d, false
 			t.gates[k] = g
-			t.setGate(k, d)
 		}
 		if g.detail == probes.DetailCalls {
 			need[p.exe] = true
@@ -78,59 +77,89 @@ func (t *Tracer) refreshDetail() {
 	}
 	t.mu.Unlock()
 	ahead := pol.CallsAhead()
-	mono := ktime.Monotonic()
+	var drop []*exe
 	for _, e := range exes {
 		t.mu.Lock()
 		want := ahead || need[e]
 		calls := e.calls
-		var pids []int
-		for pid := range e.pids {
-			pids = append(pids, pid)
+		pid := 0
+		for p := range e.pids {
+			pid = p
+			break
 		}
-		if want {
-			e.callsOff = 0
-		} else if calls != nil && e.callsOff == 0 {
-			e.callsOff = mono
-		}
-		off := e.callsOff
 		t.mu.Unlock()
 		switch {
 		case want && calls == nil:
-			path := e.path
-			if len(pids) > 0 {
-				path = t.proc.ExeLink(pids[0])
-			}
-			a, err := t.col.AttachCalls(path, e.callsPlan)
-			if err != nil {
-				t.log.Warn("attach the calls probes: spans come at detail reconcile", "exe", e.path, "err", err)
-				continue
-			}
-			t.mu.Lock()
-			if t.exes[e.key] != e || e.calls != nil {
-				t.mu.Unlock()
-				_ = a.Close() // detached meanwhile
-				continue
-			}
-			e.calls = a
-			t.mu.Unlock()
-			t.log.Info("attached the calls probes", "exe", e.path, "sites", len(e.callsPlan.Sites))
+			t.attachCalls(e, pid)
 		case !want && calls != nil:
-			inFlight := false
-			for _, pid := range pids {
-				inFlight = inFlight || t.asm.OpenSince(uint32(pid), off)
-			}
-			if inFlight && time.Duration(mono-off) < callsDrain {
-				continue // the spans that began while they recorded end first
-			}
-			t.detachCalls(e, calls)
+			drop = append(drop, e)
 		}
 	}
+	t.mu.Lock()
+	for k, g := range t.gates {
+		if !g.told {
+			t.setGate(k, g.detail)
+			g.told = true
+			t.gates[k] = g
+		}
+	}
+	t.mu.Unlock()
+	mono := ktime.Monotonic()
+	for _, e := range drop {
+		t.mu.Lock()
+		if e.callsOff == 0 {
+			e.callsOff = mono
+		}
+		off, calls := e.callsOff, e.calls
+		var pids []int
+		for p := range e.pids {
+			pids = append(pids, p)
+		}
+		t.mu.Unlock()
+		inFlight := false
+		for _, pid := range pids {
+			inFlight = inFlight || t.asm.OpenSince(uint32(pid), off)
+		}
+		if inFlight && time.Duration(mono-off) < callsDrain {
+			continue // the spans that began while they recorded end first
+		}
+		t.detachCalls(e, calls)
+	}
+	for _, e := range exes {
+		if !slices.Contains(drop, e) {
+			t.mu.Lock()
+			e.callsOff = 0
+			t.mu.Unlock()
+		}
+	}
+}
+
+// attachCalls attaches e's calls probes, through process pid's executable link (0: e's path).
+func (t *Tracer) attachCalls(e *exe, pid int) {
+	path := e.path
+	if pid > 0 {
+		path = t.proc.ExeLink(pid)
+	}
+	a, err := t.col.AttachCalls(path, e.callsPlan)
+	if err != nil {
+		t.log.Warn("attach the calls probes: spans come at detail reconcile", "exe", e.path, "err", err)
+		return
+	}
+	t.mu.Lock()
+	if t.exes[e.key] != e || e.calls != nil {
+		t.mu.Unlock()
+		_ = a.Close() // detached meanwhile
+		return
+	}
+	e.calls = a
+	t.mu.Unlock()
+	t.log.Info("attached the calls probes", "exe", e.path, "sites", len(e.callsPlan.Sites))
 }
 
 // detachCalls closes e's calls probes a.
 func (t *Tracer) detachCalls(e *exe, a *collector.Attachment) {
 	t.mu.Lock()
-	if e.calls != a {
+	if e.calls != a || a == nil {
 		t.mu.Unlock()
 		return
 	}

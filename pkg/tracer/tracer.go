@@ -75,14 +75,15 @@ type Options struct {
 	// executable with its last process.
 	Grace time.Duration
 	// Detail, when set and mixed (detail.Policy.Mixed), chooses each controller's detail:
-	// Catalog is then a detail reconcile catalog, and CallProbes (probes.CallProbes) are
-	// planned for each executable and attached gated (collector.Collector.AttachCalls) while
+	// Catalog is then a detail reconcile catalog, and the call probes of CallsCatalog (the
+	// catalog at detail calls: probes.NewCallsPlan) are planned for each executable and
+	// attached gated (collector.Collector.AttachCalls) while
 	// a controller of one of its processes is at detail calls, detached when none is. The
 	// kernel is told each controller instance's detail (collector.Collector.SetCallDetail),
 	// and the spans of controllers at detail reconcile are written without calls
 	// (span.Span.DropCalls). A span keeps the detail its reconcile began with.
-	Detail     *detail.Policy
-	CallProbes []*probes.Probe
+	Detail       *detail.Policy
+	CallsCatalog []*probes.Probe
 }
 
 // callsDrain bounds how long detaching an executable's calls probes waits for the spans in
@@ -136,7 +137,7 @@ type exe struct {
 	// idle is when its last process went (zero while it has one): it is detached
 	// Options.Grace later unless a process of it is traced again meanwhile.
 	idle time.Time
-	// callsPlan is the plan of Options.CallProbes (nil: none applies, or no mixed detail);
+	// callsPlan is the plan of Options.CallsCatalog's call probes (nil: none applies, or no mixed detail);
 	// calls is its gated attachment while a controller of the executable is at detail calls
 	// (t.mu); callsOff is the kernel time since which none is (0 while one is).
 	callsPlan *probes.Plan
@@ -150,10 +151,11 @@ type gateKey struct {
 	key uint64
 }
 
-// gate is what the kernel was told of a controller instance's detail.
+// gate is a controller instance's detail, and whether the kernel was told it.
 type gate struct {
 	controller string
 	detail     probes.Detail
+	told       bool
 }
 
 // process is one traced process.
@@ -249,7 +251,7 @@ func New(opts Options) (*Tracer, error) {
 		orphans: map[int]time.Time{},
 	}
 	t.gates = map[gateKey]gate{}
-	t.mixed = opts.Detail != nil && opts.Detail.Mixed() && len(opts.CallProbes) > 0
+	t.mixed = opts.Detail != nil && opts.Detail.Mixed() && len(opts.CallsCatalog) > 0
 	if t.mixed {
 		if err := col.SetCallDetailDefault(opts.Detail.CallsAhead()); err != nil {
 			col.Close()
@@ -536,7 +538,7 @@ func (t *Tracer) inspectAndAttach(open func() (*symbols.Binary, error), attachPa
 	var callsPlan *probes.Plan
 	if t.mixed {
 		// Planned now, while the binary's tables are at hand; attached when needed.
-		if cp, err := probes.NewPlan(bin, t.opts.CallProbes); err == nil && len(cp.Sites) > 0 {
+		if cp, err := probes.NewCallsPlan(bin, t.opts.CallsCatalog); err == nil {
 			callsPlan = cp
 		}
 	}
