@@ -84,6 +84,8 @@ type exporters struct {
 	// --error-messages keep and no --redact-errors.
 	redactor *exporter.Redactor
 	server   *http.Server
+	// handlers are served next to the metrics, by path (run's detailPath).
+	handlers map[string]http.Handler
 	// spanExporters names where spans go (otlp, console); none: no span export.
 	spanExporters []string
 	// tracer is the tracer whose statistics the self-metrics report, once it exists (setTracer).
@@ -270,7 +272,16 @@ func (e *exporters) serve(addr string, sec *metricsSecurity, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
-	e.server = &http.Server{Handler: sec.handler(e.metrics.Handler()), ReadHeaderTimeout: 5 * time.Second}
+	h := e.metrics.Handler()
+	if len(e.handlers) > 0 {
+		mux := http.NewServeMux()
+		mux.Handle("/", h)
+		for path, eh := range e.handlers {
+			mux.Handle(path, eh)
+		}
+		h = mux
+	}
+	e.server = &http.Server{Handler: sec.handler(h), ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := e.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server", "err", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -148,6 +149,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		exp.metrics.SetTracing("")
 	}
 	defer t.Close()
+	if sec != nil && tf.policy != nil && *tf.switchMax > 0 {
+		exp.handlers = map[string]http.Handler{detailPath: detailHandler(tf.policy, log)}
+	}
 	if err := exp.serve(*ef.metricsAddr, sec, log); err != nil {
 		return failed(log, "serve metrics", err)
 	}
