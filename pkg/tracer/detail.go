@@ -80,7 +80,7 @@ func (t *Tracer) refreshDetail() {
 	var drop []*exe
 	for _, e := range exes {
 		t.mu.Lock()
-		want := ahead || need[e]
+		want := need[e] || (ahead && (e.traced.IsZero() || now.Sub(e.traced) < callsAhead))
 		calls := e.calls
 		pid := 0
 		for p := range e.pids {

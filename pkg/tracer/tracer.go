@@ -143,7 +143,16 @@ type exe struct {
 	callsPlan *probes.Plan
 	calls     *collector.Attachment
 	callsOff  uint64
+	// traced is when a process of it was last traced: for callsAhead after it, its calls
+	// probes stay attached for controllers not known yet (t.mu).
+	traced time.Time
 }
+
+// callsAhead is how long, after a process of an executable is traced, its calls probes stay
+// attached for controllers not known yet when a rule may put them at detail calls
+// (detail.Policy.CallsAhead): their first reconciles have their calls. After it, only the
+// executables with a controller known at detail calls keep them.
+const callsAhead = time.Minute
 
 // gateKey is a controller instance: a process and its span entries' key (span.Span.Key).
 type gateKey struct {
@@ -606,6 +615,7 @@ func (t *Tracer) addProcess(pid int, e *exe, held bool) error {
 	t.procs[pid] = p
 	e.pids[pid] = true
 	e.idle = time.Time{}
+	e.traced = time.Now()
 	t.mu.Unlock()
 	err := t.col.Trace(pid, e.att)
 	t.mu.Lock()
