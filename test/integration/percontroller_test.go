@@ -31,17 +31,23 @@ func mixedOptions(pol *detail.Policy) tracer.Options {
 }
 
 // TestDetailPerController traces the fixture's two controllers of one manager (one binary,
-// one process) with `--detail reconcile --detail-for scripted-1=calls`: scripted-1's spans
+// one process; plain and stripped) with `--detail reconcile --detail-for scripted-1=calls`: scripted-1's spans
 // have their calls (the cache read of the reconciled object, the script's list), scripted-2's
 // none, and both have exactly the fixture's reconciles, with their results, IDs and UIDs.
 func TestDetailPerController(t *testing.T) {
 	bpftest.Require(t)
+	forEachBuild(t, func(t *testing.T, build fixtureBuild) {
+		testDetailPerController(t, "percontroller-"+build.name, build.flags)
+	})
+}
+
+// testDetailPerController is TestDetailPerController in namespace ns, the fixture built with flags.
+func testDetailPerController(t *testing.T, ns string, flags []string) {
 	pol, err := detail.New(detail.Options{Default: probes.DetailReconcile, Rules: []detail.Rule{{Pattern: "scripted-1", Detail: probes.DetailCalls}}, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := startTracedFixtureOptions(t, mixedOptions(pol), []string{"--max-concurrent-reconciles", "4", "--controllers", "2"})
-	ns := "percontroller"
+	f := startTracedFixtureOptions(t, mixedOptions(pol), []string{"--max-concurrent-reconciles", "4", "--controllers", "2"}, flags...)
 	withList := map[string]string{"listing": "times:4;list:configmap;requeue-after:20ms"}
 	for n, s := range scripts {
 		withList[n] = s
