@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -201,7 +202,7 @@ func TestDetailSwitchAtRunTime(t *testing.T) {
 	spans := f.sink.Snapshot()
 	exact := testkit.Compare(t, recs, spans, testkit.Match{Wall: f.clock.Wall, Slack: 500 * time.Millisecond})
 
-	slices.SortFunc(spans, func(a, b span.Span) int { return int(a.Start) - int(b.Start) })
+	slices.SortFunc(spans, func(a, b span.Span) int { return cmp.Compare(a.Start, b.Start) })
 	// runs: the detail of each span in start order, consecutive equal ones merged.
 	var runs []bool
 	before, with := 0, 0
@@ -244,4 +245,81 @@ func waitCount(t *testing.T, count func() int, n int) {
 		}
 	}
 	t.Fatalf("the fixture made %d reconciles, not %d, in a minute", count(), n)
+}
+
+// TestDetailSwitchOnSlowReconcile: a reconcile at the slow threshold (a script that sleeps
+// 150 ms, the threshold 100 ms) switches its controller to detail calls while reconciles flow:
+// every reconcile has its span, the slow one and those begun before its end have no calls, and
+// in the order of their starts the spans are without calls, then with.
+func TestDetailSwitchOnSlowReconcile(t *testing.T) {
+	bpftest.Require(t)
+	var mu sync.Mutex
+	var switches []string
+	pol, err := detail.New(detail.Options{Default: probes.DetailReconcile, Switches: true, MaxSwitched: 1, SlowThreshold: 100 * time.Millisecond,
+		SwitchFor: time.Hour, Logger: testkit.Quiet(),
+		OnSwitch: func(c string, to probes.Detail, _ string) {
+			mu.Lock()
+			switches = append(switches, c+"="+to.String())
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startTracedFixtureOptions(t, mixedOptions(pol), []string{"--max-concurrent-reconciles", "4"})
+	ns := "slowswitch"
+	flowing := map[string]string{"flow-0": "list:configmap;requeue-after:20ms", "flow-1": "list:configmap;requeue-after:20ms"}
+	createScripted(t, f.env, ns, flowing)
+	count := func() int {
+		recs, _ := groundtruth.ReadFile(f.truth)
+		return len(recs)
+	}
+	waitCount(t, count, 50)
+	createScriptedIn(t, f.env, ns, map[string]string{"slow": "times:1;sleep:150ms"})
+	var slowEnd time.Time
+	for deadline := time.Now().Add(time.Minute); slowEnd.IsZero() && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		recs, _ := groundtruth.ReadFile(f.truth)
+		for _, r := range recs {
+			if r.Name == "slow" {
+				slowEnd = r.End
+			}
+		}
+	}
+	if slowEnd.IsZero() {
+		t.Fatal("the slow object was not reconciled in a minute")
+	}
+	waitCount(t, count, count()+150)
+	for n := range flowing {
+		if err := f.env.Client.Delete(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := settle(t, f.truth, []string{"flow-0", "flow-1", "slow"})
+	time.Sleep(300 * time.Millisecond)
+	f.stop(t)
+	spans := f.sink.Snapshot()
+	exact := testkit.Compare(t, recs, spans, testkit.Match{Wall: f.clock.Wall, Slack: 500 * time.Millisecond})
+	slices.SortFunc(spans, func(a, b span.Span) int { return cmp.Compare(a.Start, b.Start) })
+	var runs []bool
+	with := 0
+	for _, s := range spans {
+		calls := len(s.Calls) > 0
+		if calls {
+			with++
+		}
+		if calls && f.clock.Wall(s.Start).Before(slowEnd) {
+			t.Errorf("%s/%s began %v before the slow reconcile ended and has %d calls", s.Namespace, s.Name, slowEnd.Sub(f.clock.Wall(s.Start)), len(s.Calls))
+		}
+		if len(runs) == 0 || runs[len(runs)-1] != calls {
+			runs = append(runs, calls)
+		}
+	}
+	if !slices.Equal(runs, []bool{false, true}) {
+		t.Errorf("spans in start order, with calls or not: %v; want none, then calls", runs)
+	}
+	mu.Lock()
+	if !slices.Equal(switches, []string{"scripted=calls"}) {
+		t.Errorf("switches %v, want scripted to calls", switches)
+	}
+	mu.Unlock()
+	t.Logf("%d reconciles, %d spans (%d exact), %d with calls; detail runs %v", len(recs), len(spans), exact, with, runs)
 }
