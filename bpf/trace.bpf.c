@@ -67,6 +67,10 @@ struct {
 #define CALL_DETAIL_CALLS 1
 #define CALL_DETAIL_RECONCILE 2
 
+/* Set by user space at load (collector.Options.PerControllerDetail): whether any site may be
+ * SITE_F_GATED. Off, span entries skip the call_detail lookups (the verifier drops them). */
+volatile const __u32 per_controller_detail = 0;
+
 /* span_calls says whether a span of instance (pid, key) records its gated calls. */
 static __always_inline __u32 span_calls(__u32 pid, __u64 key)
 {
@@ -510,7 +514,7 @@ static __always_inline int handle(struct go_regs *regs)
 		/* The span's detail, decided once at its entry (call_detail): gated calls record in it
 		 * or not until its return, whatever user space changes meanwhile. */
 		__u32 calls = 0;
-		if (cfg->role == ROLE_SPAN && !(gs && gs->start != 0 && gs->depth > 0))
+		if (per_controller_detail && cfg->role == ROLE_SPAN && !(gs && gs->start != 0 && gs->depth > 0))
 			calls = span_calls(pid, (cfg->key_slot >= 0 && cfg->key_slot < GO_ARG_SLOTS) ? args[(__u32)cfg->key_slot & 15] : 0);
 		if (gs && cfg->role == ROLE_CALL && cfg->save_slot >= 0 && cfg->save_slot < GO_ARG_SLOTS)
 			gs->saved = args[cfg->save_slot & 15];

@@ -42,6 +42,9 @@ type Options struct {
 	// SiteTable is how many probe sites the attached executables may have in all (the
 	// kernel's site table). Zero means 4096.
 	SiteTable int
+	// PerControllerDetail makes span entries read their controller instance's detail
+	// (SetCallDetail) for the gated sites of AttachCalls; without it gated sites never record.
+	PerControllerDetail bool
 }
 
 // ErrSiteTableFull means the site table has no room for an executable's sites: detach some.
@@ -110,6 +113,11 @@ func New(opts Options) (*Collector, error) {
 	}
 	if err := spec.Variables["wakeup_bytes"].Set(uint64(opts.WakeupBytes)); err != nil {
 		return nil, fmt.Errorf("set wakeup threshold: %w", err)
+	}
+	if opts.PerControllerDetail {
+		if err := spec.Variables["per_controller_detail"].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("set per-controller detail: %w", err)
+		}
 	}
 	multi := !opts.ForceSingleUprobes && feats.Get("uprobe_multi").Err == nil
 	fallbacks(feats, spec, opts)

@@ -240,6 +240,8 @@ func New(opts Options) (*Tracer, error) {
 		opts.Grace = -1 // nothing to keep an executable attached for
 	}
 	opts.Collector.Logger = opts.Logger
+	mixed := opts.Detail != nil && opts.Detail.Mixed() && len(opts.CallsCatalog) > 0
+	opts.Collector.PerControllerDetail = mixed
 	opts.Collector.ProcRoot = opts.ProcRoot
 	col, err := collector.New(opts.Collector)
 	if err != nil {
@@ -260,7 +262,7 @@ func New(opts Options) (*Tracer, error) {
 		orphans: map[int]time.Time{},
 	}
 	t.gates = map[gateKey]gate{}
-	t.mixed = opts.Detail != nil && opts.Detail.Mixed() && len(opts.CallsCatalog) > 0
+	t.mixed = mixed
 	if t.mixed {
 		if err := col.SetCallDetailDefault(opts.Detail.CallsAhead()); err != nil {
 			col.Close()
