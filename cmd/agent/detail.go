@@ -25,7 +25,10 @@ type detailSwitch struct {
 // detailHandler serves detailPath with pol: GET lists the switches; POST
 // ?controller=NAME[&for=DURATION] switches NAME to detail calls for DURATION (default
 // --detail-switch-for), 409 Conflict when --detail-switch-max controllers are switched already.
-func detailHandler(pol *detail.Policy, log *slog.Logger) http.Handler {
+//
+// known says whether the agent traces a controller of that name: only those are switched, so
+// that a caller cannot fill the policy or reconscope_detail_switches_total with names.
+func detailHandler(pol *detail.Policy, known func(controller string) bool, log *slog.Logger) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Method {
 		case http.MethodGet:
@@ -41,6 +44,10 @@ func detailHandler(pol *detail.Policy, log *slog.Logger) http.Handler {
 			}
 			if controller == "" {
 				http.Error(w, "controller=NAME: the controller to switch to detail calls, as its spans name it", http.StatusBadRequest)
+				return
+			}
+			if !known(controller) {
+				http.Error(w, fmt.Sprintf("controller %q: no span of it was seen on this node (names as spans carry them)", controller), http.StatusNotFound)
 				return
 			}
 			err := pol.Switch(controller, d, "requested on "+detailPath+" from "+r.RemoteAddr, time.Now())

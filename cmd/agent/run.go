@@ -150,7 +150,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}
 	defer t.Close()
 	if sec != nil && tf.policy != nil && *tf.switchMax > 0 {
-		exp.handlers = map[string]http.Handler{detailPath: detailHandler(tf.policy, log)}
+		exp.handlers = map[string]http.Handler{detailPath: detailHandler(tf.policy, t.HasController, log)}
 	}
 	if err := exp.serve(*ef.metricsAddr, sec, log); err != nil {
 		return failed(log, "serve metrics", err)

@@ -27,6 +27,9 @@ func (t *Tracer) applyDetail(s *span.Span) {
 	if s.Key != 0 && s.Controller != span.UnnamedQueue {
 		k := gateKey{pid: s.PID, key: s.Key}
 		if g, ok := t.gates[k]; !ok || g.controller != s.Controller {
+			t.controllersMu.Lock()
+			t.controllers[s.Controller] = true
+			t.controllersMu.Unlock()
 			t.gates[k] = gate{controller: s.Controller, detail: before}
 			switched = true
 		}
@@ -34,6 +37,15 @@ func (t *Tracer) applyDetail(s *span.Span) {
 	if switched {
 		t.refreshDetail() // the kernel is told now, not at the next housekeeping
 	}
+}
+
+// HasController reports whether a span of the controller named name was written with a
+// per-controller detail (Options.Detail): a controller a switch can act on. It is safe for
+// concurrent use.
+func (t *Tracer) HasController(name string) bool {
+	t.controllersMu.Lock()
+	defer t.controllersMu.Unlock()
+	return t.controllers[name]
 }
 
 // setGate tells the kernel instance k's detail.

@@ -209,6 +209,10 @@ type Tracer struct {
 	// Run's goroutine only.
 	gates map[gateKey]gate
 	mixed bool // Options.Detail is set and mixed
+	// controllers are the controllers whose spans were written with a per-controller detail
+	// (HasController; controllersMu).
+	controllersMu sync.Mutex
+	controllers   map[string]bool
 
 	asm     *span.Assembler
 	open    atomic.Int64
@@ -262,6 +266,7 @@ func New(opts Options) (*Tracer, error) {
 		orphans: map[int]time.Time{},
 	}
 	t.gates = map[gateKey]gate{}
+	t.controllers = map[string]bool{}
 	t.mixed = mixed
 	if t.mixed {
 		if err := col.SetCallDetailDefault(opts.Detail.CallsAhead()); err != nil {
