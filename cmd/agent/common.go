@@ -25,13 +25,16 @@ type tracerFlags struct {
 	// fights: alternations of writers of one object within the window that make a fight
 	fightAlts   *int
 	fightWindow *time.Duration
-	extra       probeFlags
-	goroutines  probes.Inheritance
-	detail      probes.Detail
-	detailFor   detailRules
-	switchFor   *time.Duration
-	switchMax   *int
-	policy      *detail.Policy // detailPolicy's
+	// hot loops: self-triggered reconciles or no-op writes of one object within the window
+	hotLoopChain  *int
+	hotLoopWindow *time.Duration
+	extra         probeFlags
+	goroutines    probes.Inheritance
+	detail        probes.Detail
+	detailFor     detailRules
+	switchFor     *time.Duration
+	switchMax     *int
+	policy        *detail.Policy // detailPolicy's
 }
 
 func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
@@ -42,6 +45,10 @@ func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
 		fightAlts: fs.Int("fight-alternations", span.DefaultFightAlternations,
 			"report a controller fight when the writers of one object (one subresource) change this many times within --fight-window (0: off)"),
 		fightWindow: fs.Duration("fight-window", span.DefaultFightWindow, "the window of --fight-alternations"),
+		hotLoopChain: fs.Int("hot-loop-chain", span.DefaultHotLoopChain,
+			"report a hot loop when one controller reconciles one object this many times in a row, each triggered by its own previous write, "+
+				"or writes one object this many times without changing it, within --hot-loop-window (0: off)"),
+		hotLoopWindow: fs.Duration("hot-loop-window", span.DefaultHotLoopWindow, "the window of --hot-loop-chain"),
 	}
 	addInheritanceFlag(fs, &tf.goroutines)
 	addDetailFlag(fs, &tf.detail)
@@ -62,11 +69,12 @@ func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock ktim
 	catalog := tf.goroutines.Catalog(append(append([]*probes.Probe{}, probes.Catalog...), tf.extra...))
 	opts := tracer.Options{
 		Collector: collector.Options{RingBufferSize: *tf.ringSize, ForceSingleUprobes: *tf.single},
-		Assembler: span.Options{AbandonAfter: *tf.abandon, FightAlternations: fightAlternations(*tf.fightAlts), FightWindow: *tf.fightWindow},
-		Writer:    w,
-		Logger:    log,
-		Clock:     clock,
-		Catalog:   tf.detail.Catalog(catalog),
+		Assembler: span.Options{AbandonAfter: *tf.abandon, FightAlternations: offWhenZero(*tf.fightAlts), FightWindow: *tf.fightWindow,
+			HotLoopChain: offWhenZero(*tf.hotLoopChain), HotLoopWindow: *tf.hotLoopWindow},
+		Writer:  w,
+		Logger:  log,
+		Clock:   clock,
+		Catalog: tf.detail.Catalog(catalog),
 	}
 	if tf.policy != nil && tf.policy.Mixed() {
 		opts.Detail = tf.policy
@@ -143,9 +151,10 @@ func addDetailFlag(fs *flag.FlagSet, d *probes.Detail) {
 		"starts, at more probe hits per call, some single-stepped (docs/probes.md, \"Detail levels\")")
 }
 
-// fightAlternations turns --fight-alternations into span.Options.FightAlternations (where 0
-// means the default and a negative value turns detection off).
-func fightAlternations(n int) int {
+// offWhenZero turns --fight-alternations and --hot-loop-chain into span.Options'
+// FightAlternations and HotLoopChain (where 0 means the default and a negative value turns
+// detection off).
+func offWhenZero(n int) int {
 	if n <= 0 {
 		return -1
 	}

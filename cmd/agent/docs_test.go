@@ -28,6 +28,7 @@ var otherPrograms = map[string]string{
 	"previous":         "kubectl logs",
 	"selector":         "the scripted fixture",
 	"ground-truth":     "the scripted fixture",
+	"cache-pause-file": "the scripted fixture",
 	"local":            "ctr images tag",
 }
 

@@ -144,6 +144,7 @@ func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock ktime.C
 			Protocol:  exporter.Protocol(*f.otlpProtocol),
 			Insecure:  *f.otlpInsecure,
 			NodeName:  *f.nodeName,
+			Version:   agentBuild().Version,
 			Clock:     clock,
 			Logger:    log,
 			Exporters: names,

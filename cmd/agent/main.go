@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"golang.org/x/term"
+	"k8s.io/klog/v2"
 )
 
 const usage = `reconscope-agent traces Kubernetes controllers with eBPF: one span per reconcile
@@ -105,8 +106,19 @@ func (fs *flagSet) parse(args []string) (int, bool) {
 }
 
 // newLogger is the logger of every command: level debug, info, warn or error; format text,
-// json, or auto (text on a terminal, JSON otherwise).
+// json, or auto (text on a terminal, JSON otherwise). client-go's own log lines (klog: its
+// reflectors' and watches' errors) go to it too, marked logger=client-go, in the same format
+// instead of klog's own on stderr.
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	log, err := newSlog(w, level, format)
+	if err != nil {
+		return nil, err
+	}
+	klog.SetSlogLogger(log.With("logger", "client-go"))
+	return log, nil
+}
+
+func newSlog(w io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)

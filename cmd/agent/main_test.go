@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
+	"k8s.io/klog/v2"
 )
 
 func runCLI(t *testing.T, args ...string) (int, string, string) {
@@ -324,18 +326,18 @@ func inspectDefaultDetail(t *testing.T, bin string) {
 	}
 }
 
-// TestVersionFromBuildInfo: version prints the module version, VCS revision and dirty flag
-// from Go's build information, with no ldflags.
+// TestVersionFromBuildInfo: version prints the module version, VCS revision, dirty flag, Go
+// release and architecture from Go's build information, with no ldflags.
 func TestVersionFromBuildInfo(t *testing.T) {
 	saved := readBuildInfo
 	t.Cleanup(func() { readBuildInfo = saved })
 	readBuildInfo = func() (*debug.BuildInfo, bool) {
 		return &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "github.com/reconscope/reconscope", Version: "v0.4.1"},
-			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.modified", Value: "true"}}}, true
+			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: "0123abcd"}, {Key: "vcs.modified", Value: "true"}, {Key: "GOARCH", Value: "arm64"}}}, true
 	}
 	for _, arg := range []string{"version", "--version"} {
 		code, out, _ := runCLI(t, arg)
-		if want := "reconscope-agent v0.4.1 revision 0123abcd (dirty) go1.26.8\n"; code != 0 || out != want {
+		if want := "reconscope-agent v0.4.1 revision 0123abcd (dirty) go1.26.8 arm64\n"; code != 0 || out != want {
 			t.Errorf("%s: exit %d, %q; want %q", arg, code, out, want)
 		}
 	}
@@ -413,4 +415,31 @@ func wantTrap(arch, insn string) string {
 		}
 	}
 	return "single-stepped"
+}
+
+// TestClientGoLogsInAgentFormat: a line client-go logs through klog (a reflector's error)
+// comes out of the agent's logger, in its format and level, marked logger=client-go, not in
+// klog's own format.
+func TestClientGoLogsInAgentFormat(t *testing.T) {
+	var buf bytes.Buffer
+	if _, err := newLogger(&buf, "info", "json"); err != nil {
+		t.Fatal(err)
+	}
+	defer klog.ClearLogger()
+	klog.ErrorS(errors.New("connection refused"), "Failed to watch", "reflector", "pods")
+	klog.V(4).InfoS("below the level") // klog's verbosity: not shown at its default
+	klog.Flush()
+	var line struct {
+		Level, Msg, Logger, Err, Reflector string
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("want one JSON line, got %d:\n%s", len(lines), buf.String())
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &line); err != nil {
+		t.Fatalf("not a JSON line of the agent's logger: %v\n%s", err, lines[0])
+	}
+	if line.Level != "ERROR" || line.Msg != "Failed to watch" || line.Logger != "client-go" || line.Err != "connection refused" || line.Reflector != "pods" {
+		t.Errorf("client-go's line as the agent logs it: %+v, from %s", line, lines[0])
+	}
 }

@@ -9,17 +9,21 @@ import (
 )
 
 // processMeta is what the spans of a process say of its pod: pod may be nil (not known yet, or
-// no API access); podUID is the pod UID from the process's cgroup path, "" outside a pod.
-func processMeta(pod *discovery.PodInfo, podUID string) tracer.ProcessMeta {
+// no API access); c is the container of the process's cgroup path (its pod UID and container
+// ID), zero outside a container.
+func processMeta(pod *discovery.PodInfo, c discovery.Container) tracer.ProcessMeta {
 	if pod == nil {
-		if podUID == "" {
+		if c.PodUID == "" && c.ID == "" {
 			return tracer.ProcessMeta{}
 		}
-		return tracer.ProcessMeta{Workload: &span.Workload{PodUID: podUID}}
+		return tracer.ProcessMeta{Workload: &span.Workload{PodUID: c.PodUID, ContainerID: c.ID}}
 	}
-	w := &span.Workload{PodUID: pod.UID, Node: pod.Node}
+	w := &span.Workload{PodUID: pod.UID, Node: pod.Node, ContainerID: c.ID, ServiceVersion: pod.Labels["app.kubernetes.io/version"]}
+	if w.ServiceVersion == "" {
+		w.ServiceVersion = discovery.ImageVersion(pod.Image)
+	}
 	if w.PodUID == "" {
-		w.PodUID = podUID
+		w.PodUID = c.PodUID
 	}
 	w.Kind, w.Name, w.ReplicaSet = pod.Workload()
 	w.ServiceName = pod.ServiceName(pod.Container)
@@ -37,6 +41,8 @@ func processMeta(pod *discovery.PodInfo, podUID string) tracer.ProcessMeta {
 			w.ServiceNamespace = v
 		case "service.instance.id":
 			w.ServiceInstanceID = v
+		case "service.version":
+			w.ServiceVersion = v
 		default:
 			if w.Attributes == nil {
 				w.Attributes = map[string]string{}

@@ -197,7 +197,7 @@ func targetOf(p discovery.Process, index *discovery.PodIndex) discovery.Target {
 
 // metaOf is what the spans of target carry, and the controllers of it the filter selects.
 func metaOf(target discovery.Target, filter *discovery.Filter) tracer.ProcessMeta {
-	m := processMeta(target.Pod, target.Process.Container.PodUID)
+	m := processMeta(target.Pod, target.Process.Container)
 	if c := filter.ControllersOf(target); !c.All() {
 		m.Controllers = c
 	}

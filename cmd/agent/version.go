@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"runtime/debug"
 
 	"github.com/reconscope/reconscope/pkg/exporter"
@@ -19,7 +20,7 @@ var readBuildInfo = debug.ReadBuildInfo
 // the tree had uncommitted changes (recorded by 'go build' in a git checkout), the Go
 // release. -ldflags "-X main.version=..." overrides the version only.
 func agentBuild() exporter.BuildInfo {
-	b := exporter.BuildInfo{Version: "unknown", Revision: "unknown", GoVersion: "unknown"}
+	b := exporter.BuildInfo{Version: "unknown", Revision: "unknown", GoVersion: "unknown", GoArch: runtime.GOARCH}
 	if bi, ok := readBuildInfo(); ok {
 		b.GoVersion = bi.GoVersion
 		if v := bi.Main.Version; v != "" {
@@ -27,6 +28,8 @@ func agentBuild() exporter.BuildInfo {
 		}
 		for _, s := range bi.Settings {
 			switch s.Key {
+			case "GOARCH":
+				b.GoArch = s.Value
 			case "vcs.revision":
 				b.Revision = s.Value
 			case "vcs.modified":
@@ -47,5 +50,5 @@ func versionLine() string {
 	if b.Dirty {
 		dirty = " (dirty)"
 	}
-	return fmt.Sprintf("reconscope-agent %s revision %s%s %s", b.Version, b.Revision, dirty, b.GoVersion)
+	return fmt.Sprintf("reconscope-agent %s revision %s%s %s %s", b.Version, b.Revision, dirty, b.GoVersion, b.GoArch)
 }

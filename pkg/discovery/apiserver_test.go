@@ -149,7 +149,7 @@ func TestPodIndexAPIServer(t *testing.T) {
 	for id, container := range map[string]string{hexID("a"): "manager", hexID("c"): "kube-rbac-proxy", "containerd://" + hexID("d"): "migrate"} {
 		got, ok := x.Lookup(id)
 		want := base
-		want.Container = container
+		want.Container, want.Image = container, "example.com/"+container+":v1"
 		if !ok || !reflect.DeepEqual(got, want) {
 			t.Errorf("Lookup(%s…) = %+v, %v; want %+v", id[:16], got, ok, want)
 		}

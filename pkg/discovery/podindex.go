@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -29,6 +30,8 @@ type PodInfo struct {
 	// Container is the container's name in the pod spec. [PodIndex.LookupPod] knows it only
 	// for a pod with one container and no init or ephemeral containers; else "".
 	Container string
+	// Image is that container's image as the pod spec names it ("" when Container is).
+	Image string
 	// Labels are the pod's labels. The map is the caller's own copy.
 	Labels map[string]string
 	// Node is the node the pod is scheduled on (spec.nodeName).
@@ -39,6 +42,24 @@ type PodInfo struct {
 	// OwnerKind and OwnerName are the pod's controller owner reference (ReplicaSet,
 	// StatefulSet, DaemonSet, Job, Node for a static pod's mirror...); "" for none.
 	OwnerKind, OwnerName string
+}
+
+// ImageVersion is service.version as OpenTelemetry's Kubernetes conventions derive it from a
+// container image reference when no annotation or label gives it: "<tag>@<digest>", else the
+// digest, else the tag; "" when the reference has neither.
+func ImageVersion(image string) string {
+	name, digest, _ := strings.Cut(image, "@")
+	tag := ""
+	if i := strings.LastIndexByte(name, ':'); i > strings.LastIndexByte(name, '/') {
+		tag = name[i+1:]
+	}
+	switch {
+	case tag != "" && digest != "":
+		return tag + "@" + digest
+	case digest != "":
+		return digest
+	}
+	return tag
 }
 
 // ResourceAnnotationPrefix starts the pod annotations that set OpenTelemetry resource
@@ -216,6 +237,11 @@ func (x *PodIndex) Lookup(containerID string) (PodInfo, bool) {
 		for _, s := range statuses {
 			if stripRuntime(s.ContainerID) == containerID {
 				info.Container = s.Name
+				for _, c := range slices.Concat(pod.Spec.Containers, pod.Spec.InitContainers) {
+					if c.Name == s.Name {
+						info.Image = c.Image
+					}
+				}
 				return info, true
 			}
 		}
@@ -247,7 +273,7 @@ func (x *PodIndex) LookupPod(uid string) (PodInfo, bool) {
 	}
 	info := podInfo(pod)
 	if len(pod.Spec.Containers) == 1 && len(pod.Spec.InitContainers) == 0 && len(pod.Spec.EphemeralContainers) == 0 {
-		info.Container = pod.Spec.Containers[0].Name
+		info.Container, info.Image = pod.Spec.Containers[0].Name, pod.Spec.Containers[0].Image
 	}
 	return info, true
 }
@@ -344,7 +370,7 @@ func containerNames(cs []corev1.Container) []corev1.Container {
 	}
 	out := make([]corev1.Container, len(cs))
 	for i, c := range cs {
-		out[i] = corev1.Container{Name: c.Name}
+		out[i] = corev1.Container{Name: c.Name, Image: c.Image}
 	}
 	return out
 }

@@ -86,15 +86,16 @@ func TestPodIndexLookup(t *testing.T) {
 	for _, tt := range []struct {
 		id        string
 		container string
+		image     string
 	}{
-		{strings.Repeat("1a", 32), "manager"},
-		{"containerd://" + strings.Repeat("1a", 32), "manager"},
-		{strings.Repeat("1b", 32), "init"},
-		{strings.Repeat("1c", 32), "debugger"},
+		{strings.Repeat("1a", 32), "manager", "example/manager"},
+		{"containerd://" + strings.Repeat("1a", 32), "manager", "example/manager"},
+		{strings.Repeat("1b", 32), "init", "example/init"},
+		{strings.Repeat("1c", 32), "debugger", ""}, // an ephemeral container's image is not kept
 	} {
 		got, ok := x.Lookup(tt.id)
 		want := base
-		want.Container = tt.container
+		want.Container, want.Image = tt.container, tt.image
 		if !ok || !reflect.DeepEqual(got, want) {
 			t.Errorf("Lookup(%s) = %+v, %v; want %+v", tt.id, got, ok, want)
 		}
@@ -166,7 +167,7 @@ func TestPodIndexSlimsPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := out.(*corev1.Pod)
-	if len(p.Annotations) != 1 || len(p.OwnerReferences) != 1 || p.Spec.Containers[0].Image != "" || p.Status.Phase != "" || p.Status.ContainerStatuses[0].Image != "" {
+	if len(p.Annotations) != 1 || len(p.OwnerReferences) != 1 || p.Spec.Containers[0].Image != "example/manager" || p.Status.Phase != "" || p.Status.ContainerStatuses[0].Image != "" {
 		t.Errorf("slimPod kept fields it does not need: %+v", p)
 	}
 	if p.Name != "p" || p.Namespace != "ns" || p.UID != "u" || p.Spec.NodeName != "n" || p.Labels["app"] != "p" ||

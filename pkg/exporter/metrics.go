@@ -108,6 +108,7 @@ type BuildInfo struct {
 	Revision  string // VCS revision
 	Dirty     bool   // built from a tree with uncommitted changes
 	GoVersion string
+	GoArch    string // the architecture it was built for (amd64, arm64)
 }
 
 // Metrics turns spans into Prometheus metrics on its own registry (with the Go and process
@@ -128,6 +129,8 @@ type Metrics struct {
 	triggerLag *prometheus.HistogramVec
 	fights     *prometheus.CounterVec
 	conflicts  *prometheus.CounterVec
+	hotLoops   *prometheus.CounterVec
+	staleReads *prometheus.CounterVec
 	hits       *prometheus.CounterVec
 	switches   *prometheus.CounterVec
 	hot        *hotObjects
@@ -201,6 +204,14 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			Name: "reconscope_write_conflicts_total",
 			Help: "API writes answered 409 Conflict, by the writing controller, the writer of the newer version it conflicted with (other_writer: a controller traced on this node, or untraced) and the resource[/subresource].",
 		}, []string{"controller", "other_writer", "resource"}),
+		hotLoops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconscope_hot_loops_total",
+			Help: "Hot-loop episodes seen on this node, once per episode (see --hot-loop-chain, --hot-loop-window): kind=self_triggered, reconciles of one object each triggered by the controller's own previous write; kind=noop_write, writes of one object that changed nothing.",
+		}, []string{"controller", "kind"}),
+		staleReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconscope_stale_reads_total",
+			Help: "Reads of an object's version older than one a write traced on this node had made before the read began (a lagging cache), by the reading controller and the read's resource (unknown at --detail reconcile).",
+		}, []string{"controller", "resource"}),
 		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reconscope_probe_hits_total",
 			Help: "Probe hits the traced process paid for its reconciles (the hits whose records joined a span: entry, return, calls, queue marks), by what each cost its thread: kind=emulated (one trap) or single_stepped (a trap and a single-step). Divide by reconscope_reconcile_total for hits per reconcile.",
@@ -218,16 +229,16 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	if b := opts.BuildInfo; b != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "reconscope_build_info",
-			Help: "What the agent was built from: module version, VCS revision, dirty tree, Go version. Always 1.",
+			Help: "What the agent was built from: module version, VCS revision, dirty tree, Go version, architecture. Always 1.",
 			ConstLabels: prometheus.Labels{
-				"version": b.Version, "revision": b.Revision, "dirty": strconv.FormatBool(b.Dirty), "goversion": b.GoVersion,
+				"version": b.Version, "revision": b.Revision, "dirty": strconv.FormatBool(b.Dirty), "goversion": b.GoVersion, "goarch": b.GoArch,
 			},
 		}, func() float64 { return 1 }))
 	}
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.conflicts, m.hits, m.switches, m.hot, m.tracing,
+		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.conflicts, m.hotLoops, m.staleReads, m.hits, m.switches, m.hot, m.tracing,
 	)
 	if opts.AgentStats != nil {
 		reg.MustRegister(newAgentCollector(opts.AgentStats))
@@ -343,6 +354,18 @@ func (m *Metrics) Write(s *span.Span) error {
 				}
 			}
 		}
+	}
+	for i := range s.HotLoops {
+		if h := &s.HotLoops[i]; h.Start {
+			m.hotLoops.WithLabelValues(s.Controller, string(h.Kind)).Inc()
+		}
+	}
+	for i := range s.StaleReads {
+		res := s.StaleReads[i].Resource
+		if res == "" {
+			res = "unknown"
+		}
+		m.staleReads.WithLabelValues(s.Controller, res).Inc()
 	}
 	if s.TriggerLagKnown {
 		observe(m.triggerLag.WithLabelValues(lv(s.TriggerController)...), s.TriggerLag.Seconds())

@@ -447,7 +447,7 @@ func TestMetricsHealth(t *testing.T) {
 // TestMetricsWorkloadLabels: the same controller name in two operators gives two sets of
 // series, each naming its workload, and two hot-object lists.
 func TestMetricsWorkloadLabels(t *testing.T) {
-	m, srv, _ := newTestMetrics(t, MetricsOptions{BuildInfo: &BuildInfo{Version: "v0.3.0", Revision: "abc123", Dirty: true, GoVersion: "go1.26.8"}})
+	m, srv, _ := newTestMetrics(t, MetricsOptions{BuildInfo: &BuildInfo{Version: "v0.3.0", Revision: "abc123", Dirty: true, GoVersion: "go1.26.8", GoArch: "arm64"}})
 	for _, op := range []string{"alpha", "beta"} {
 		_ = m.Write(&span.Span{Controller: "secret", Namespace: "ns", Name: "s1", Result: span.ResultSuccess, Duration: time.Millisecond,
 			Pod: op + "-system/" + op + "-7d9f-x", Container: "manager",
@@ -463,7 +463,7 @@ func TestMetricsWorkloadLabels(t *testing.T) {
 		"controller=secret,k8s_namespace_name=beta-system,k8s_workload_name=beta-controller,object_name=s1,object_namespace=ns":   1,
 	})
 	wantValues(t, fams, "reconscope_build_info", map[string]float64{
-		"dirty=true,goversion=go1.26.8,revision=abc123,version=v0.3.0": 1,
+		"dirty=true,goarch=arm64,goversion=go1.26.8,revision=abc123,version=v0.3.0": 1,
 	})
 }
 
@@ -650,6 +650,49 @@ func TestMetricsWriteConflicts(t *testing.T) {
 	for labels, w := range want {
 		if v := got[labels].GetCounter().GetValue(); v != w {
 			t.Errorf("%s = %v, want %v", labels, v, w)
+		}
+	}
+}
+
+// TestMetricsHotLoopsAndStaleReads: a hot-loop episode counts once, at its start, by
+// controller and kind; every stale read counts, by the reader and the read's resource
+// (unknown when the read was no call).
+func TestMetricsHotLoopsAndStaleReads(t *testing.T) {
+	m, srv, _ := newTestMetrics(t, MetricsOptions{})
+	loop := func(kind span.HotLoopKind, start bool) []span.HotLoop {
+		return []span.HotLoop{{Kind: kind, Namespace: "ns", Name: "obj", Count: 5, Start: start}}
+	}
+	stale := span.StaleRead{Namespace: "ns", Name: "obj", Resource: "configmaps", ResourceVersion: "1", NewerVersion: "2", NewerWriter: "w"}
+	for _, s := range []*span.Span{
+		{Controller: "looper", Result: span.ResultSuccess, HotLoops: loop(span.HotLoopSelfTriggered, true)},
+		{Controller: "looper", Result: span.ResultSuccess, HotLoops: loop(span.HotLoopSelfTriggered, false)},
+		{Controller: "looper", Result: span.ResultSuccess, HotLoops: loop(span.HotLoopNoopWrite, true)},
+		{Controller: "reader", Result: span.ResultSuccess, StaleReads: []span.StaleRead{stale, stale}},
+		{Controller: "reader", Result: span.ResultSuccess, StaleReads: []span.StaleRead{{Name: "obj", ResourceVersion: "1", NewerVersion: "2"}}},
+	} {
+		if err := m.Write(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fams, _ := scrape(t, srv.URL+"/metrics", "")
+	for name, want := range map[string]map[string]float64{
+		"reconscope_hot_loops_total": {
+			"controller=looper,kind=self_triggered": 1,
+			"controller=looper,kind=noop_write":     1,
+		},
+		"reconscope_stale_reads_total": {
+			"controller=reader,resource=configmaps": 2,
+			"controller=reader,resource=unknown":    1,
+		},
+	} {
+		got := series(t, fams, name)
+		if len(got) != len(want) {
+			t.Errorf("%s: series %v, want %d", name, keys(got), len(want))
+		}
+		for labels, w := range want {
+			if v := got[labels].GetCounter().GetValue(); v != w {
+				t.Errorf("%s{%s} = %v, want %v", name, labels, v, w)
+			}
 		}
 	}
 }

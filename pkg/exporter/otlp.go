@@ -49,6 +49,7 @@ type OTLPStats struct {
 type OTLPExporter struct {
 	clock    ktime.Clock
 	nodeName string
+	version  string // the instrumentation scope's
 	envRes   *resource.Resource
 	bsp      sdktrace.SpanProcessor
 	acct     *spanAccounting
@@ -142,11 +143,12 @@ func NewOTLP(ctx context.Context, opts OTLPOptions) (*OTLPExporter, error) {
 		sdktrace.WithSpanProcessor(bsp),
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithIDGenerator(idGenerator{}),
-	).Tracer(instrumentationScope)
+	).Tracer(instrumentationScope, trace.WithInstrumentationVersion(opts.Version))
 	return &OTLPExporter{
 		lifelines: lifelines,
 		clock:     clock,
 		nodeName:  opts.NodeName,
+		version:   opts.Version,
 		envRes:    envRes,
 		bsp:       bsp,
 		acct:      acct,
@@ -252,6 +254,29 @@ func (e *OTLPExporter) Write(s *span.Span) error {
 		}
 		root.AddEvent(fightEvent, trace.WithTimestamp(e.clock.Wall(f.At)), trace.WithAttributes(attrs...))
 	}
+	for i := range s.HotLoops {
+		h := &s.HotLoops[i]
+		attrs := []attribute.KeyValue{attrHotLoopKind.String(string(h.Kind)),
+			attrObjectNamespace.String(h.Namespace), attrObjectName.String(h.Name), attrObjectUID.String(h.UID),
+			attrHotLoopCount.Int(h.Count), attrHotLoopStart.Bool(h.Start)}
+		if h.Resource != "" {
+			attrs = append(attrs, attrCallResource.String(h.Resource))
+		}
+		if h.Subresource != "" {
+			attrs = append(attrs, attrCallSubres.String(h.Subresource))
+		}
+		root.AddEvent(hotLoopEvent, trace.WithTimestamp(e.clock.Wall(h.At)), trace.WithAttributes(attrs...))
+	}
+	for i := range s.StaleReads {
+		r := &s.StaleReads[i]
+		attrs := []attribute.KeyValue{attrObjectNamespace.String(r.Namespace), attrObjectName.String(r.Name),
+			attrObjectUID.String(r.UID), attrObjectRV.String(r.ResourceVersion), attrStaleNewerRV.String(r.NewerVersion),
+			attrStaleNewerBy.String(r.NewerWriter), attrStaleAgeNS.Int64(int64(r.Age))}
+		if r.Resource != "" {
+			attrs = append(attrs, attrCallResource.String(r.Resource))
+		}
+		root.AddEvent(staleReadEvent, trace.WithTimestamp(e.clock.Wall(r.At)), trace.WithAttributes(attrs...))
+	}
 	root.End(trace.WithTimestamp(end))
 	s.TraceID = root.SpanContext().TraceID().String()
 
@@ -280,7 +305,7 @@ func (e *OTLPExporter) tracerLocked(s *span.Span, service string) trace.Tracer {
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
 		sdktrace.WithIDGenerator(idGenerator{}),
 	)
-	t := tp.Tracer(instrumentationScope)
+	t := tp.Tracer(instrumentationScope, trace.WithInstrumentationVersion(e.version))
 	e.providers.Add(k, t)
 	return t
 }

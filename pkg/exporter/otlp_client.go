@@ -78,6 +78,9 @@ type OTLPOptions struct {
 	Headers map[string]string
 	// NodeName is the Kubernetes node the agent runs on: resource attribute k8s.node.name.
 	NodeName string
+	// Version is the agent's version: the version of the instrumentation scope that makes
+	// the spans ("" leaves it unset).
+	Version string
 	// Clock turns the spans' kernel monotonic times into wall-clock times. The zero Clock is
 	// replaced by ktime.NewClock().
 	Clock ktime.Clock

@@ -51,6 +51,12 @@ const (
 	attrFightOpponents = attribute.Key("reconscope.fight.opponents")
 	attrFightAlts      = attribute.Key("reconscope.fight.alternations")
 	attrFightStart     = attribute.Key("reconscope.fight.start")
+	attrHotLoopKind    = attribute.Key("reconscope.hot_loop.kind")
+	attrHotLoopCount   = attribute.Key("reconscope.hot_loop.count")
+	attrHotLoopStart   = attribute.Key("reconscope.hot_loop.start")
+	attrStaleNewerRV   = attribute.Key("reconscope.stale_read.newer_resource_version")
+	attrStaleNewerBy   = attribute.Key("reconscope.stale_read.newer_writer")
+	attrStaleAgeNS     = attribute.Key("reconscope.stale_read.age_ns")
 	attrCallOutcome    = attribute.Key("reconscope.call.outcome")
 	attrTriggerCtl     = attribute.Key("reconscope.trigger.controller")
 	attrTriggerLagNS   = attribute.Key("reconscope.trigger.lag_ns")
@@ -92,8 +98,13 @@ const (
 	attrLifelineWriterService    = attribute.Key("reconscope.lifeline.writer_service")
 )
 
-// fightEvent names the span event of a reconcile whose write took part in a controller fight.
-const fightEvent = "reconscope.controller_fight"
+// fightEvent names the span event of a reconcile whose write took part in a controller fight;
+// hotLoopEvent, of one that took part in a hot loop; staleReadEvent, of a stale read.
+const (
+	fightEvent     = "reconscope.controller_fight"
+	hotLoopEvent   = "reconscope.hot_loop"
+	staleReadEvent = "reconscope.stale_read"
+)
 
 // versionWrites returns the indexes of the calls that made a new version of an object: API
 // writes whose response gave the object's UID and resourceVersion. A write of the reconciled
@@ -261,6 +272,8 @@ func (e *OTLPExporter) processAttributes(s *span.Span, service string) []attribu
 		attrs = nonEmpty(attrs, semconv.K8SPodUIDKey, w.PodUID)
 		attrs = nonEmpty(attrs, semconv.ServiceNamespaceKey, w.ServiceNamespace)
 		attrs = nonEmpty(attrs, semconv.ServiceInstanceIDKey, w.ServiceInstanceID)
+		attrs = nonEmpty(attrs, semconv.ServiceVersionKey, w.ServiceVersion)
+		attrs = nonEmpty(attrs, semconv.ContainerIDKey, w.ContainerID)
 		switch w.Kind {
 		case "Deployment":
 			attrs = nonEmpty(attrs, semconv.K8SDeploymentNameKey, w.Name)

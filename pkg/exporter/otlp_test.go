@@ -40,6 +40,7 @@ var testClock = ktime.ClockAt(time.Unix(0, 1_700_000_000_000_000_000))
 // received is one span as a collector got it, with its resource's attributes.
 type received struct {
 	resource map[string]*commonpb.AnyValue
+	scope    *commonpb.InstrumentationScope
 	span     *tracepb.Span
 }
 
@@ -59,7 +60,7 @@ func (c *collector) add(req *coltracepb.ExportTraceServiceRequest, headers map[s
 		res := attrMap(rs.GetResource().GetAttributes())
 		for _, ss := range rs.GetScopeSpans() {
 			for _, s := range ss.GetSpans() {
-				c.spans = append(c.spans, received{resource: res, span: s})
+				c.spans = append(c.spans, received{resource: res, scope: ss.GetScope(), span: s})
 			}
 		}
 	}
@@ -985,14 +986,21 @@ func TestOTLPWorkloadResource(t *testing.T) {
 			Kind: "Deployment", Name: "widget-controller", ReplicaSet: "widget-controller-7c9f8d",
 			ServiceName: "widget-operator", ServiceNamespace: "widget-system",
 			ServiceInstanceID: "widget-system.widget-controller-7c9f8d-abcde.manager",
+			ServiceVersion:    "v2.3.1",
+			ContainerID:       "3f1c9a0d5e7b2c4a6f8e0d1b3c5a7e9f1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a",
 			Attributes:        map[string]string{"deployment.environment.name": "prod"},
 		},
 		Calls: []span.Call{{CallInfo: span.CallInfo{Kind: span.CallAPI, Verb: "PATCH", Resource: "widgets", Subresource: "status", Namespace: "shop", Name: "w1", Status: 200},
 			Start: 1000*ms + 10, Duration: 100 * time.Microsecond}},
 	}
-	got, _, _ := export(t, ProtocolGRPC, []*span.Span{s}, nil)
+	got, _, _ := export(t, ProtocolGRPC, []*span.Span{s}, func(o *OTLPOptions) { o.Version = "v0.1.0" })
 	if len(got) != 2 {
 		t.Fatalf("collector got %d spans, want 2", len(got))
+	}
+	for _, r := range got {
+		if sc := r.scope; sc.GetName() != instrumentationScope || sc.GetVersion() != "v0.1.0" {
+			t.Errorf("span %s: instrumentation scope %q version %q, want %q version v0.1.0 (the agent's)", r.span.GetName(), sc.GetName(), sc.GetVersion(), instrumentationScope)
+		}
 	}
 	if s.TraceID == "" || hex.EncodeToString(got[0].span.GetTraceId()) != s.TraceID {
 		t.Errorf("span.TraceID = %q, collector's trace %x", s.TraceID, got[0].span.GetTraceId())
@@ -1010,6 +1018,8 @@ func TestOTLPWorkloadResource(t *testing.T) {
 		"k8s.deployment.name":         "widget-controller",
 		"k8s.replicaset.name":         "widget-controller-7c9f8d",
 		"deployment.environment.name": "prod",
+		"service.version":             "v2.3.1",
+		"container.id":                "3f1c9a0d5e7b2c4a6f8e0d1b3c5a7e9f1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a",
 	} {
 		wantStr(t, res, k, v)
 	}
@@ -1134,4 +1144,44 @@ func TestOTLPTriggerLinks(t *testing.T) {
 		wantStr(t, la, "k8s.object.name", want.name)
 		wantStr(t, la, "k8s.object.namespace", "ns")
 	}
+}
+
+// TestOTLPHotLoopAndStaleReadEvents: a reconcile in a hot loop carries a reconscope.hot_loop
+// event, one with a stale read a reconscope.stale_read event at the read's start naming both
+// versions, the newer one's writer and the age.
+func TestOTLPHotLoopAndStaleReadEvents(t *testing.T) {
+	const uid = "44444444-4444-4444-4444-444444444444"
+	s := &span.Span{Controller: "looper", Namespace: "ns", Name: "obj", ReconcileID: "r", PID: 1, Exe: "/m", Goid: 10,
+		Start: 100 * ms, Duration: 20 * time.Millisecond, Result: span.ResultSuccess,
+		HotLoops: []span.HotLoop{{Kind: span.HotLoopSelfTriggered, Namespace: "ns", Name: "obj", UID: uid, Count: 5, Start: true, At: 100 * ms}},
+		StaleReads: []span.StaleRead{{Namespace: "ns", Name: "obj", UID: uid, Resource: "configmaps", ResourceVersion: "213",
+			NewerVersion: "216", NewerWriter: "writer", Age: 3 * time.Millisecond, At: 105 * ms}}}
+	got, _, _ := export(t, ProtocolGRPC, []*span.Span{s}, nil)
+	evs := map[string]*tracepb.Span_Event{}
+	for _, r := range got {
+		if r.span.GetName() == "reconcile looper" {
+			for _, e := range r.span.GetEvents() {
+				evs[e.GetName()] = e
+			}
+		}
+	}
+	h, st := evs["reconscope.hot_loop"], evs["reconscope.stale_read"]
+	if len(evs) != 2 || h == nil || st == nil {
+		t.Fatalf("events %v, want reconscope.hot_loop and reconscope.stale_read", evs)
+	}
+	a := attrMap(h.GetAttributes())
+	wantStr(t, a, "reconscope.hot_loop.kind", "self_triggered")
+	wantStr(t, a, "k8s.object.uid", uid)
+	wantInt(t, a, "reconscope.hot_loop.count", 5)
+	wantBool(t, a, "reconscope.hot_loop.start", true)
+	wantAbsent(t, a, "reconscope.call.resource")
+	if want := uint64(testClock.Wall(105 * ms).UnixNano()); st.GetTimeUnixNano() != want {
+		t.Errorf("stale read event at %d, want %d (the read's start)", st.GetTimeUnixNano(), want)
+	}
+	a = attrMap(st.GetAttributes())
+	wantStr(t, a, "k8s.object.resource_version", "213")
+	wantStr(t, a, "reconscope.stale_read.newer_resource_version", "216")
+	wantStr(t, a, "reconscope.stale_read.newer_writer", "writer")
+	wantInt(t, a, "reconscope.stale_read.age_ns", int64(3*time.Millisecond))
+	wantStr(t, a, "reconscope.call.resource", "configmaps")
 }

@@ -60,9 +60,37 @@ type JSONSpan struct {
 	ReadVersionWriter string     `json:"read_version_writer"`
 	Calls             []JSONCall `json:"calls"`
 	// Fights are the controller fights this reconcile's writes took part in.
-	Fights     []JSONFight `json:"fights,omitempty"`
-	Noop       bool        `json:"noop"`
-	Incomplete bool        `json:"incomplete"`
+	Fights []JSONFight `json:"fights,omitempty"`
+	// HotLoops are the hot loops this reconcile took part in.
+	HotLoops []JSONHotLoop `json:"hot_loops,omitempty"`
+	// StaleReads are its reads of versions older than one a traced write had already made.
+	StaleReads []JSONStaleRead `json:"stale_reads,omitempty"`
+	Noop       bool            `json:"noop"`
+	Incomplete bool            `json:"incomplete"`
+}
+
+// JSONHotLoop is one hot loop of a JSON span (docs/json.md).
+type JSONHotLoop struct {
+	Kind        string `json:"kind"`
+	Namespace   string `json:"namespace"`
+	Name        string `json:"name"`
+	UID         string `json:"uid"`
+	Resource    string `json:"resource,omitempty"`
+	Subresource string `json:"subresource,omitempty"`
+	Count       int    `json:"count"`
+	Start       bool   `json:"start"`
+}
+
+// JSONStaleRead is one stale read of a JSON span (docs/json.md).
+type JSONStaleRead struct {
+	Namespace            string `json:"namespace"`
+	Name                 string `json:"name"`
+	UID                  string `json:"uid"`
+	Resource             string `json:"resource"`
+	ResourceVersion      string `json:"resource_version"`
+	NewerResourceVersion string `json:"newer_resource_version"`
+	NewerWriter          string `json:"newer_writer"`
+	AgeNS                int64  `json:"age_ns"`
 }
 
 // JSONTrigger is one trigger of a JSON span: an add to the work queue it served (docs/json.md).
@@ -155,6 +183,14 @@ func ToJSON(s *span.Span, clock ktime.Clock) JSONSpan {
 	for _, f := range s.Fights {
 		j.Fights = append(j.Fights, JSONFight{Namespace: f.Namespace, Name: f.Name, UID: f.UID, Resource: f.Resource,
 			Subresource: f.Subresource, Writers: f.Writers, PIDs: f.Processes, Alternations: f.Alternations, Start: f.Start})
+	}
+	for _, h := range s.HotLoops {
+		j.HotLoops = append(j.HotLoops, JSONHotLoop{Kind: string(h.Kind), Namespace: h.Namespace, Name: h.Name, UID: h.UID,
+			Resource: h.Resource, Subresource: h.Subresource, Count: h.Count, Start: h.Start})
+	}
+	for _, r := range s.StaleReads {
+		j.StaleReads = append(j.StaleReads, JSONStaleRead{Namespace: r.Namespace, Name: r.Name, UID: r.UID, Resource: r.Resource,
+			ResourceVersion: r.ResourceVersion, NewerResourceVersion: r.NewerVersion, NewerWriter: r.NewerWriter, AgeNS: int64(r.Age)})
 	}
 	for _, c := range s.Calls {
 		j.Calls = append(j.Calls, JSONCall{

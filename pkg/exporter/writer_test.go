@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,5 +72,43 @@ func TestJSONTriggers(t *testing.T) {
 	}
 	if len(got.Triggers[1]) != 2 || got.Triggers[1]["kind"] != "retry" || got.Triggers[1]["time"] == nil {
 		t.Errorf("triggers[1] = %v, want kind and time only", got.Triggers[1])
+	}
+}
+
+// TestJSONHotLoopsAndStaleReads: hot_loops and stale_reads carry what the span found, and are
+// absent when there is none.
+func TestJSONHotLoopsAndStaleReads(t *testing.T) {
+	s := span.Span{Controller: "c", Result: span.ResultSuccess,
+		HotLoops: []span.HotLoop{{Kind: span.HotLoopNoopWrite, Namespace: "ns", Name: "t", UID: "u", Resource: "configmaps", Count: 6}},
+		StaleReads: []span.StaleRead{{Namespace: "ns", Name: "o", UID: "v", Resource: "configmaps", ResourceVersion: "213",
+			NewerVersion: "216", NewerWriter: "w", Age: 42}}}
+	b, err := json.Marshal(ToJSON(&s, ktime.Clock{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		HotLoops   []map[string]any `json:"hot_loops"`
+		StaleReads []map[string]any `json:"stale_reads"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.HotLoops) != 1 || len(got.StaleReads) != 1 {
+		t.Fatalf("%s", b)
+	}
+	for k, v := range map[string]any{"kind": "noop_write", "namespace": "ns", "name": "t", "uid": "u", "resource": "configmaps", "count": 6.0, "start": false} {
+		if got.HotLoops[0][k] != v {
+			t.Errorf("hot_loops[0].%s = %v, want %v (%s)", k, got.HotLoops[0][k], v, b)
+		}
+	}
+	for k, v := range map[string]any{"namespace": "ns", "name": "o", "uid": "v", "resource": "configmaps", "resource_version": "213",
+		"newer_resource_version": "216", "newer_writer": "w", "age_ns": 42.0} {
+		if got.StaleReads[0][k] != v {
+			t.Errorf("stale_reads[0].%s = %v, want %v (%s)", k, got.StaleReads[0][k], v, b)
+		}
+	}
+	b, _ = json.Marshal(ToJSON(&span.Span{Controller: "c"}, ktime.Clock{}))
+	if strings.Contains(string(b), "hot_loops") || strings.Contains(string(b), "stale_reads") {
+		t.Errorf("a span without any: %s", b)
 	}
 }

@@ -75,6 +75,8 @@ const Saved = -2
 const Frames = -3
 
 // ValueArg is an 8-byte integer field of the struct a register (or the saved pointer) points to.
+// A Field without a Type is the word at Field.Add bytes from the pointer (an item's first
+// words, whatever its type).
 type ValueArg struct {
 	Base  int // register slot, Saved, or None
 	Field FieldRef
@@ -112,7 +114,7 @@ func (l *Layout) Fields() []FieldRef {
 		}
 	}
 	for _, v := range l.Values {
-		if v.Base != None && v.Base != Frames {
+		if v.Base != None && v.Base != Frames && v.Field.Type != "" {
 			out = append(out, v.Field)
 		}
 	}

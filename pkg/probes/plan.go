@@ -564,6 +564,9 @@ func (p *Plan) missing(id, reason string) {
 // Offset returns the offset of a field the plan resolved (ref.Add not added); ok is false when
 // it is unknown or the plan never needed it.
 func (p *Plan) Offset(ref FieldRef) (uint64, bool) {
+	if ref.Type == "" {
+		return 0, true // a word at a fixed distance from the pointer (ValueArg)
+	}
 	for _, u := range p.Offsets {
 		if u.Type == ref.Type && u.Path == ref.Path {
 			return u.Value, u.Err == nil

@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"math/bits"
 	"regexp"
 	"strings"
 	"time"
@@ -27,12 +28,17 @@ var WorkQueueProbes = append([]*Probe{
 	itemKnown(workQueueBracket(`string`, layout().str(0, str(2, 3)), decodeQueueDoneKey)),
 	// types.NamespacedName and controller-runtime's reconcile.Request{NamespacedName}: both
 	// strings in slots 2-5.
-	workQueueBracket(`struct \{ Namespace string; Name string \}`, layout().str(0, str(2, 3)).str(1, str(4, 5)), decodeQueueDoneObject),
+	stringsKnown(workQueueBracket(nsNameShape, layout().str(0, str(2, 3)).str(1, str(4, 5)), decodeQueueDoneObject)),
 	// controller-runtime's queue (before its priority queue, v0.23's default): its Reconcile
 	// probe makes these items' spans already; the bracket would only add two hits per item.
-	superseded(workQueueBracket(`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, layout().str(0, str(2, 3)).str(1, str(4, 5)), decodeQueueDoneObject)),
+	superseded(workQueueBracket(crRequestShape, layout().str(0, str(2, 3)).str(1, str(4, 5)), decodeQueueDoneObject)),
 	// pointers (garbage collector events and nodes, ...): the item's Go type, no key.
 	itemKnown(workQueueBracket(`\*.*`, layout(), decodeQueueDoneType)),
+	// structs of strings (kube-controller-manager's taint eviction items, ...): the item's Go
+	// type, no key (which field names the object is not known), known by identity.
+	itemKnown(workQueueBracket(stringStructShape(1), layout(), decodeQueueDoneType)),
+	stringsKnown(except(workQueueBracket(stringStructShape(2), layout(), decodeQueueDoneType), nsNameShape)),
+	stringsKnown(workQueueBracket(stringStructShape(3), layout(), decodeQueueDoneType)),
 	// any other shape (structs, numbers, interface {}): its Go type.
 	others(workQueueBracket(`[^*].*`, layout(), decodeQueueDoneType)),
 
@@ -58,12 +64,17 @@ func requeueProbes() []*Probe {
 		delaySlot int
 		cr        bool
 		known     bool
+		strings   bool
+		except    string
 	}{
-		{`string`, 4, false, true},
-		{`struct \{ Namespace string; Name string \}`, 6, false, false},
-		{`struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`, 6, true, false},
-		{`\*.*`, 3, false, true},
-		{`[^*].*`, None, false, false},
+		{`string`, 4, false, true, false, ""},
+		{nsNameShape, 6, false, false, true, ""},
+		{crRequestShape, 6, true, false, false, ""},
+		{`\*.*`, 3, false, true, false, ""},
+		{stringStructShape(1), 4, false, true, false, ""},
+		{stringStructShape(2), 6, false, false, true, nsNameShape},
+		{stringStructShape(3), 8, false, false, true, ""},
+		{`[^*].*`, None, false, false, false, ""},
 	} {
 		retry := &Probe{ID: "client-go/workqueue-requeue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleCall, EntryOnly: true, ItemResult: true,
 			Symbol:      regexp.MustCompile(workQueue + `\(\*rateLimitingType\[go\.shape\.` + q.shape + `\]\)\.AddRateLimited$`),
@@ -87,23 +98,90 @@ func requeueProbes() []*Probe {
 			itemKnown(retry)
 			itemKnown(after)
 		}
+		if q.strings {
+			stringsKnown(retry)
+			stringsKnown(after)
+		}
+		if q.except != "" {
+			except(retry, q.except)
+			except(after, q.except)
+		}
 		out = append(out, retry, after)
 	}
 	return out
 }
 
-// itemKnown marks p ItemKnown: its decoders give each event the item's identity (slot 2).
+// itemKnown marks p ItemKnown: its decoders give each event the item's identity (slot 2: a
+// string's data pointer, a pointer), of its shape (shapeItem).
 func itemKnown(p *Probe) *Probe {
 	p.ItemKnown = true
 	for _, d := range []*Decoder{&p.DecodeEntry, &p.DecodeReturn} {
 		decode := *d
 		*d = func(r *Raw) span.Event {
 			e := decode(r)
-			e.Item = r.Args[2]
+			e.Item = shapeItem(r.Args[2], r.Function)
 			return e
 		}
 	}
 	return p
+}
+
+// shapeItem is the identity of an item whose words give item, in a queue of the shape of fn
+// (Get, Done, AddRateLimited or AddAfter of one instantiation): items of two shapes are never
+// one, though their words may be the same (a Node's name, the key of a string queue, is also
+// the field of a struct item of another queue).
+func shapeItem(item uint64, fn string) uint64 {
+	if item == 0 {
+		return 0
+	}
+	_, shape, _ := strings.Cut(fn, "[go.shape.")
+	shape, _, _ = strings.Cut(shape, "])")
+	h := uint64(14695981039346656037) // FNV-1a
+	for i := 0; i < len(shape); i++ {
+		h ^= uint64(shape[i])
+		h *= 1099511628211
+	}
+	return item ^ h
+}
+
+// stringsKnown marks p ItemKnown for a shape of two or three strings: an item is known by its
+// first two strings' data pointers (the same in the queue's copy and the worker's; equal items
+// are one item of the queue, never processed twice at once). At Done and the requeue calls the
+// item is in the argument slots (2 and 4); at Get's map insert, slot 2 points to the key, whose
+// words 0 and 2 the site reads (Vals 0 and 1).
+func stringsKnown(p *Probe) *Probe {
+	p.ItemKnown = true
+	if p.Bracket != nil {
+		p.Entry = p.Entry.val(0, ValueArg{Base: 2}).val(1, ValueArg{Base: 2, Field: FieldRef{Add: 16}})
+		get := p.DecodeEntry
+		p.DecodeEntry = func(r *Raw) span.Event {
+			e := get(r)
+			e.Item = shapeItem(stringsItem(r.Vals[0], r.Vals[1]), r.Function)
+			return e
+		}
+		done := p.DecodeReturn
+		p.DecodeReturn = func(r *Raw) span.Event {
+			e := done(r)
+			e.Item = shapeItem(stringsItem(r.Args[2], r.Args[4]), r.Function)
+			return e
+		}
+		return p
+	}
+	decode := p.DecodeEntry
+	p.DecodeEntry = func(r *Raw) span.Event {
+		e := decode(r)
+		e.Item = shapeItem(stringsItem(r.Args[2], r.Args[4]), r.Function)
+		return e
+	}
+	return p
+}
+
+// stringsItem is the identity of an item of strings whose first two data pointers are a, b.
+func stringsItem(a, b uint64) uint64 {
+	if a == 0 && b == 0 {
+		return 0
+	}
+	return a ^ bits.RotateLeft64(b, 32) ^ 0x9e3779b97f4a7c15
 }
 
 // superseded leaves p out of plans that attach controller-runtime's Reconcile probe.
@@ -112,12 +190,31 @@ func superseded(p *Probe) *Probe {
 	return p
 }
 
+// The shapes whose items have a layout of their own: nsNameShape and crRequestShape name
+// their objects; stringStructShape(n) is a struct of n strings (n register pairs; field names
+// qualified by their package, tags kept).
+const (
+	nsNameShape    = `struct \{ Namespace string; Name string \}`
+	crRequestShape = `struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \}`
+	stringField    = `[^ ;"{}]+ string(?: "(?:[^"\\]|\\.)*")?`
+)
+
+func stringStructShape(n int) string {
+	return `struct \{ ` + stringField + strings.Repeat(`; `+stringField, n-1) + ` \}`
+}
+
 // knownShapes are the shapes whose items have a layout of their own: others leaves them out.
-var knownShapes = regexp.MustCompile(`\[go\.shape\.(string|struct \{ Namespace string; Name string \}|struct \{ k8s\.io/apimachinery/pkg/types\.NamespacedName \})\]`)
+var knownShapes = regexp.MustCompile(`\[go\.shape\.(string|` + crRequestShape + `|` + stringStructShape(1) + `|` + stringStructShape(2) + `|` + stringStructShape(3) + `)\]`)
 
 // others makes p, whose Symbol matches every shape but pointers, leave out knownShapes.
 func others(p *Probe) *Probe {
 	p.Unless = knownShapes
+	return p
+}
+
+// except makes p, whose Symbol matches shape among others, leave out shape.
+func except(p *Probe, shape string) *Probe {
+	p.Unless = regexp.MustCompile(`\[go\.shape\.` + shape + `\]`)
 	return p
 }
 

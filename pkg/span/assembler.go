@@ -2,6 +2,7 @@ package span
 
 import (
 	"maps"
+	"slices"
 	"sort"
 	"time"
 )
@@ -29,6 +30,12 @@ type Options struct {
 	// FightAlternations turns detection off.
 	FightAlternations int
 	FightWindow       time.Duration
+	// HotLoopChain and HotLoopWindow: a hot loop is at least HotLoopChain self-triggered
+	// reconciles of one object in a row, or no-op writes of one object, by one controller
+	// within HotLoopWindow. Zero means DefaultHotLoopChain and DefaultHotLoopWindow; a negative
+	// HotLoopChain turns detection off.
+	HotLoopChain  int
+	HotLoopWindow time.Duration
 }
 
 // Stats counts what the Assembler saw that did not become a normal span.
@@ -105,9 +112,11 @@ type objectKey struct {
 
 type version struct{ uid, resourceVersion string }
 
-// written is who made a version, and when its write returned (monotonic ns).
+// written is who made a version (the controller, in process pid), and when its write
+// returned (monotonic ns).
 type written struct {
 	controller string
+	pid        uint32
 	end        uint64
 }
 
@@ -164,8 +173,9 @@ type Assembler struct {
 	versions     map[version]written
 	versionOrder []version
 	// fights: the recent writers of each object's subresources, to detect fights.
-	fights     map[fightKey]*fightState
-	fightOrder []fightKey
+	fights boundedStates[fightKey, fightState]
+	// loops: the recent self-triggered reconciles and no-op writes, to detect hot loops.
+	loops boundedStates[loopKey, loopState]
 	// queueNames are the names of the work queues seen made, by process and queue; naming is
 	// the name of the queue being made on a goroutine (QueueNamed, until its QueueMade).
 	queueNames map[queueKey]string
@@ -202,6 +212,12 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 	if opts.FightWindow <= 0 {
 		opts.FightWindow = DefaultFightWindow
 	}
+	if opts.HotLoopChain == 0 {
+		opts.HotLoopChain = DefaultHotLoopChain
+	}
+	if opts.HotLoopWindow <= 0 {
+		opts.HotLoopWindow = DefaultHotLoopWindow
+	}
 	return &Assembler{
 		opts:     opts,
 		open:     make(map[goroutineKey]*openSpan),
@@ -210,7 +226,6 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 		limiting: make(map[goroutineKey]limiting),
 		pending:  make(map[goroutineKey]Event),
 		versions: make(map[version]written),
-		fights:   make(map[fightKey]*fightState),
 		emit:     emit,
 
 		queueNames: make(map[queueKey]string),
@@ -299,6 +314,9 @@ func (a *Assembler) Add(e Event) {
 	case ObjectRead:
 		if o := a.spanOf(k, &e); o != nil && (e.SpanStartTime == 0 || e.SpanStartTime == o.at) {
 			o.learnObject(e.Call)
+			if e.Call.Name == o.span.Name && e.Call.Namespace == o.span.Namespace {
+				a.checkRead(o, e.Call, e.Time) // no call: the read's one hit is its time
+			}
 		}
 	case CallObject:
 		if o := a.spanOf(k, &e); o != nil {
@@ -572,7 +590,8 @@ func (a *Assembler) finish(o *openSpan, e Event) {
 	}
 	finalize(&s)
 	a.readVersionWriter(&s)
-	o.triggers.served(&s, a.written)
+	last, hasLast := o.triggers.served(&s, a.written)
+	a.selfTriggered(&s, last, hasLast)
 	var requeue TriggerKind
 	switch {
 	case o.queue && o.retry:
@@ -622,6 +641,9 @@ func (a *Assembler) callEnd(k goroutineKey, e Event) {
 	}
 	o.last[k] = len(o.span.Calls) - 1
 	o.learnObject(info)
+	if info.Kind == CallCacheGet {
+		a.checkRead(o, info, c.start)
+	}
 }
 
 // learnObject takes the reconciled object's UID from any call that names it, and its
@@ -651,14 +673,27 @@ func (a *Assembler) callObject(o *openSpan, k goroutineKey, obj CallInfo) {
 	}
 	c.Namespace, c.Name, c.UID, c.ResourceVersion = obj.Namespace, obj.Name, obj.UID, obj.ResourceVersion
 	o.learnObject(c.CallInfo)
+	if !c.IsWrite() || c.Status >= 300 {
+		return
+	}
+	end := c.Start + uint64(max(c.Duration, 0))
 	// A write that returned the version the reconcile read changed nothing: it made no version.
-	if c.IsWrite() && c.Status < 300 && !(c.UID == o.span.UID && c.ResourceVersion == o.span.ResourceVersion) {
-		end := c.Start + uint64(max(c.Duration, 0))
-		a.remember(version{c.UID, c.ResourceVersion}, written{controller: o.span.Controller, end: end})
-		a.latest.wrote(c.UID, c.ResourceVersion, o.span.Controller, end)
-		if f := a.fightWrite(c, writer{pid: o.span.PID, controller: o.span.Controller}, end); f != nil {
-			o.addFight(*f)
-		}
+	noop := c.UID == o.span.UID && c.ResourceVersion == o.span.ResourceVersion
+	if c.Verb == "PUT" || c.Verb == "PATCH" {
+		// An update or patch that returned a version already made (the one this reconcile
+		// read of the object, or one a traced write made before) changed nothing either.
+		uid, rv := readBefore(&o.span, c)
+		_, made := a.versions[version{c.UID, c.ResourceVersion}]
+		noop = noop || made || (uid == c.UID && rv == c.ResourceVersion)
+		a.noopWrite(o, c, noop, end)
+	}
+	if noop {
+		return
+	}
+	a.remember(version{c.UID, c.ResourceVersion}, written{controller: o.span.Controller, pid: o.span.PID, end: end})
+	a.latest.wrote(c.UID, c.ResourceVersion, o.span.Controller, end)
+	if f := a.fightWrite(c, writer{pid: o.span.PID, controller: o.span.Controller}, end); f != nil {
+		o.addFight(*f)
 	}
 }
 
@@ -794,6 +829,7 @@ func (a *Assembler) Expire(now uint64) {
 		}
 	}
 	a.expireFights(now)
+	a.expireLoops(now)
 	a.triggers.expire(now)
 	for k, p := range a.pending {
 		if now > p.Time && time.Duration(now-p.Time) > a.opts.ReorderWindow {
@@ -903,11 +939,14 @@ func (a *Assembler) OpenSince(pid uint32, t uint64) bool {
 }
 
 // DropCalls takes out of s what only detail calls gives: its calls, the phases and no-op
-// verdict they make (all compute, a no-op, as at detail reconcile) and its fights. The agent
+// verdict they make (all compute, a no-op, as at detail reconcile), its fights, stale reads
+// and no-op-write hot loops (a self-triggered hot loop comes from its triggers: kept). The agent
 // drops them from the spans of a controller at detail reconcile whose instance the kernel
 // traced at detail calls (before it knew the controller, or while a switch ended).
 func (s *Span) DropCalls() {
 	s.Calls = nil
 	s.Fights = nil
+	s.StaleReads = nil
+	s.HotLoops = slices.DeleteFunc(s.HotLoops, func(h HotLoop) bool { return h.Kind == HotLoopNoopWrite })
 	finalize(s)
 }

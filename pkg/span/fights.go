@@ -56,13 +56,13 @@ type writer struct {
 	controller string
 }
 
-// fightState follows the writes of one object's subresource.
+// fightState follows the writes of one object's subresource: its episode counts the
+// alternations within the window.
 type fightState struct {
+	episode
 	last    writer
 	lastAt  uint64
-	alts    []uint64 // times of alternations within the window, oldest first
 	writers []writer // the writers of the current episode (or of the alternations in the window)
-	active  bool     // an episode was reported and has not ended
 }
 
 // fightWrite records that w wrote a new version of an object's subresource at t, and returns
@@ -71,30 +71,14 @@ func (a *Assembler) fightWrite(c *Call, w writer, t uint64) *Fight {
 	if a.opts.FightAlternations < 0 {
 		return nil
 	}
-	k := fightKey{uid: c.UID, subresource: c.Subresource}
-	st := a.fights[k]
-	if st == nil {
-		if len(a.fightOrder) >= a.opts.MaxVersions {
-			delete(a.fights, a.fightOrder[0])
-			a.fightOrder = a.fightOrder[1:]
-		}
-		st = &fightState{}
-		a.fights[k] = st
-		a.fightOrder = append(a.fightOrder, k)
-	}
-	window := uint64(a.opts.FightWindow)
+	st := a.fights.get(fightKey{uid: c.UID, subresource: c.Subresource}, a.opts.MaxVersions)
 	// Forget alternations older than the window; an episode with none left has ended.
-	i := 0
-	for i < len(st.alts) && st.alts[i]+window < t {
-		i++
-	}
-	st.alts = st.alts[i:]
-	if len(st.alts) == 0 {
-		st.active = false
+	st.slide(t, uint64(a.opts.FightWindow))
+	if len(st.times) == 0 {
 		st.writers = st.writers[:0]
 	}
 	if st.last != (writer{}) && st.last != w {
-		st.alts = append(st.alts, t)
+		st.times = append(st.times, t)
 		for _, x := range []writer{st.last, w} {
 			if !slices.Contains(st.writers, x) {
 				st.writers = append(st.writers, x)
@@ -102,15 +86,12 @@ func (a *Assembler) fightWrite(c *Call, w writer, t uint64) *Fight {
 		}
 	}
 	st.last, st.lastAt = w, t
-	start := false
-	if !st.active && len(st.alts) >= a.opts.FightAlternations {
-		st.active, start = true, true
-	}
+	start := st.reach(a.opts.FightAlternations)
 	if !st.active || !slices.Contains(st.writers, w) {
 		return nil
 	}
 	f := &Fight{Namespace: c.Namespace, Name: c.Name, UID: c.UID, Resource: c.Resource, Subresource: c.Subresource,
-		Alternations: len(st.alts), Start: start, Since: st.alts[0], At: t}
+		Alternations: len(st.times), Start: start, Since: st.times[0], At: t}
 	for _, x := range st.writers {
 		if !slices.Contains(f.Writers, x.controller) {
 			f.Writers = append(f.Writers, x.controller)
@@ -124,13 +105,5 @@ func (a *Assembler) fightWrite(c *Call, w writer, t uint64) *Fight {
 // expireFights forgets objects not written for longer than the window.
 func (a *Assembler) expireFights(now uint64) {
 	window := uint64(a.opts.FightWindow)
-	kept := a.fightOrder[:0]
-	for _, k := range a.fightOrder {
-		if st := a.fights[k]; st != nil && st.lastAt+window < now {
-			delete(a.fights, k)
-			continue
-		}
-		kept = append(kept, k)
-	}
-	a.fightOrder = kept
+	a.fights.expire(func(st *fightState) bool { return st.lastAt+window < now })
 }

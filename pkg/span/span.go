@@ -258,6 +258,12 @@ type Span struct {
 	QueueWait time.Duration
 	// Fights are the controller fights this reconcile's writes took part in (see Fight).
 	Fights []Fight
+	// HotLoops are the hot loops this reconcile took part in (see HotLoop): its own, when
+	// its controller's write triggered it, and those of its no-op writes.
+	HotLoops []HotLoop
+	// StaleReads are the reads of versions older than one a traced write had already made
+	// before the read began (see StaleRead); the first maxStaleReads.
+	StaleReads []StaleRead
 	// Backoff is how long the object was held back before it became ready: from the first add
 	// not yet served to the moment it became ready (After delays, RequeueAfter, the rate
 	// limiter's backoff after an error). Backoff + QueueWait is the time since that first add.
@@ -296,6 +302,12 @@ type Workload struct {
 	PodUID string
 	// Node is the pod's node (k8s.node.name).
 	Node string
+	// ContainerID is the traced process's container (container.id), from its cgroup path.
+	ContainerID string
+	// ServiceVersion is service.version: the pod's resource.opentelemetry.io/service.version
+	// annotation, else its app.kubernetes.io/version label, else the container image's tag
+	// and digest (OpenTelemetry's Kubernetes conventions); "" when none is known.
+	ServiceVersion string
 	// Kind and Name are the pod's owner workload: Deployment, StatefulSet, DaemonSet,
 	// ReplicaSet (without a Deployment), Job, CronJob; "" for a pod without one (static or bare pods).
 	Kind, Name string

@@ -72,8 +72,10 @@ type Trigger struct {
 	Function string
 	// Time is when the add happened (monotonic ns).
 	Time uint64
-	// writeEnd is when the writer's write returned (monotonic ns), when Writer is known.
-	writeEnd uint64
+	// writeEnd is when the writer's write returned (monotonic ns), and writerPID its
+	// process, when Writer is known.
+	writeEnd  uint64
+	writerPID uint32
 }
 
 // triggerSet is the triggers of the adds not yet served, bounded.
@@ -207,27 +209,28 @@ func (t *triggers) classify(k goroutineKey, e *Event, ok objectKey, open *openSp
 
 // served gives s the triggers of the adds it serves, each event named with its writer from
 // the versions writes made (lookup), and the span's trigger controller: the writer of the
-// most recent event among them.
-func (t *triggerSet) served(s *Span, lookup func(version) (written, bool)) {
+// most recent event among them, which it returns (false: no event among them).
+func (t *triggerSet) served(s *Span, lookup func(version) (written, bool)) (Trigger, bool) {
 	s.Triggers = t.list
 	s.TriggersDropped = t.dropped
 	for i := range s.Triggers {
 		nameWriter(&s.Triggers[i], lookup)
 	}
 	if !t.hasLastEvent {
-		return
+		return Trigger{}, false
 	}
 	last := t.lastEvent
 	nameWriter(&last, lookup)
 	s.TriggerController = last.Writer
 	if last.Writer == WriterUntraced {
 		s.TriggerController = TriggerUnknown
-		return
+		return last, true
 	}
 	if last.writeEnd <= s.Start {
 		s.TriggerLag = time.Duration(s.Start - last.writeEnd)
 		s.TriggerLagKnown = true
 	}
+	return last, true
 }
 
 func nameWriter(tr *Trigger, lookup func(version) (written, bool)) {
@@ -239,7 +242,7 @@ func nameWriter(tr *Trigger, lookup func(version) (written, bool)) {
 		return
 	}
 	if w, ok := lookup(version{tr.Object.UID, tr.Object.ResourceVersion}); ok {
-		tr.Writer, tr.writeEnd = w.controller, w.end
+		tr.Writer, tr.writeEnd, tr.writerPID = w.controller, w.end, w.pid
 	}
 }
 

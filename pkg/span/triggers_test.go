@@ -62,7 +62,7 @@ func TestTriggers(t *testing.T) {
 			reconcile(20, 1000, 1100, "web", ResultSuccess)},
 		want: want{triggers: []Trigger{
 			{Kind: TriggerEvent, Event: WatchUpdate, Object: cm, Writer: WriterUntraced, Time: 301},
-			{Kind: TriggerMapped, Event: WatchAdd, Object: pod, Writer: "maker", Time: 401, writeEnd: 150}},
+			{Kind: TriggerMapped, Event: WatchAdd, Object: pod, Writer: "maker", Time: 401, writeEnd: 150, writerPID: 1}},
 			ctl: "maker", lag: 1000 - 150},
 	}, {
 		name: "the most recent event names the trigger controller, untraced: unknown",
@@ -71,7 +71,7 @@ func TestTriggers(t *testing.T) {
 			{watch(50, 500, WatchUpdate, cm), add(50, 501, "web")},
 			reconcile(20, 1000, 1100, "web", ResultSuccess)},
 		want: want{triggers: []Trigger{
-			{Kind: TriggerMapped, Event: WatchAdd, Object: pod, Writer: "maker", Time: 401, writeEnd: 150},
+			{Kind: TriggerMapped, Event: WatchAdd, Object: pod, Writer: "maker", Time: 401, writeEnd: 150, writerPID: 1},
 			{Kind: TriggerEvent, Event: WatchUpdate, Object: cm, Writer: WriterUntraced, Time: 501}},
 			ctl: TriggerUnknown},
 	}, {
@@ -131,13 +131,7 @@ func TestTriggers(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var got []Span
-			a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
-			for _, evs := range tc.events {
-				for _, e := range evs {
-					a.Add(e)
-				}
-			}
+			got := assemble(tc.events)
 			if len(got) == 0 {
 				t.Fatal("no span")
 			}
@@ -186,61 +180,26 @@ func TestTriggersBounded(t *testing.T) {
 // conflicted with: the newest traced write of the object that made a version after the one the
 // reconcile read; untraced when none was seen; nothing when the version read is unknown.
 func TestConflictWriter(t *testing.T) {
-	const uid = "33333333-3333-3333-3333-333333333333"
-	call := func(kind EventKind, tm uint64, c CallInfo) Event { return Event{Kind: kind, Time: tm, Call: c} }
-	reconcile := func(goid int64, ctl string, start, end uint64, between ...Event) []Event {
-		evs := []Event{{Kind: SpanStart, PID: 1, Goid: goid, Time: start, Controller: ctl, Namespace: "ns", Name: "rs"}}
-		for _, e := range between {
-			e.PID, e.Goid = 1, goid
-			evs = append(evs, e)
-		}
-		return append(evs, Event{Kind: SpanEnd, PID: 1, Goid: goid, Time: end, Result: ResultError})
-	}
-	read := func(tm uint64, rv string) []Event {
-		return []Event{call(CallStart, tm, CallInfo{Kind: CallCacheGet, Verb: "GET", Resource: "replicaset", Namespace: "ns", Name: "rs"}),
-			call(CallEnd, tm+1, CallInfo{UID: uid, ResourceVersion: rv, Outcome: OutcomeHit})}
-	}
-	write := func(tm uint64, status int, rv string) []Event {
-		evs := []Event{call(CallStart, tm, CallInfo{Kind: CallAPI, Verb: "PUT", Resource: "replicasets", Subresource: "status", Namespace: "ns", Name: "rs"}),
-			call(CallStatus, tm+5, CallInfo{Status: status}),
-			call(CallEnd, tm+10, CallInfo{})}
-		if rv != "" {
-			evs = append(evs, call(CallObject, tm+11, CallInfo{Namespace: "ns", Name: "rs", UID: uid, ResourceVersion: rv}))
-		}
-		return evs
-	}
-	cat := func(parts ...[]Event) []Event {
-		var out []Event
-		for _, p := range parts {
-			out = append(out, p...)
-		}
-		return out
-	}
+	r := objectRig{name: "rs", uid: "33333333-3333-3333-3333-333333333333", readResource: "replicaset", writeResource: "replicasets", subresource: "status"}
 	tests := []struct {
 		name   string
 		events [][]Event
 		want   string
 	}{
 		{"another traced controller wrote a newer version in between", [][]Event{
-			reconcile(20, "foo", 100, 200, cat(read(110, "213"), write(150, 200, "216"))...),
-			reconcile(21, "replicaset", 90, 400, cat(read(95, "213"), write(300, 409, ""))...)}, "foo"},
+			r.reconcile(20, "foo", 100, 200, ResultError, r.read(110, "213"), r.write(150, 200, "216")),
+			r.reconcile(21, "replicaset", 90, 400, ResultError, r.read(95, "213"), r.write(300, 409, ""))}, "foo"},
 		{"no traced write of a newer version", [][]Event{
-			reconcile(21, "replicaset", 90, 400, cat(read(95, "213"), write(300, 409, ""))...)}, WriterUntraced},
+			r.reconcile(21, "replicaset", 90, 400, ResultError, r.read(95, "213"), r.write(300, 409, ""))}, WriterUntraced},
 		{"the only traced write is older than the version read", [][]Event{
-			reconcile(20, "foo", 10, 50, cat(read(11, "200"), write(20, 200, "205"))...),
-			reconcile(21, "replicaset", 90, 400, cat(read(95, "213"), write(300, 409, ""))...)}, WriterUntraced},
+			r.reconcile(20, "foo", 10, 50, ResultError, r.read(11, "200"), r.write(20, 200, "205")),
+			r.reconcile(21, "replicaset", 90, 400, ResultError, r.read(95, "213"), r.write(300, 409, ""))}, WriterUntraced},
 		{"the version read is not known", [][]Event{
-			reconcile(21, "replicaset", 90, 400, write(300, 409, "")...)}, ""},
+			r.reconcile(21, "replicaset", 90, 400, ResultError, r.write(300, 409, ""))}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var got []Span
-			a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
-			for _, evs := range tc.events {
-				for _, e := range evs {
-					a.Add(e)
-				}
-			}
+			got := assemble(tc.events)
 			s := got[len(got)-1]
 			c := s.Calls[len(s.Calls)-1]
 			if c.Status != 409 || c.ConflictWriter != tc.want {

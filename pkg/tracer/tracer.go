@@ -364,6 +364,18 @@ func (t *Tracer) write(s *span.Span) {
 				"controller", s.Controller, "reconcile_id", s.ReconcileID, "pod", s.Pod)
 		}
 	}
+	for i := range s.HotLoops {
+		if h := &s.HotLoops[i]; h.Start {
+			window := t.opts.Assembler.HotLoopWindow
+			if window <= 0 {
+				window = span.DefaultHotLoopWindow
+			}
+			// One line per hot-loop episode: the reconcile that made it reach the threshold.
+			t.log.Warn("hot loop", "kind", string(h.Kind), "namespace", h.Namespace, "name", h.Name, "uid", h.UID,
+				"resource", h.Resource, "subresource", h.Subresource, "count", h.Count, "window", window,
+				"controller", s.Controller, "pid", s.PID, "reconcile_id", s.ReconcileID, "pod", s.Pod)
+		}
+	}
 	if t.opts.Writer != nil {
 		if err := t.opts.Writer.Write(s); err != nil {
 			t.log.Warn("export span", "err", err)

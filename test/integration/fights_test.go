@@ -17,7 +17,6 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
-	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/testenv"
@@ -159,42 +158,15 @@ func TestControllerFight(t *testing.T) {
 	}
 
 	// One structured log line per episode, naming the object, the writers and the subresource.
-	var lines []string
-	for _, l := range strings.Split(logs.String(), "\n") {
-		if strings.Contains(l, `"msg":"controller fight"`) {
-			lines = append(lines, l)
-		}
-	}
+	lines := logLines(logs, "controller fight")
 	if len(lines) != 1 || !strings.Contains(lines[0], `"name":"arena"`) || !strings.Contains(lines[0], `"writers":["alpha","beta"]`) ||
 		!strings.Contains(lines[0], `"subresource":""`) || !strings.Contains(lines[0], `"uid":"`+string(arena.UID)+`"`) {
 		t.Errorf("fight log lines: %q", lines)
 	}
 
 	// The counter, per writer and opponent.
-	m := exporter.NewMetrics(exporter.MetricsOptions{})
-	for i := range spans {
-		if err := m.Write(&spans[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mfs, err := m.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "reconscope_controller_fights_total" {
-			continue
-		}
-		for _, mm := range mf.GetMetric() {
-			lv := map[string]string{}
-			for _, l := range mm.GetLabel() {
-				lv[l.GetName()] = l.GetValue()
-			}
-			got[lv["controller"]+" vs "+lv["opponent"]+" over "+lv["resource"]] = mm.GetCounter().GetValue()
-		}
-	}
-	want := map[string]float64{"alpha vs beta over configmaps": 1, "beta vs alpha over configmaps": 1}
+	got := counters(t, spans, "reconscope_controller_fights_total")
+	want := map[string]float64{"controller=alpha,opponent=beta,resource=configmaps": 1, "controller=beta,opponent=alpha,resource=configmaps": 1}
 	if !maps.Equal(got, want) {
 		t.Errorf("reconscope_controller_fights_total: %v, want %v", got, want)
 	}

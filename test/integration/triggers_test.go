@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,9 +16,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
-	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/groundtruth"
-	"github.com/reconscope/reconscope/test/testenv"
 )
 
 // TestTriggers: the scripted fixture, a controller-runtime operator that Owns Pods, creates two
@@ -219,28 +215,8 @@ func TestTriggersHitsPerWatchEvent(t *testing.T) {
 // newer version.
 func TestWriteConflictNamesOtherWriter(t *testing.T) {
 	bpftest.Require(t)
-	env := testenv.Start(t, testenv.Options{})
-	bin := testkit.Build(t, fixturePkg)
-	dir := t.TempDir()
-	start := func(name string) *testenv.Process {
-		return testenv.StartProcess(t, name, exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--namespace", "conflict",
-			"--controller-name", name, "--selector", "role="+name, "--ground-truth", filepath.Join(dir, name+".jsonl")))
-	}
-	alpha, beta := start("alpha"), start("beta")
-	s := &testkit.Sink{}
-	tr, err := tracer.New(tracer.Options{Writer: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []*testenv.Process{alpha, beta} {
-		if _, err := tr.TracePID(p.PID()); err != nil {
-			tr.Close()
-			t.Fatalf("trace %d: %v", p.PID(), err)
-		}
-	}
-	stopRun := testkit.Go(t, tr.Run)
-	defer tr.Close()
-
+	c := startControllers(t, "conflict", map[string][]string{"alpha": nil, "beta": nil})
+	env := c.env
 	bg := context.Background()
 	createScripted(t, env, "conflict", nil)
 	target := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "conflict", Name: "target"}}
@@ -252,22 +228,15 @@ func TestWriteConflictNamesOtherWriter(t *testing.T) {
 		"alpha": "times:1;get:configmap/target;sleep:1500ms;stale-update:configmap/target",
 		"beta":  "times:1;sleep:300ms;update:configmap/target",
 	} {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "conflict", Name: name, Labels: map[string]string{"role": name},
-			Annotations: map[string]string{"scripted.reconscope.io/script": script}}}
-		if err := env.Client.Create(bg, cm); err != nil {
-			t.Fatal(err)
-		}
+		c.create(t, "conflict", name, name, script)
 	}
 	var alphaRecs, betaRecs []groundtruth.Record
 	testkit.WaitFor(t, "alpha's stale update and beta's update", 30*time.Second, func() (bool, string) {
-		alphaRecs, _ = groundtruth.ReadFile(filepath.Join(dir, "alpha.jsonl"))
-		betaRecs, _ = groundtruth.ReadFile(filepath.Join(dir, "beta.jsonl"))
+		alphaRecs, betaRecs = c.truth("alpha"), c.truth("beta")
 		return len(alphaRecs) > 0 && len(betaRecs) > 0, fmt.Sprintf("%d and %d reconciles", len(alphaRecs), len(betaRecs))
 	})
 	time.Sleep(500 * time.Millisecond) // let the last events drain
-	if err := stopRun(); err != nil {
-		t.Fatal(err)
-	}
+	c.stopT()
 
 	// Ground truth: what alpha read, and the newer version beta's update returned.
 	var readRV, betaRV string
@@ -287,7 +256,7 @@ func TestWriteConflictNamesOtherWriter(t *testing.T) {
 	t.Logf("alpha read target@%s, beta's update made %s, alpha's update: %s", readRV, betaRV, alphaRecs[0].Error)
 
 	found := false
-	for _, sp := range s.Snapshot() {
+	for _, sp := range c.sink.Snapshot() {
 		if sp.Controller != "alpha" || sp.Name != "alpha" {
 			continue
 		}

@@ -96,6 +96,9 @@ type config struct {
 	// baseline, when set, is another reconscope-agent (an earlier build) that also traces,
 	// as users run it, in each round: the variant "baseline".
 	baseline string
+	// kcmAll: kube-controller-manager runs all its default controllers, not only deployment
+	// and replicaset; its items are counted over every work queue.
+	kcmAll bool
 }
 
 // target is the traced process and how to read its own count of reconciles.
@@ -171,6 +174,13 @@ func BenchmarkAtScale(b *testing.B) {
 		variants:    envList("RECONSCOPE_BENCH_SCALE_VARIANTS"),
 		pprof:       os.Getenv("RECONSCOPE_BENCH_SCALE_PPROF"),
 		baseline:    os.Getenv("RECONSCOPE_BENCH_SCALE_BASELINE_AGENT"),
+		// RECONSCOPE_BENCH_SCALE_KCM_ALL=1: kube-controller-manager runs all its default
+		// controllers (--controllers='*'), its items counted over every work queue.
+		kcmAll: os.Getenv("RECONSCOPE_BENCH_SCALE_KCM_ALL") == "1",
+	}
+	kcmControllers := []string{"deployment", "replicaset"}
+	if cfg.kcmAll {
+		kcmControllers = []string{"*"}
 	}
 	if os.Geteuid() != 0 {
 		bpftest.SkipOrFail(b, "needs root: the traced runs attach eBPF uprobes")
@@ -179,7 +189,7 @@ func BenchmarkAtScale(b *testing.B) {
 		cfg.agent = testkit.Build(b, "./cmd/agent")
 	}
 	env := testenv.Start(b, testenv.Options{
-		ControllerManager:         []string{"deployment", "replicaset"},
+		ControllerManager:         kcmControllers,
 		StrippedControllerManager: true,
 		ControllerManagerFlags: []string{
 			// kube-controller-manager's default client limit (20 requests/s) would make the
@@ -249,8 +259,13 @@ func kcmWorkload(b *testing.B, env *testenv.Env, cfg config) workload {
 		return nil
 	}
 	t := target{pid: env.ControllerManagerPID, metrics: env.ControllerManagerURL + "/metrics", queues: []string{"deployment", "replicaset"}}
+	title := fmt.Sprintf("kube-controller-manager (stripped; deployment and replicaset controllers), %d Deployments × 3 replicas", n)
+	if cfg.kcmAll {
+		t.queues = nil // every queue's items
+		title = fmt.Sprintf("kube-controller-manager (stripped; all its default controllers, every work queue's items), %d Deployments × 3 replicas", n)
+	}
 	return workload{
-		title:  fmt.Sprintf("kube-controller-manager (stripped; deployment and replicaset controllers), %d Deployments × 3 replicas", n),
+		title:  title,
 		target: t,
 		warmup: func(ns string) error {
 			if err := env.Client.Create(ctx, deployment(ns, "warmup", 1)); err != nil {
