@@ -53,6 +53,36 @@ struct {
 	__type(value, __u32);
 } excluded SEC(".maps");
 
+/* Per-controller detail (SITE_F_GATED sites): the controller instances whose spans record their
+ * calls (value CALL_DETAIL_CALLS) or do not (CALL_DETAIL_RECONCILE), keyed like `excluded`;
+ * an instance not in the map takes the value of key {0, 0}, none meaning reconcile. Read once
+ * per span, at its entry: a span keeps the detail it began with. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct ctl_key);
+	__type(value, __u32);
+} call_detail SEC(".maps");
+
+#define CALL_DETAIL_CALLS 1
+#define CALL_DETAIL_RECONCILE 2
+
+/* Set by user space at load (collector.Options.PerControllerDetail): whether any site may be
+ * SITE_F_GATED. Off, span entries skip the call_detail lookups (the verifier drops them). */
+volatile const __u32 per_controller_detail = 0;
+
+/* span_calls says whether a span of instance (pid, key) records its gated calls. */
+static __always_inline __u32 span_calls(__u32 pid, __u64 key)
+{
+	struct ctl_key ck = {.pid = pid, .ptr = key};
+	__u32 *v = bpf_map_lookup_elem(&call_detail, &ck);
+	if (!v) {
+		struct ctl_key dk = {};
+		v = bpf_map_lookup_elem(&call_detail, &dk);
+	}
+	return v && *v == CALL_DETAIL_CALLS;
+}
+
 /* Unused globals that make bpf2go emit Go types for these structs (-type). */
 const struct event *unused_event __attribute__((unused));
 const struct event_head *unused_event_head __attribute__((unused));
@@ -229,14 +259,19 @@ static __always_inline int handle_spawn(struct go_regs *regs, const struct site_
 	if (cfg->kind == SITE_ENTRY) {
 		struct g_key parent = {.pid = pid, .g = args[slot & 15]};
 		struct g_state *ps = bpf_map_lookup_elem(&goroutines, &parent);
-		if (ps && ps->start != 0)
+		if (ps && ps->start != 0) {
+			if ((cfg->flags & SITE_F_GATED) && !ps->calls) {
+				count(COUNTER_GATED);
+				return 0;
+			}
 			bpf_map_update_elem(&spawning, &pid_tgid, ps, BPF_ANY);
+		}
 		return 0;
 	}
 	struct g_state *ps = bpf_map_lookup_elem(&spawning, &pid_tgid);
 	if (!ps)
 		return 0;
-	struct g_state child = {.start = ps->start, .saved = 0, .site = ps->site, .depth = 0, .goid = -1};
+	struct g_state child = {.start = ps->start, .saved = 0, .site = ps->site, .depth = 0, .goid = -1, .calls = ps->calls};
 	struct g_key ck = {.pid = pid, .g = args[slot & 15]};
 	bpf_map_delete_elem(&spawning, &pid_tgid);
 	if (ck.g == 0)
@@ -259,6 +294,7 @@ static __always_inline int exclude_span(struct g_state *gs, const struct g_key *
 		gs->depth = 0;
 		gs->goid = -1;
 		gs->skip = 1;
+		gs->calls = 0;
 		return 0;
 	}
 	struct g_state ns = {.goid = -1, .skip = 1};
@@ -369,6 +405,11 @@ static __always_inline int handle(struct go_regs *regs)
 		count(COUNTER_CALL_OUTSIDE);
 		return 0;
 	}
+	/* A call site attached for some controllers only, in a span of another one. */
+	if ((cfg->flags & SITE_F_GATED) && cfg->role == ROLE_CALL && !(live && gs->calls)) {
+		count(COUNTER_GATED);
+		return 0;
+	}
 	__u64 args[16] = {};
 	go_args(regs, args);
 	/* A span of an excluded controller (not nested in a traced one) exits before any record. */
@@ -470,6 +511,11 @@ static __always_inline int handle(struct go_regs *regs)
 	 * is lost still opens its state, so its calls are filtered as usual and its return
 	 * reports the entry time (user space makes an incomplete span of it). */
 	if (entry) {
+		/* The span's detail, decided once at its entry (call_detail): gated calls record in it
+		 * or not until its return, whatever user space changes meanwhile. */
+		__u32 calls = 0;
+		if (per_controller_detail && cfg->role == ROLE_SPAN && !(gs && gs->start != 0 && gs->depth > 0))
+			calls = span_calls(pid, (cfg->key_slot >= 0 && cfg->key_slot < GO_ARG_SLOTS) ? args[(__u32)cfg->key_slot & 15] : 0);
 		if (gs && cfg->role == ROLE_CALL && cfg->save_slot >= 0 && cfg->save_slot < GO_ARG_SLOTS)
 			gs->saved = args[cfg->save_slot & 15];
 		if (cfg->role == ROLE_SPAN) {
@@ -482,8 +528,9 @@ static __always_inline int handle(struct go_regs *regs)
 				gs->site = site;
 				gs->depth = 1;
 				gs->goid = goid;
+				gs->calls = calls;
 			} else {
-				struct g_state ns = {.start = now, .saved = 0, .site = site, .depth = 1, .goid = goid};
+				struct g_state ns = {.start = now, .saved = 0, .site = site, .depth = 1, .goid = goid, .calls = calls};
 				if (bpf_map_update_elem(&goroutines, &gk, &ns, BPF_ANY) != 0)
 					count(COUNTER_LOST_STATE);
 			}
@@ -497,6 +544,7 @@ static __always_inline int handle(struct go_regs *regs)
 			gs->saved = 0;
 			gs->depth = 0;
 			gs->goid = -1;
+			gs->calls = 0;
 		}
 	}
 	return 0;

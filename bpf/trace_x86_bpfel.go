@@ -26,7 +26,8 @@ const (
 	TraceCounterCOUNTER_UNWOKEN_BYTES TraceCounter = 7
 	TraceCounterCOUNTER_EXCLUDED      TraceCounter = 8
 	TraceCounterCOUNTER_HANDED        TraceCounter = 9
-	TraceCounterCOUNTER_MAX           TraceCounter = 10
+	TraceCounterCOUNTER_GATED         TraceCounter = 10
+	TraceCounterCOUNTER_MAX           TraceCounter = 11
 )
 
 type TraceCtlKey struct {
@@ -137,6 +138,8 @@ type TraceG_state struct {
 	Goid     int64
 	Skip     uint32
 	Deferred uint32
+	Calls    uint32
+	Pad0     uint32
 }
 
 type TracePidBitmap struct {
@@ -168,6 +171,7 @@ type TraceSiteFlag uint32
 const (
 	TraceSiteFlagSITE_F_ITEM      TraceSiteFlag = 1
 	TraceSiteFlagSITE_F_ITEM_CALL TraceSiteFlag = 2
+	TraceSiteFlagSITE_F_GATED     TraceSiteFlag = 4
 )
 
 type TraceSiteKind uint32
@@ -207,39 +211,41 @@ type TraceValSpec struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	TraceMapCounters        = "counters"
-	TraceMapErrLayouts      = "err_layouts"
-	TraceMapEvents          = "events"
-	TraceMapExcluded        = "excluded"
-	TraceMapExecs           = "execs"
-	TraceMapFileIds         = "file_ids"
-	TraceMapGoroutines      = "goroutines"
-	TraceMapSites           = "sites"
-	TraceMapSpawning        = "spawning"
-	TraceMapTracedExes      = "traced_exes"
-	TraceMapTracedPids      = "traced_pids"
-	TraceProgIdentify       = "identify"
-	TraceProgOnExec         = "on_exec"
-	TraceProgProbeSite      = "probe_site"
-	TraceProgProbeSiteMulti = "probe_site_multi"
-	TraceVarUnusedCounter   = "unused_counter"
-	TraceVarUnusedCtlKey    = "unused_ctl_key"
-	TraceVarUnusedErrKey    = "unused_err_key"
-	TraceVarUnusedErrLayout = "unused_err_layout"
-	TraceVarUnusedEvent     = "unused_event"
-	TraceVarUnusedEventFlag = "unused_event_flag"
-	TraceVarUnusedEventHead = "unused_event_head"
-	TraceVarUnusedEventKind = "unused_event_kind"
-	TraceVarUnusedExeId     = "unused_exe_id"
-	TraceVarUnusedExecEvent = "unused_exec_event"
-	TraceVarUnusedExecFlag  = "unused_exec_flag"
-	TraceVarUnusedG_key     = "unused_g_key"
-	TraceVarUnusedG_state   = "unused_g_state"
-	TraceVarUnusedSite      = "unused_site"
-	TraceVarUnusedSiteFlag  = "unused_site_flag"
-	TraceVarUnusedSiteKind  = "unused_site_kind"
-	TraceVarUnusedSiteRole  = "unused_site_role"
-	TraceVarWakeupBytes     = "wakeup_bytes"
+	TraceMapCallDetail          = "call_detail"
+	TraceMapCounters            = "counters"
+	TraceMapErrLayouts          = "err_layouts"
+	TraceMapEvents              = "events"
+	TraceMapExcluded            = "excluded"
+	TraceMapExecs               = "execs"
+	TraceMapFileIds             = "file_ids"
+	TraceMapGoroutines          = "goroutines"
+	TraceMapSites               = "sites"
+	TraceMapSpawning            = "spawning"
+	TraceMapTracedExes          = "traced_exes"
+	TraceMapTracedPids          = "traced_pids"
+	TraceProgIdentify           = "identify"
+	TraceProgOnExec             = "on_exec"
+	TraceProgProbeSite          = "probe_site"
+	TraceProgProbeSiteMulti     = "probe_site_multi"
+	TraceVarPerControllerDetail = "per_controller_detail"
+	TraceVarUnusedCounter       = "unused_counter"
+	TraceVarUnusedCtlKey        = "unused_ctl_key"
+	TraceVarUnusedErrKey        = "unused_err_key"
+	TraceVarUnusedErrLayout     = "unused_err_layout"
+	TraceVarUnusedEvent         = "unused_event"
+	TraceVarUnusedEventFlag     = "unused_event_flag"
+	TraceVarUnusedEventHead     = "unused_event_head"
+	TraceVarUnusedEventKind     = "unused_event_kind"
+	TraceVarUnusedExeId         = "unused_exe_id"
+	TraceVarUnusedExecEvent     = "unused_exec_event"
+	TraceVarUnusedExecFlag      = "unused_exec_flag"
+	TraceVarUnusedG_key         = "unused_g_key"
+	TraceVarUnusedG_state       = "unused_g_state"
+	TraceVarUnusedSite          = "unused_site"
+	TraceVarUnusedSiteFlag      = "unused_site_flag"
+	TraceVarUnusedSiteKind      = "unused_site_kind"
+	TraceVarUnusedSiteRole      = "unused_site_role"
+	TraceVarWakeupBytes         = "wakeup_bytes"
 )
 
 // LoadTrace returns the embedded CollectionSpec for Trace.
@@ -294,6 +300,7 @@ type TraceProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type TraceMapSpecs struct {
+	CallDetail *ebpf.MapSpec `ebpf:"call_detail"`
 	Counters   *ebpf.MapSpec `ebpf:"counters"`
 	ErrLayouts *ebpf.MapSpec `ebpf:"err_layouts"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
@@ -311,24 +318,25 @@ type TraceMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type TraceVariableSpecs struct {
-	UnusedCounter   *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedCtlKey    *ebpf.VariableSpec `ebpf:"unused_ctl_key"`
-	UnusedErrKey    *ebpf.VariableSpec `ebpf:"unused_err_key"`
-	UnusedErrLayout *ebpf.VariableSpec `ebpf:"unused_err_layout"`
-	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedEventFlag *ebpf.VariableSpec `ebpf:"unused_event_flag"`
-	UnusedEventHead *ebpf.VariableSpec `ebpf:"unused_event_head"`
-	UnusedEventKind *ebpf.VariableSpec `ebpf:"unused_event_kind"`
-	UnusedExeId     *ebpf.VariableSpec `ebpf:"unused_exe_id"`
-	UnusedExecEvent *ebpf.VariableSpec `ebpf:"unused_exec_event"`
-	UnusedExecFlag  *ebpf.VariableSpec `ebpf:"unused_exec_flag"`
-	UnusedG_key     *ebpf.VariableSpec `ebpf:"unused_g_key"`
-	UnusedG_state   *ebpf.VariableSpec `ebpf:"unused_g_state"`
-	UnusedSite      *ebpf.VariableSpec `ebpf:"unused_site"`
-	UnusedSiteFlag  *ebpf.VariableSpec `ebpf:"unused_site_flag"`
-	UnusedSiteKind  *ebpf.VariableSpec `ebpf:"unused_site_kind"`
-	UnusedSiteRole  *ebpf.VariableSpec `ebpf:"unused_site_role"`
-	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	PerControllerDetail *ebpf.VariableSpec `ebpf:"per_controller_detail"`
+	UnusedCounter       *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedCtlKey        *ebpf.VariableSpec `ebpf:"unused_ctl_key"`
+	UnusedErrKey        *ebpf.VariableSpec `ebpf:"unused_err_key"`
+	UnusedErrLayout     *ebpf.VariableSpec `ebpf:"unused_err_layout"`
+	UnusedEvent         *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedEventFlag     *ebpf.VariableSpec `ebpf:"unused_event_flag"`
+	UnusedEventHead     *ebpf.VariableSpec `ebpf:"unused_event_head"`
+	UnusedEventKind     *ebpf.VariableSpec `ebpf:"unused_event_kind"`
+	UnusedExeId         *ebpf.VariableSpec `ebpf:"unused_exe_id"`
+	UnusedExecEvent     *ebpf.VariableSpec `ebpf:"unused_exec_event"`
+	UnusedExecFlag      *ebpf.VariableSpec `ebpf:"unused_exec_flag"`
+	UnusedG_key         *ebpf.VariableSpec `ebpf:"unused_g_key"`
+	UnusedG_state       *ebpf.VariableSpec `ebpf:"unused_g_state"`
+	UnusedSite          *ebpf.VariableSpec `ebpf:"unused_site"`
+	UnusedSiteFlag      *ebpf.VariableSpec `ebpf:"unused_site_flag"`
+	UnusedSiteKind      *ebpf.VariableSpec `ebpf:"unused_site_kind"`
+	UnusedSiteRole      *ebpf.VariableSpec `ebpf:"unused_site_role"`
+	WakeupBytes         *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // TraceObjects contains all objects after they have been loaded into the kernel.
@@ -351,6 +359,7 @@ func (o *TraceObjects) Close() error {
 //
 // It can be passed to LoadTraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TraceMaps struct {
+	CallDetail *ebpf.Map `ebpf:"call_detail"`
 	Counters   *ebpf.Map `ebpf:"counters"`
 	ErrLayouts *ebpf.Map `ebpf:"err_layouts"`
 	Events     *ebpf.Map `ebpf:"events"`
@@ -366,6 +375,7 @@ type TraceMaps struct {
 
 func (m *TraceMaps) Close() error {
 	return _TraceClose(
+		m.CallDetail,
 		m.Counters,
 		m.ErrLayouts,
 		m.Events,
@@ -384,24 +394,25 @@ func (m *TraceMaps) Close() error {
 //
 // It can be passed to LoadTraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TraceVariables struct {
-	UnusedCounter   *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedCtlKey    *ebpf.Variable `ebpf:"unused_ctl_key"`
-	UnusedErrKey    *ebpf.Variable `ebpf:"unused_err_key"`
-	UnusedErrLayout *ebpf.Variable `ebpf:"unused_err_layout"`
-	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
-	UnusedEventFlag *ebpf.Variable `ebpf:"unused_event_flag"`
-	UnusedEventHead *ebpf.Variable `ebpf:"unused_event_head"`
-	UnusedEventKind *ebpf.Variable `ebpf:"unused_event_kind"`
-	UnusedExeId     *ebpf.Variable `ebpf:"unused_exe_id"`
-	UnusedExecEvent *ebpf.Variable `ebpf:"unused_exec_event"`
-	UnusedExecFlag  *ebpf.Variable `ebpf:"unused_exec_flag"`
-	UnusedG_key     *ebpf.Variable `ebpf:"unused_g_key"`
-	UnusedG_state   *ebpf.Variable `ebpf:"unused_g_state"`
-	UnusedSite      *ebpf.Variable `ebpf:"unused_site"`
-	UnusedSiteFlag  *ebpf.Variable `ebpf:"unused_site_flag"`
-	UnusedSiteKind  *ebpf.Variable `ebpf:"unused_site_kind"`
-	UnusedSiteRole  *ebpf.Variable `ebpf:"unused_site_role"`
-	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
+	PerControllerDetail *ebpf.Variable `ebpf:"per_controller_detail"`
+	UnusedCounter       *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedCtlKey        *ebpf.Variable `ebpf:"unused_ctl_key"`
+	UnusedErrKey        *ebpf.Variable `ebpf:"unused_err_key"`
+	UnusedErrLayout     *ebpf.Variable `ebpf:"unused_err_layout"`
+	UnusedEvent         *ebpf.Variable `ebpf:"unused_event"`
+	UnusedEventFlag     *ebpf.Variable `ebpf:"unused_event_flag"`
+	UnusedEventHead     *ebpf.Variable `ebpf:"unused_event_head"`
+	UnusedEventKind     *ebpf.Variable `ebpf:"unused_event_kind"`
+	UnusedExeId         *ebpf.Variable `ebpf:"unused_exe_id"`
+	UnusedExecEvent     *ebpf.Variable `ebpf:"unused_exec_event"`
+	UnusedExecFlag      *ebpf.Variable `ebpf:"unused_exec_flag"`
+	UnusedG_key         *ebpf.Variable `ebpf:"unused_g_key"`
+	UnusedG_state       *ebpf.Variable `ebpf:"unused_g_state"`
+	UnusedSite          *ebpf.Variable `ebpf:"unused_site"`
+	UnusedSiteFlag      *ebpf.Variable `ebpf:"unused_site_flag"`
+	UnusedSiteKind      *ebpf.Variable `ebpf:"unused_site_kind"`
+	UnusedSiteRole      *ebpf.Variable `ebpf:"unused_site_role"`
+	WakeupBytes         *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // TracePrograms contains all programs after they have been loaded into the kernel.

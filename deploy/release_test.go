@@ -433,6 +433,8 @@ clusterName: prod-eu-1
 sampling: {noopRate: 0.25, slowThreshold: 500ms}
 goroutineInheritance: "off"
 detail: reconcile
+detailFor: [{controller: "replica*", detail: calls}]
+detailSwitch: {max: 2, for: 10m}
 errorMessages: {mode: drop, redact: ['token=[^&\s]+', 'key: "?\w+']}
 extraArgs: ["--scan-interval=5s", "--keep-attached=2m"]
 serviceAccount: {create: false, name: platform-agents}
@@ -467,7 +469,8 @@ prometheusRule:
 	c := pod.Containers[0]
 
 	wantArgs := []string{"run", "--config=/etc/reconscope/config.yaml", "--log-level=debug", "--log-format=text", "--sample-noop-rate=0.25",
-		"--slow-threshold=500ms", "--goroutine-inheritance=off", "--detail=reconcile", "--error-messages=drop", `--redact-errors=token=[^&\s]+`, `--redact-errors=key: "?\w+`,
+		"--slow-threshold=500ms", "--goroutine-inheritance=off", "--detail=reconcile",
+		"--detail-for=replica*=calls", "--detail-switch-max=2", "--detail-switch-for=10m", "--error-messages=drop", `--redact-errors=token=[^&\s]+`, `--redact-errors=key: "?\w+`,
 		"--scan-interval=5s", "--keep-attached=2m"}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("args %q, want %q", c.Args, wantArgs)

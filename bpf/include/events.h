@@ -60,7 +60,8 @@ enum counter {
 	COUNTER_UNWOKEN_BYTES = 7,  /* not a count: bytes submitted since the last forced wakeup (hit.h, submit_flags) */
 	COUNTER_EXCLUDED = 8,       /* spans of an excluded controller whose entry exited early: no record from entry to return */
 	COUNTER_HANDED = 9,         /* work-queue items handed off: a Get on a goroutine whose previous item had no Done yet */
-	COUNTER_MAX = 10,
+	COUNTER_GATED = 10,         /* hits of SITE_F_GATED sites inside spans at reconcile detail: no record */
+	COUNTER_MAX = 11,
 };
 
 /* exec_event.flags */
@@ -126,6 +127,11 @@ enum site_flag {
 	 * a goroutine with no span too, where a handed-off item may be ended (user space pairs it
 	 * by the item). */
 	SITE_F_ITEM_CALL = 2,
+	/* A site of the probes only `calls` detail attaches (API calls, cache and lister reads,
+	 * goroutine creation), attached for some controller instances only: it records inside
+	 * spans whose instance has call detail (g_state.calls, from `call_detail`), nothing in
+	 * the others. Sites without it record as their role says. */
+	SITE_F_GATED = 4,
 };
 
 struct site_config {
@@ -183,6 +189,8 @@ struct g_state {
 	__s64 goid;      /* runtime.g.goid, read once per span (or inherited goroutine); -1 unknown */
 	__u32 skip;      /* span entries of an excluded controller open on this goroutine: nothing recorded */
 	__u32 deferred;  /* 1 + the site of a deferred read waiting for the goroutine's next hit; 0 none */
+	__u32 calls;     /* the open (or inherited) span's instance has call detail: SITE_F_GATED sites record */
+	__u32 _pad0;
 };
 
 /* A controller instance user space excluded: the process and the value of the span entry's

@@ -2,11 +2,13 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/reconscope/reconscope/pkg/collector"
+	"github.com/reconscope/reconscope/pkg/detail"
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/ktime"
@@ -29,6 +31,10 @@ type tracerFlags struct {
 	extra         probeFlags
 	goroutines    probes.Inheritance
 	detail        probes.Detail
+	detailFor     detailRules
+	switchFor     *time.Duration
+	switchMax     *int
+	policy        *detail.Policy // detailPolicy's
 }
 
 func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
@@ -46,6 +52,13 @@ func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
 	}
 	addInheritanceFlag(fs, &tf.goroutines)
 	addDetailFlag(fs, &tf.detail)
+	fs.Var(&tf.detailFor, "detail-for", "the detail of the controllers a glob names, overriding --detail: 'GLOB=LEVEL' ('deployment=calls'; "+
+		"repeatable, or comma-separated; the first match wins). Their calls probes are attached to each executable and record only in the "+
+		"spans of controllers at calls (docs/probes.md, \"Per-controller detail\")")
+	tf.switchMax = fs.Int("detail-switch-max", 0, "switch at most this many controllers at detail reconcile to calls at once, for "+
+		"--detail-switch-for: automatically when one of their reconciles lasts --slow-threshold or more (and, in run with --metrics-secure, "+
+		"on demand: POST /detail on the metrics port); 0 (the default): no switch")
+	tf.switchFor = fs.Duration("detail-switch-for", detail.DefaultSwitchFor, "how long a switch to detail calls lasts (--detail-switch-max)")
 	fs.Var(&tf.extra, "probe", "trace a sync handler of your own: 'SYMBOL=controller:NAME[,key:SLOT][,err:SLOT]' (repeatable)")
 	return tf
 }
@@ -53,6 +66,7 @@ func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
 // newTracer loads the eBPF programs and returns a tracer writing to w. configure, when not
 // nil, sets what the command decides besides the flags (proc root, admission at exec).
 func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock ktime.Clock, configure func(*tracer.Options)) (*tracer.Tracer, error) {
+	catalog := tf.goroutines.Catalog(append(append([]*probes.Probe{}, probes.Catalog...), tf.extra...))
 	opts := tracer.Options{
 		Collector: collector.Options{RingBufferSize: *tf.ringSize, ForceSingleUprobes: *tf.single},
 		Assembler: span.Options{AbandonAfter: *tf.abandon, FightAlternations: offWhenZero(*tf.fightAlts), FightWindow: *tf.fightWindow,
@@ -60,12 +74,63 @@ func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock ktim
 		Writer:  w,
 		Logger:  log,
 		Clock:   clock,
-		Catalog: tf.detail.Catalog(tf.goroutines.Catalog(append(append([]*probes.Probe{}, probes.Catalog...), tf.extra...))),
+		Catalog: tf.detail.Catalog(catalog),
+	}
+	if tf.policy != nil && tf.policy.Mixed() {
+		opts.Detail = tf.policy
+		opts.Catalog = probes.DetailReconcile.Catalog(catalog)
+		opts.CallsCatalog = catalog
 	}
 	if configure != nil {
 		configure(&opts)
 	}
 	return tracer.New(opts)
+}
+
+// detailPolicy makes the per-controller detail of the flags (--detail, --detail-for,
+// --detail-switch-*), slow the --slow-threshold that switches a controller, onSwitch what
+// counts a switch. Call it before newTracer.
+func (tf *tracerFlags) detailPolicy(slow time.Duration, log *slog.Logger, onSwitch func(controller string, to probes.Detail, why string)) error {
+	if *tf.switchMax < 0 {
+		return fmt.Errorf("--detail-switch-max %d: want 0 (no switch) or more", *tf.switchMax)
+	}
+	p, err := detail.New(detail.Options{
+		Default:       tf.detail,
+		Rules:         tf.detailFor,
+		Switches:      *tf.switchMax > 0,
+		SlowThreshold: slow,
+		SwitchFor:     *tf.switchFor,
+		MaxSwitched:   *tf.switchMax,
+		Logger:        log.With("stage", "detail"),
+		OnSwitch:      onSwitch,
+	})
+	if err != nil {
+		return err
+	}
+	tf.policy = p
+	return nil
+}
+
+// detailRules collects --detail-for values.
+type detailRules []detail.Rule
+
+func (d *detailRules) String() string {
+	out := make([]string, len(*d))
+	for i, r := range *d {
+		out[i] = r.Pattern + "=" + r.Detail.String()
+	}
+	return strings.Join(out, ",")
+}
+
+func (d *detailRules) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		r, err := detail.ParseRule(strings.TrimSpace(part))
+		if err != nil {
+			return err
+		}
+		*d = append(*d, r)
+	}
+	return nil
 }
 
 // addInheritanceFlag adds --goroutine-inheritance (trace, run and inspect).

@@ -20,6 +20,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/metricsauth"
+	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
@@ -64,6 +65,13 @@ func addExportFlags(fs *flag.FlagSet, metricsDefault string) *exportFlags {
 	return f
 }
 
+// detailSwitched counts a switch of a controller's detail (detail.Options.OnSwitch).
+func (e *exporters) detailSwitched(controller string, to probes.Detail, _ string) {
+	if e.metrics != nil {
+		e.metrics.DetailSwitched(controller, to.String())
+	}
+}
+
 // exporters is what the agent writes spans to, and how to stop it.
 type exporters struct {
 	writer exporter.Writer
@@ -83,6 +91,8 @@ type exporters struct {
 	stream *exporter.SpanStream
 	// stopRequests ends the requests in flight (followers of /spans) when the server stops.
 	stopRequests context.CancelFunc
+	// handlers are served next to the metrics, by path (run's detailPath).
+	handlers map[string]http.Handler
 	// spanExporters names where spans go (otlp, console); none: no span export.
 	spanExporters []string
 	// tracer is the tracer whose statistics the self-metrics report, once it exists (setTracer).
@@ -212,6 +222,7 @@ func (e *exporters) agentStats(t *tracer.Tracer) exporter.AgentStats {
 		a.ProbesAttached, a.ProcessesTraced, a.ReconcilesInFlight = st.Sites, st.Processes, st.Open
 		a.ExcludedKernel, a.ExcludedAgent = st.Kernel.Excluded, st.Excluded
 		a.Handoffs, a.HandoffsLost = st.Assembler.Handoffs, st.Assembler.HandoffsLost
+		a.GatedHits = st.Kernel.Gated
 	}
 	if e.otlp != nil {
 		o := e.otlp.Stats()
@@ -278,10 +289,19 @@ func (e *exporters) serve(addr string, sec *metricsSecurity, log *slog.Logger) e
 	if err != nil {
 		return err
 	}
+	h := exporter.AgentHandler(e.metrics, e.stream)
+	if len(e.handlers) > 0 {
+		mux := http.NewServeMux()
+		mux.Handle("/", h)
+		for path, eh := range e.handlers {
+			mux.Handle(path, eh)
+		}
+		h = mux
+	}
 	// Requests end when the server stops: a follower of /spans does not hold up Shutdown.
 	base, cancel := context.WithCancel(context.Background())
 	e.stopRequests = cancel
-	e.server = &http.Server{Handler: sec.handler(exporter.AgentHandler(e.metrics, e.stream)), ReadHeaderTimeout: 5 * time.Second,
+	e.server = &http.Server{Handler: sec.handler(h), ReadHeaderTimeout: 5 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return base }}
 	go func() {
 		if err := e.server.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -135,7 +135,7 @@ func TestRunMetricsSecure(t *testing.T) {
 
 	addr := freePort(t)
 	cmd := exec.Command(agent, "run", "--kubeconfig", agentKubeconfig, "--node-name", "node-1", "--metrics-addr", addr,
-		"--metrics-secure", "--log-format", "json")
+		"--metrics-secure", "--log-format", "json", "--detail-switch-max", "1")
 	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=")
 	logs := &testkit.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = io.Discard, logs
@@ -147,17 +147,7 @@ func TestRunMetricsSecure(t *testing.T) {
 	// The certificate is self-signed (no --metrics-cert-file): a scraper skips verification.
 	hc := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed by design
 	get := func(scheme, path, token string) (int, string, error) {
-		req, _ := http.NewRequest(http.MethodGet, scheme+"://"+addr+path, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), nil
+		return do(hc, http.MethodGet, scheme+"://"+addr+path, token)
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -207,4 +197,60 @@ func TestRunMetricsSecure(t *testing.T) {
 	if !strings.Contains(logs.String(), `"secure":true`) {
 		t.Errorf("the agent did not log that it serves metrics securely:\n%s", logs.String())
 	}
+
+	// On-demand detail switches (--detail-switch-max 1): POST /detail, for whoever may post
+	// there, and nobody else (TestDetailHandler has what the handler does).
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "reconscope-detail-switcher"},
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/detail"}, Verbs: []string{"get", "post"}}}}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	oncall := serviceAccountToken(t, cs, "default", "oncall")
+	switcher := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "oncall-reconscope-detail"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "reconscope-detail-switcher"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "oncall"}},
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, switcher, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, method, path, token string
+		want                      int
+		body                      string
+	}{
+		{"switch without token", http.MethodPost, "/detail?controller=deployment", "", http.StatusUnauthorized, "Unauthorized"},
+		{"switch as the metrics reader", http.MethodPost, "/detail?controller=deployment", reader, http.StatusForbidden, "Authorization denied"},
+		// authorized: the handler answers (it traces no controller here; detail_test.go has the rest)
+		{"switch a controller not traced", http.MethodPost, "/detail?controller=deployment&for=2m", oncall, http.StatusNotFound, "no span of it"},
+		{"no controller", http.MethodPost, "/detail", oncall, http.StatusBadRequest, "controller=NAME"},
+		{"list", http.MethodGet, "/detail", oncall, http.StatusOK, `{"switched":{}}`},
+	} {
+		code, body, err := do(hc, tt.method, "https://"+addr+tt.path, tt.token)
+		if err != nil {
+			t.Errorf("%s: %s %s: %v", tt.name, tt.method, tt.path, err)
+			continue
+		}
+		if code != tt.want || !strings.Contains(body, tt.body) {
+			t.Errorf("%s: %s %s = %d %.200q, want %d and %q", tt.name, tt.method, tt.path, code, body, tt.want, tt.body)
+		}
+	}
+}
+
+// do sends one request with a bearer token (none when empty) and returns the answer.
+func do(hc *http.Client, method, url, token string) (int, string, error) {
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), nil
 }

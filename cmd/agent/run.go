@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -117,6 +118,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "run", "%v", err)
 	}
 	defer exp.close()
+	if err := tf.detailPolicy(*ef.slow, log, exp.detailSwitched); err != nil {
+		return usageError(stderr, "run", "%v", err)
+	}
 	t, err := tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) {
 		o.ProcRoot = *procRoot
 		// A new process of an executable already attached is traced from its exec, in the
@@ -146,6 +150,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		exp.metrics.SetTracing("")
 	}
 	defer t.Close()
+	if sec != nil && tf.policy != nil && *tf.switchMax > 0 {
+		exp.handlers = map[string]http.Handler{detailPath: detailHandler(tf.policy, t.HasController, log)}
+	}
 	if err := exp.serve(*ef.metricsAddr, sec, log); err != nil {
 		return failed(log, "serve metrics", err)
 	}

@@ -93,6 +93,9 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "trace", "%v", err)
 	}
 	defer exp.close()
+	if err := tf.detailPolicy(*ef.slow, log, exp.detailSwitched); err != nil {
+		return usageError(stderr, "trace", "%v", err)
+	}
 	// With --exe, a process that starts later is traced from its exec, in the kernel.
 	t, err := tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) {
 		o.AdmitExecs = *exe != ""

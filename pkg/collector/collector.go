@@ -42,6 +42,9 @@ type Options struct {
 	// SiteTable is how many probe sites the attached executables may have in all (the
 	// kernel's site table). Zero means 4096.
 	SiteTable int
+	// PerControllerDetail makes span entries read their controller instance's detail
+	// (SetCallDetail) for the gated sites of AttachCalls; without it gated sites never record.
+	PerControllerDetail bool
 }
 
 // ErrSiteTableFull means the site table has no room for an executable's sites: detach some.
@@ -67,6 +70,7 @@ type Collector struct {
 	gors      *ebpf.Map
 	counts    *ebpf.Map
 	excluded  *ebpf.Map
+	detail    *ebpf.Map // call_detail: per controller instance, whether gated call sites record
 	reader    *ringbuf.Reader
 
 	events, malformed, adoptFailed atomic.Uint64
@@ -110,6 +114,11 @@ func New(opts Options) (*Collector, error) {
 	if err := spec.Variables["wakeup_bytes"].Set(uint64(opts.WakeupBytes)); err != nil {
 		return nil, fmt.Errorf("set wakeup threshold: %w", err)
 	}
+	if opts.PerControllerDetail {
+		if err := spec.Variables["per_controller_detail"].Set(uint32(1)); err != nil {
+			return nil, fmt.Errorf("set per-controller detail: %w", err)
+		}
+	}
 	multi := !opts.ForceSingleUprobes && feats.Get("uprobe_multi").Err == nil
 	fallbacks(feats, spec, opts)
 	// on_exec and identify need the kernel's BTF: they are loaded apart (execPrograms).
@@ -144,6 +153,7 @@ func New(opts Options) (*Collector, error) {
 		gors:     coll.Maps[rbpf.TraceMapGoroutines],
 		counts:   coll.Maps[rbpf.TraceMapCounters],
 		excluded: coll.Maps[rbpf.TraceMapExcluded],
+		detail:   coll.Maps[rbpf.TraceMapCallDetail],
 		table:    make([]*probes.Site, 0, 64),
 		attached: map[*Attachment]struct{}{},
 		procs:    map[uint32]*process{},
@@ -176,6 +186,7 @@ type Counters struct {
 	LostExec       uint64 // exec notifications dropped (exec ring buffer full)
 	Excluded       uint64 // spans of an excluded controller whose entry exited early (Exclude): no record
 	Handed         uint64 // work-queue items whose worker took the next item before their Done (handed to another goroutine)
+	Gated          uint64 // hits of gated call sites (AttachCalls) inside spans at reconcile detail: no record
 }
 
 // Counters reads the kernel's counters.
@@ -191,6 +202,7 @@ func (c *Collector) Counters() (Counters, error) {
 		rbpf.TraceCounterCOUNTER_LOST_EXEC:    &out.LostExec,
 		rbpf.TraceCounterCOUNTER_EXCLUDED:     &out.Excluded,
 		rbpf.TraceCounterCOUNTER_HANDED:       &out.Handed,
+		rbpf.TraceCounterCOUNTER_GATED:        &out.Gated,
 	}
 	for i, f := range fields {
 		if err := c.counts.Lookup(uint32(i), f); err != nil {
@@ -307,6 +319,20 @@ type Attachment struct {
 // and survives the file being replaced on disk). Processes are traced only once Trace names
 // them.
 func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) {
+	return c.attach(path, plan, false)
+}
+
+// AttachCalls attaches plan's sites gated: its call sites (and goroutine probes) record only
+// inside spans of controller instances SetCallDetail gave call detail, and return at once in
+// the others (Counters.Gated). plan holds the probes only detail calls adds to an executable
+// whose own plan (Attach) is at detail reconcile (probes.NewCallsPlan); it is attached and
+// closed (Attachment.Close) at run time while the executable's processes are traced, without
+// touching the spans in flight: a span keeps the detail it began with.
+func (c *Collector) AttachCalls(path string, plan *probes.Plan) (*Attachment, error) {
+	return c.attach(path, plan, true)
+}
+
+func (c *Collector) attach(path string, plan *probes.Plan, gated bool) (*Attachment, error) {
 	if len(plan.Sites) == 0 {
 		return nil, probes.ErrNothingToTrace
 	}
@@ -338,6 +364,9 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 
 	for i := range plan.Sites {
 		cfg := siteConfig(plan, &plan.Sites[i])
+		if gated {
+			cfg.Flags |= uint8(rbpf.TraceSiteFlagSITE_F_GATED)
+		}
 		cfg.Exe = uint32(first)
 		cfg.Vaddr = plan.Sites[i].Addr
 		if err := c.sites.Put(uint32(first+i), &cfg); err != nil {

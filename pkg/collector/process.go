@@ -24,6 +24,7 @@ type process struct {
 	funcs map[uint32]string // code address in the ELF file -> its function's name, "" if none
 
 	excluded map[uint64]bool // keys in the kernel's excluded map (Collector.Exclude; c.mu)
+	detail   map[uint64]bool // keys in the kernel's call_detail map (Collector.SetCallDetail; c.mu)
 }
 
 // Trace starts tracing process pid, an instance of the attachment's executable. Tracing a
@@ -52,6 +53,7 @@ func (c *Collector) Trace(pid int, a *Attachment) error {
 	c.procs[uint32(pid)] = p
 	if old != nil {
 		c.forgetExcluded(old) // another executable now: its keys meant the old one's objects
+		c.forgetDetail(old)
 	}
 	c.mu.Unlock()
 	if old != nil {
@@ -93,6 +95,7 @@ func (c *Collector) Untrace(pid int) {
 	delete(c.procs, uint32(pid))
 	if p != nil {
 		c.forgetExcluded(p)
+		c.forgetDetail(p)
 	}
 	c.mu.Unlock()
 	stale, err := c.goroutineKeys(pid, false)

@@ -79,6 +79,10 @@ type AgentStats struct {
 	// goroutine than their Get's: paired with their item, or abandoned because the item's
 	// identity is unknown (span.Stats.Handoffs, HandoffsLost).
 	Handoffs, HandoffsLost uint64
+	// GatedHits counts the hits of call probes attached for controllers at detail calls that
+	// came in spans of controllers at detail reconcile: no record (collector.Counters.Gated;
+	// reconscope_detail_gated_hits_total).
+	GatedHits uint64
 }
 
 // MetricsOptions configures NewMetrics.
@@ -128,6 +132,7 @@ type Metrics struct {
 	hotLoops   *prometheus.CounterVec
 	staleReads *prometheus.CounterVec
 	hits       *prometheus.CounterVec
+	switches   *prometheus.CounterVec
 	hot        *hotObjects
 	tracing    *prometheus.GaugeVec
 
@@ -211,6 +216,10 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			Name: "reconscope_probe_hits_total",
 			Help: "Probe hits the traced process paid for its reconciles (the hits whose records joined a span: entry, return, calls, queue marks), by what each cost its thread: kind=emulated (one trap) or single_stepped (a trap and a single-step). Divide by reconscope_reconcile_total for hits per reconcile.",
 		}, wl("kind")),
+		switches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "reconscope_detail_switches_total",
+			Help: "Switches of a controller's detail at run time (--detail-switch-max): to=calls when a slow reconcile or a request switched it, to=reconcile when the switch's time was over.",
+		}, []string{"controller", "to"}),
 		hot: newHotObjects(opts),
 		tracing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "reconscope_tracing",
@@ -229,7 +238,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.conflicts, m.hotLoops, m.staleReads, m.hits, m.hot, m.tracing,
+		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.conflicts, m.hotLoops, m.staleReads, m.hits, m.switches, m.hot, m.tracing,
 	)
 	if opts.AgentStats != nil {
 		reg.MustRegister(newAgentCollector(opts.AgentStats))
@@ -276,6 +285,11 @@ func (m *Metrics) initResults(controller string, wv [6]string) {
 	for _, r := range reconcileResults {
 		m.reconciles.WithLabelValues(append(key[:], string(r))...)
 	}
+}
+
+// DetailSwitched counts a switch of controller's detail to level to (reconscope_detail_switches_total).
+func (m *Metrics) DetailSwitched(controller, to string) {
+	m.switches.WithLabelValues(controller, to).Inc()
 }
 
 // Registry is the registry the metrics are on, for the agent to add its own collectors.
@@ -411,7 +425,7 @@ func workloadValues(s *span.Span) [6]string {
 type agentCollector struct {
 	stats                                                                                         func() AgentStats
 	inFlight, eventsLost, probes, processes, exported, dropped, unsam, outputLost, redacted, hits *prometheus.Desc
-	excluded, handoffs                                                                            *prometheus.Desc
+	excluded, handoffs, gated                                                                     *prometheus.Desc
 }
 
 func newAgentCollector(stats func() AgentStats) *agentCollector {
@@ -435,6 +449,8 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 		handoffs: prometheus.NewDesc("reconscope_workqueue_handoffs_total",
 			"Work-queue items a worker handed to another goroutine (its Done on another goroutine than its Get), by outcome: paired (one span, from Get to Done) or lost (the item's identity is not known for its type: its span was abandoned). docs/probes.md, hand-offs.",
 			[]string{"outcome"}, nil),
+		gated: d("reconscope_detail_gated_hits_total",
+			"Hits of the call probes attached for controllers at detail calls (--detail-for, switches) in reconciles of controllers of the same executable at detail reconcile: each a trap, no record. docs/probes.md, \"Per-controller detail\"."),
 		excluded: prometheus.NewDesc("reconscope_spans_excluded_total",
 			"Work items and reconciles of controllers not selected (--controller, the config's controllers), by where they were dropped: kernel (skipped at their entry, no record written) or agent (recorded, dropped by the agent: those done before the agent read the first of their controller instance, the items of work queues whose name and worker are unknown: \"workqueue\").",
 			[]string{"where"}, nil),
@@ -442,7 +458,7 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 }
 
 func (a *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost, a.redacted, a.hits, a.excluded, a.handoffs} {
+	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost, a.redacted, a.hits, a.excluded, a.handoffs, a.gated} {
 		ch <- d
 	}
 }
@@ -464,6 +480,7 @@ func (a *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(a.excluded, prometheus.CounterValue, float64(s.ExcludedAgent), "agent")
 	ch <- prometheus.MustNewConstMetric(a.handoffs, prometheus.CounterValue, float64(s.Handoffs), "paired")
 	ch <- prometheus.MustNewConstMetric(a.handoffs, prometheus.CounterValue, float64(s.HandoffsLost), "lost")
+	ch <- prometheus.MustNewConstMetric(a.gated, prometheus.CounterValue, float64(s.GatedHits))
 }
 
 // hotObjects counts reconciles per object over a sliding window and exposes, at each scrape,

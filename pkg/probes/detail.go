@@ -3,6 +3,8 @@ package probes
 import (
 	"fmt"
 	"slices"
+
+	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
 // Detail says how much of a reconcile the agent probes: which probes of a catalog a plan keeps.
@@ -66,4 +68,38 @@ func (d Detail) Catalog(catalog []*Probe) []*Probe {
 		out = append(out, p)
 	}
 	return out
+}
+
+// CallProbes returns the probes of catalog that DetailCalls keeps and DetailReconcile does not:
+// what an executable planned at DetailReconcile needs besides to trace some of its controllers
+// at DetailCalls (the API call, cache and lister read probes, the goroutine probes).
+// catalog itself is not changed.
+func CallProbes(catalog []*Probe) []*Probe {
+	kept := DetailReconcile.Catalog(catalog)
+	var out []*Probe
+	for _, p := range DetailCalls.Catalog(catalog) {
+		if !slices.Contains(kept, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// NewCallsPlan plans for bin the sites of catalog's CallProbes: the plan of
+// DetailCalls.Catalog(catalog) (the call probes serve spans, so they are planned with them)
+// without the sites of the probes DetailReconcile keeps. The agent attaches it next to the
+// executable's plan at DetailReconcile, gated per controller instance
+// (collector.Collector.AttachCalls). ErrNothingToTrace when no call probe applies.
+func NewCallsPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
+	plan, err := NewPlan(bin, DetailCalls.Catalog(catalog))
+	if err != nil {
+		return plan, err
+	}
+	calls := CallProbes(catalog)
+	plan.Sites = slices.DeleteFunc(plan.Sites, func(s Site) bool { return !slices.Contains(calls, s.Probe) })
+	plan.Choices = slices.DeleteFunc(plan.Choices, func(c Choice) bool { return !slices.Contains(plan.Probes(), c.ProbeID) })
+	if len(plan.Sites) == 0 {
+		return plan, ErrNothingToTrace
+	}
+	return plan, nil
 }

@@ -44,3 +44,35 @@ func TestDetail(t *testing.T) {
 		t.Errorf("detail calls keeps %d of %d probes", n, len(Catalog))
 	}
 }
+
+// TestCallProbes: the probes a per-controller detail attaches gated are exactly those detail
+// calls has and detail reconcile has not, so the two plans of an executable never hold one
+// probe twice and together hold every probe of detail calls.
+func TestCallProbes(t *testing.T) {
+	calls := CallProbes(Catalog)
+	base := DetailReconcile.Catalog(Catalog)
+	in := func(list []*Probe, p *Probe) bool {
+		for _, q := range list {
+			if q == p {
+				return true
+			}
+		}
+		return false
+	}
+	for _, p := range calls {
+		if in(base, p) {
+			t.Errorf("%s (%s): in both plans", p.ID, p.Symbol)
+		}
+		if p.Role == RoleSpan || p.Role == RoleMark || p.ItemResult {
+			t.Errorf("%s (%s, %s): a span, mark or item-result probe among the call probes", p.ID, p.Role, p.Symbol)
+		}
+	}
+	for _, p := range DetailCalls.Catalog(Catalog) {
+		if !in(base, p) && !in(calls, p) {
+			t.Errorf("%s (%s): in neither plan", p.ID, p.Symbol)
+		}
+	}
+	if len(calls) == 0 {
+		t.Fatal("no call probe")
+	}
+}

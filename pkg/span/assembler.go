@@ -2,6 +2,7 @@ package span
 
 import (
 	"maps"
+	"slices"
 	"sort"
 	"time"
 )
@@ -924,4 +925,28 @@ func finalize(s *Span) {
 	}
 	s.Phases = Phases{Fetch: read, Apply: write, Diff: s.Duration - read - write}
 	s.Noop = !wrote && s.Result != ResultAbandoned
+}
+
+// OpenSince reports whether a span of process pid is open that began (kernel time) before t:
+// a reconcile in flight since then.
+func (a *Assembler) OpenSince(pid uint32, t uint64) bool {
+	for _, o := range a.open {
+		if o.span.PID == pid && o.at < t {
+			return true
+		}
+	}
+	return false
+}
+
+// DropCalls takes out of s what only detail calls gives: its calls, the phases and no-op
+// verdict they make (all compute, a no-op, as at detail reconcile), its fights, stale reads
+// and no-op-write hot loops (a self-triggered hot loop comes from its triggers: kept). The agent
+// drops them from the spans of a controller at detail reconcile whose instance the kernel
+// traced at detail calls (before it knew the controller, or while a switch ended).
+func (s *Span) DropCalls() {
+	s.Calls = nil
+	s.Fights = nil
+	s.StaleReads = nil
+	s.HotLoops = slices.DeleteFunc(s.HotLoops, func(h HotLoop) bool { return h.Kind == HotLoopNoopWrite })
+	finalize(s)
 }

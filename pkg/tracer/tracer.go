@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/pkg/collector"
+	"github.com/reconscope/reconscope/pkg/detail"
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/proc"
@@ -73,7 +74,21 @@ type Options struct {
 	// everything at once. Zero means DefaultGrace; negative (and no AdmitExecs) detaches an
 	// executable with its last process.
 	Grace time.Duration
+	// Detail, when set and mixed (detail.Policy.Mixed), chooses each controller's detail:
+	// Catalog is then a detail reconcile catalog, and the call probes of CallsCatalog (the
+	// catalog at detail calls: probes.NewCallsPlan) are planned for each executable and
+	// attached gated (collector.Collector.AttachCalls) while
+	// a controller of one of its processes is at detail calls, detached when none is. The
+	// kernel is told each controller instance's detail (collector.Collector.SetCallDetail),
+	// and the spans of controllers at detail reconcile are written without calls
+	// (span.Span.DropCalls). A span keeps the detail its reconcile began with.
+	Detail       *detail.Policy
+	CallsCatalog []*probes.Probe
 }
+
+// callsDrain bounds how long detaching an executable's calls probes waits for the spans in
+// flight that began while they recorded.
+const callsDrain = 30 * time.Second
 
 // ControllerFilter chooses controllers by name (discovery.Controllers).
 type ControllerFilter interface {
@@ -122,6 +137,34 @@ type exe struct {
 	// idle is when its last process went (zero while it has one): it is detached
 	// Options.Grace later unless a process of it is traced again meanwhile.
 	idle time.Time
+	// callsPlan is the plan of Options.CallsCatalog's call probes (nil: none applies, or no mixed detail);
+	// calls is its gated attachment while a controller of the executable is at detail calls
+	// (t.mu); callsOff is the kernel time since which none is (0 while one is).
+	callsPlan *probes.Plan
+	calls     *collector.Attachment
+	callsOff  uint64
+	// traced is when a process of it was last traced: for callsAhead after it, its calls
+	// probes stay attached for controllers not known yet (t.mu).
+	traced time.Time
+}
+
+// callsAhead is how long, after a process of an executable is traced, its calls probes stay
+// attached for controllers not known yet when a rule may put them at detail calls
+// (detail.Policy.CallsAhead): their first reconciles have their calls. After it, only the
+// executables with a controller known at detail calls keep them.
+const callsAhead = time.Minute
+
+// gateKey is a controller instance: a process and its span entries' key (span.Span.Key).
+type gateKey struct {
+	pid uint32
+	key uint64
+}
+
+// gate is a controller instance's detail, and whether the kernel was told it.
+type gate struct {
+	controller string
+	detail     probes.Detail
+	told       bool
 }
 
 // process is one traced process.
@@ -162,6 +205,15 @@ type Tracer struct {
 	dying       map[int]bool // Run's goroutine only: exited processes, closed at the next idle poll
 	closing     bool         // Close runs: executables are detached with their last process
 
+	// gates: the controller instances whose detail the kernel was told (Options.Detail);
+	// Run's goroutine only.
+	gates map[gateKey]gate
+	mixed bool // Options.Detail is set and mixed
+	// controllers are the controllers whose spans were written with a per-controller detail
+	// (HasController; controllersMu).
+	controllersMu sync.Mutex
+	controllers   map[string]bool
+
 	asm     *span.Assembler
 	open    atomic.Int64
 	astats  span.Stats // the assembler's, copied on Run's goroutine
@@ -192,6 +244,8 @@ func New(opts Options) (*Tracer, error) {
 		opts.Grace = -1 // nothing to keep an executable attached for
 	}
 	opts.Collector.Logger = opts.Logger
+	mixed := opts.Detail != nil && opts.Detail.Mixed() && len(opts.CallsCatalog) > 0
+	opts.Collector.PerControllerDetail = mixed
 	opts.Collector.ProcRoot = opts.ProcRoot
 	col, err := collector.New(opts.Collector)
 	if err != nil {
@@ -210,6 +264,15 @@ func New(opts Options) (*Tracer, error) {
 		meta:    map[int]ProcessMeta{},
 		held:    map[int][]span.Span{},
 		orphans: map[int]time.Time{},
+	}
+	t.gates = map[gateKey]gate{}
+	t.controllers = map[string]bool{}
+	t.mixed = mixed
+	if t.mixed {
+		if err := col.SetCallDetailDefault(opts.Detail.CallsAhead()); err != nil {
+			col.Close()
+			return nil, err
+		}
 	}
 	t.asm = span.NewAssembler(opts.Assembler, t.emit)
 	// Loading the programs parsed the kernel's BTF (several MiB of garbage now).
@@ -285,6 +348,9 @@ func (t *Tracer) decorate(s *span.Span, p *process) {
 }
 
 func (t *Tracer) write(s *span.Span) {
+	if t.mixed {
+		t.applyDetail(s)
+	}
 	for i := range s.Fights {
 		if f := &s.Fights[i]; f.Start {
 			window := t.opts.Assembler.FightWindow
@@ -453,10 +519,19 @@ func (t *Tracer) acquire(key proc.KernelFileID, path string, open func() (*symbo
 // attach inspects and attaches e, at most Options.Inspections at once, then closes e.ready.
 func (t *Tracer) attach(e *exe, open func() (*symbols.Binary, error), attachPath string) {
 	t.inspect <- struct{}{}
-	plan, att, err := t.inspectAndAttach(open, attachPath)
+	plan, att, callsPlan, err := t.inspectAndAttach(open, attachPath)
 	<-t.inspect
+	var calls *collector.Attachment
+	if err == nil && callsPlan != nil && t.opts.Detail.CallsAhead() {
+		// A controller to trace at detail calls may be in it: its first reconciles have their calls.
+		if calls, err = t.col.AttachCalls(attachPath, callsPlan); err != nil {
+			t.log.Warn("attach the calls probes: spans come at detail reconcile", "exe", e.path, "err", err)
+			calls, err = nil, nil
+		}
+	}
 	t.mu.Lock()
 	e.plan, e.att, e.err = plan, att, err
+	e.callsPlan, e.calls = callsPlan, calls
 	if err != nil && !permanent(err) && t.exes[e.key] == e {
 		delete(t.exes, e.key) // tried again next time
 	}
@@ -466,6 +541,9 @@ func (t *Tracer) attach(e *exe, open func() (*symbols.Binary, error), attachPath
 		t.log.Info("attached", "exe", e.path, "go", plan.Binary.GoVersion, "sites", len(plan.Sites), "probes", plan.Probes())
 		// One line per choice: a binary with many work-queue shapes has dozens, so they are
 		// debug detail (inspect shows them too); "attached" says what was attached.
+		if calls != nil {
+			t.log.Info("attached the calls probes", "exe", e.path, "sites", len(callsPlan.Sites))
+		}
 		for _, c := range plan.Choices {
 			t.log.Debug("sites chosen", "exe", e.path, "probe", c.ProbeID, "at", c.Sites, "why", c.Why)
 		}
@@ -475,15 +553,22 @@ func (t *Tracer) attach(e *exe, open func() (*symbols.Binary, error), attachPath
 	}
 }
 
-func (t *Tracer) inspectAndAttach(open func() (*symbols.Binary, error), attachPath string) (*probes.Plan, *collector.Attachment, error) {
+func (t *Tracer) inspectAndAttach(open func() (*symbols.Binary, error), attachPath string) (*probes.Plan, *collector.Attachment, *probes.Plan, error) {
 	bin, err := open()
 	if err != nil {
-		return nil, nil, fmt.Errorf("inspect: %w", err)
+		return nil, nil, nil, fmt.Errorf("inspect: %w", err)
 	}
 	plan, err := probes.NewPlan(bin, t.opts.Catalog)
 	if err != nil {
 		bin.Close()
-		return plan, nil, fmt.Errorf("%s: %w", bin.Path, err)
+		return plan, nil, nil, fmt.Errorf("%s: %w", bin.Path, err)
+	}
+	var callsPlan *probes.Plan
+	if t.mixed {
+		// Planned now, while the binary's tables are at hand; attached when needed.
+		if cp, err := probes.NewCallsPlan(bin, t.opts.CallsCatalog); err == nil {
+			callsPlan = cp
+		}
 	}
 	for _, o := range plan.Offsets {
 		if o.Err != nil {
@@ -496,7 +581,7 @@ func (t *Tracer) inspectAndAttach(open func() (*symbols.Binary, error), attachPa
 	}
 	if err != nil {
 		bin.Close()
-		return plan, nil, err
+		return plan, nil, nil, err
 	}
 	// Planned and attached: keep only what tracing needs (naming error types), not the
 	// function and symbol tables (tens of MiB for kube-controller-manager), and give the
@@ -510,7 +595,7 @@ func (t *Tracer) inspectAndAttach(open func() (*symbols.Binary, error), attachPa
 			t.log.Warn("new processes of this executable are traced once found, not from their exec", "exe", bin.Path, "err", err)
 		}
 	}
-	return plan, att, nil
+	return plan, att, callsPlan, nil
 }
 
 // unref drops a reference taken by acquire, detaching the executable if nothing uses it.
@@ -549,6 +634,7 @@ func (t *Tracer) addProcess(pid int, e *exe, held bool) error {
 	t.procs[pid] = p
 	e.pids[pid] = true
 	e.idle = time.Time{}
+	e.traced = time.Now()
 	t.mu.Unlock()
 	err := t.col.Trace(pid, e.att)
 	t.mu.Lock()
@@ -645,6 +731,13 @@ func (t *Tracer) unused(e *exe) bool {
 
 // detach detaches e, which the caller took out of t.exes.
 func (t *Tracer) detach(e *exe, why string) {
+	t.mu.Lock()
+	calls := e.calls
+	e.calls = nil
+	t.mu.Unlock()
+	if calls != nil {
+		_ = calls.Close()
+	}
 	if err := e.att.Close(); err != nil {
 		t.log.Warn("detach", "exe", e.path, "err", err)
 	}
@@ -832,6 +925,9 @@ func (t *Tracer) housekeep(idle bool) {
 		}
 	}
 	t.expireIdle()
+	if t.mixed {
+		t.refreshDetail()
+	}
 	t.asm.Expire(ktime.Monotonic())
 	t.open.Store(int64(t.asm.Open()))
 	t.statsMu.Lock()
@@ -852,6 +948,9 @@ func (t *Tracer) Stats() Stats {
 	for _, e := range t.exes {
 		if e.att != nil {
 			sites += len(e.plan.Sites)
+		}
+		if e.calls != nil {
+			sites += len(e.callsPlan.Sites)
 		}
 	}
 	idle := len(t.idleExes())

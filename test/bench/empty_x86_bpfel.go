@@ -45,6 +45,8 @@ type EmptyG_state struct {
 	Goid     int64
 	Skip     uint32
 	Deferred uint32
+	Calls    uint32
+	Pad0     uint32
 }
 
 type EmptyPidBitmap struct {

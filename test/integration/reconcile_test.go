@@ -71,13 +71,20 @@ func startTracedFixtureDetail(t *testing.T, detail probes.Detail, args []string,
 // startTracedFixtureCatalog starts the fixture with args, built with flags, traced with catalog.
 func startTracedFixtureCatalog(t *testing.T, catalog []*probes.Probe, args []string, flags ...string) *tracedFixture {
 	t.Helper()
+	return startTracedFixtureOptions(t, tracer.Options{Catalog: catalog}, args, flags...)
+}
+
+// startTracedFixtureOptions starts the fixture with args, built with flags, traced by a tracer
+// of opts.
+func startTracedFixtureOptions(t *testing.T, opts tracer.Options, args []string, flags ...string) *tracedFixture {
+	t.Helper()
 	env := testenv.Start(t, testenv.Options{})
 	bin := testkit.Build(t, fixturePkg, flags...)
 	truth := filepath.Join(t.TempDir(), "truth.jsonl")
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(bin, append([]string{"--kubeconfig", env.Kubeconfig,
 		"--ground-truth", truth}, args...)...))
 
-	tr, s, plan := testenv.TraceCatalog(t, "the fixture", ctl.PID(), catalog)
+	tr, s, plan := testenv.TraceWith(t, "the fixture", ctl.PID(), opts)
 	t.Logf("attached %s", plan)
 	f := &tracedFixture{env: env, ctl: ctl, truth: truth, sink: s, tracer: tr, stopRun: testkit.Go(t, tr.Run), clock: tr.Clock(), plan: plan}
 	t.Cleanup(func() { f.stop(t) })
@@ -102,10 +109,16 @@ func (f *tracedFixture) stop(t *testing.T) {
 
 func createScripted(t *testing.T, env *testenv.Env, ns string, scripts map[string]string) {
 	t.Helper()
-	ctx := context.Background()
-	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	createScriptedIn(t, env, ns, scripts)
+}
+
+// createScriptedIn creates every script's object in namespace ns, which exists.
+func createScriptedIn(t *testing.T, env *testenv.Env, ns string, scripts map[string]string) {
+	t.Helper()
+	ctx := context.Background()
 	for name, script := range scripts {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name,
 			Annotations: map[string]string{"scripted.reconscope.io/script": script}}}

@@ -29,6 +29,13 @@ func TraceCatalog(t testing.TB, what string, pid int, catalog []*probes.Probe) (
 	return traceWith(t, tracer.Options{Catalog: catalog}, "trace "+what, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.TracePID(pid) })
 }
 
+// TraceWith is Trace with a tracer of opts (the whole catalog unless it names one; its Writer
+// and Logger are set here), e.g. a per-controller detail.
+func TraceWith(t testing.TB, what string, pid int, opts tracer.Options) (*tracer.Tracer, *testkit.Sink, *probes.Plan) {
+	t.Helper()
+	return traceWith(t, opts, "trace "+what, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.TracePID(pid) })
+}
+
 // traceWith makes a tracer of opts (the whole catalog unless it names one) that writes its
 // spans into a new sink and logs nothing, and calls start with it; doing names start in the
 // failure.

@@ -1,0 +1,66 @@
+package collector
+
+import (
+	"fmt"
+
+	rbpf "github.com/reconscope/reconscope/bpf"
+)
+
+// The values of the kernel's call_detail map (CALL_DETAIL_* in bpf/trace.bpf.c).
+const (
+	callDetailCalls     uint32 = 1 // CALL_DETAIL_CALLS
+	callDetailReconcile uint32 = 2 // CALL_DETAIL_RECONCILE
+)
+
+// SetCallDetail says whether the spans of one controller instance of process pid (key: the
+// value its span entry's key slot held, span.Span.Key, as for Exclude) record the calls of
+// gated sites (AttachCalls). The kernel reads it at each span's entry: a span in flight keeps
+// the detail it began with. The keys go with the process (Untrace).
+func (c *Collector) SetCallDetail(pid uint32, key uint64, calls bool) error {
+	if key == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.procs[pid]
+	if p == nil {
+		return nil // untraced meanwhile
+	}
+	v := callDetailReconcile
+	if calls {
+		v = callDetailCalls
+	}
+	k := rbpf.TraceCtlKey{Pid: pid, Ptr: key}
+	if err := c.detail.Update(&k, v, 0); err != nil {
+		return fmt.Errorf("set the detail of a controller of process %d in the kernel: %w", pid, err)
+	}
+	if p.detail == nil {
+		p.detail = map[uint64]bool{}
+	}
+	p.detail[key] = calls
+	return nil
+}
+
+// SetCallDetailDefault says whether the spans of controller instances SetCallDetail was not
+// told of record the calls of gated sites: true while some controller whose instance is not
+// known yet is to be traced at detail calls (its first spans then have their calls; user space
+// strips them from the spans of the others, and tells the kernel their instances).
+func (c *Collector) SetCallDetailDefault(calls bool) error {
+	var k rbpf.TraceCtlKey
+	v := callDetailReconcile
+	if calls {
+		v = callDetailCalls
+	}
+	if err := c.detail.Update(&k, v, 0); err != nil {
+		return fmt.Errorf("set the default detail in the kernel: %w", err)
+	}
+	return nil
+}
+
+// forgetDetail removes process p's keys from the kernel's call_detail map.
+func (c *Collector) forgetDetail(p *process) {
+	for key := range p.detail {
+		k := rbpf.TraceCtlKey{Pid: p.pid, Ptr: key}
+		_ = c.detail.Delete(&k)
+	}
+}
