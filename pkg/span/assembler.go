@@ -53,6 +53,10 @@ type Stats struct {
 	// unknown identity): abandoned.
 	Handoffs     uint64
 	HandoffsLost uint64
+	// HeldForWriter counts spans whose emission waited (up to 250 ms of event time) for a
+	// traced write in flight, so the writer of a version one of their watch events delivered
+	// could be named (writeawait.go).
+	HeldForWriter uint64
 }
 
 type goroutineKey struct {
@@ -185,8 +189,11 @@ type Assembler struct {
 	// latest is the newest version traced writes made of each object (conflicts.go).
 	latest   *latestWrites
 	handoffs handoffs
-	stats    Stats
-	emit     func(Span)
+	// held: finished spans waiting for a write in flight to name their triggers' writers
+	// (writeawait.go), in the order they finished.
+	held  []heldSpan
+	stats Stats
+	emit  func(Span)
 }
 
 // NewAssembler returns an Assembler that hands each finished span to emit.
@@ -244,6 +251,9 @@ func (a *Assembler) Open() int { return len(a.open) }
 
 // Add feeds one event.
 func (a *Assembler) Add(e Event) {
+	if len(a.held) > 0 {
+		defer a.releaseHeld(e.Time, false)
+	}
 	k := keyOf(&e)
 	if e.Kind != SpanStart && e.Kind != SpanEnd { // those count their hit where they pair
 		if o := a.spanOf(k, &e); o != nil {
@@ -589,9 +599,6 @@ func (a *Assembler) finish(o *openSpan, e Event) {
 		}
 	}
 	finalize(&s)
-	a.readVersionWriter(&s)
-	last, hasLast := o.triggers.served(&s, a.written)
-	a.selfTriggered(&s, last, hasLast)
 	var requeue TriggerKind
 	switch {
 	case o.queue && o.retry:
@@ -603,7 +610,12 @@ func (a *Assembler) finish(o *openSpan, e Event) {
 	}
 	a.triggers.spanEnded(keyOf(&e), &s, requeue, e.Time)
 	a.stats.Spans++
-	a.emit(s)
+	if a.awaitsWrite(&o.triggers) {
+		a.stats.HeldForWriter++
+		a.held = append(a.held, heldSpan{s: s, triggers: o.triggers, until: e.Time + uint64(writeWait)})
+		return
+	}
+	a.nameAndEmit(s, &o.triggers)
 }
 
 // written looks up who made version v.
@@ -819,6 +831,7 @@ func (a *Assembler) Expire(now uint64) {
 		a.abandon(k, a.open[k])
 	}
 	a.expireHandedOff(now, 0)
+	a.releaseHeld(now, false)
 	for k, q := range a.queued {
 		ref := q.added
 		if q.readyKnown {
@@ -865,6 +878,7 @@ func (a *Assembler) Flush() {
 		a.abandon(k, a.open[k])
 	}
 	a.expireHandedOff(0, 0)
+	a.releaseHeld(0, true)
 	a.stats.OrphanReturns += uint64(len(a.pending))
 	clear(a.pending)
 }

@@ -1,0 +1,151 @@
+package integration
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/test/groundtruth"
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+// TestControllerManagerTriggeredByOperator is issue 27's held-out pair: the test bed's stripped
+// kube-controller-manager (deployment and replicaset controllers) and a controller-runtime
+// controller (the scripted fixture) that writes the ReplicaSets kube-controller-manager
+// reconciles, traced by one agent. A Deployment is created, the fixture annotates its
+// ReplicaSet (a merge patch), then the Deployment is scaled. At least one replicaset reconcile
+// of kube-controller-manager lists, among its triggers, the update event of the version the
+// fixture's patch made: its UID and resourceVersion what the API server returned to the
+// fixture's patch (the fixture's own record, not the agent's), its writer "scripted"; in OTLP
+// that reconcile links, as a trigger, to the lifeline span of that version (IDs by the
+// documented derivation, computed here).
+func TestControllerManagerTriggeredByOperator(t *testing.T) {
+	bpftest.Require(t)
+	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: true})
+	const ns, app = "operator-pair", "web"
+	c, bg := env.Client, context.Background()
+	if err := c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	bin := testkit.Build(t, fixturePkg)
+	truth := filepath.Join(t.TempDir(), "truth.jsonl")
+	op := testenv.StartProcess(t, "scripted", exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--namespace", ns, "--ground-truth", truth))
+	lt := startLifelineTracer(t, env.ControllerManagerPID, op.PID())
+
+	labels := map[string]string{"app": app}
+	replicas := int32(1)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "pause"}}}}}}
+	if err := c.Create(bg, dep); err != nil {
+		t.Fatal(err)
+	}
+	var rs appsv1.ReplicaSet
+	testkit.WaitFor(t, "the Deployment's ReplicaSet", 60*time.Second, func() (bool, string) {
+		var list appsv1.ReplicaSetList
+		if err := c.List(bg, &list, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil || len(list.Items) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		rs = list.Items[0]
+		return true, ""
+	})
+	// The fixture annotates the ReplicaSet once.
+	if err := c.Create(bg, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "annotator",
+		Annotations: map[string]string{"scripted.reconscope.io/script": "times:1;annotate:replicaset/" + app}}}); err != nil {
+		t.Fatal(err)
+	}
+	var patched groundtruth.Call
+	testkit.WaitFor(t, "the fixture's patch of the ReplicaSet", 30*time.Second, func() (bool, string) {
+		recs, _ := groundtruth.ReadFile(truth)
+		for _, r := range recs {
+			for _, cl := range r.Calls {
+				if cl.Verb == "patch" && cl.Kind == "replicaset" && cl.Name == rs.Name && cl.ResourceVersion != "" {
+					patched = cl
+					return true, ""
+				}
+			}
+		}
+		return false, fmt.Sprintf("%d reconciles", len(recs))
+	})
+	if patched.UID != string(rs.UID) {
+		t.Fatalf("the fixture patched replicaset %s uid %q, the API server's is %q", rs.Name, patched.UID, rs.UID)
+	}
+	// Then the Deployment is scaled.
+	if err := c.Patch(bg, dep, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"replicas":3}}`))); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the ReplicaSet scaled to 3", 60*time.Second, func() (bool, string) {
+		var cur appsv1.ReplicaSet
+		if err := c.Get(bg, client.ObjectKeyFromObject(&rs), &cur); err != nil {
+			return false, err.Error()
+		}
+		return cur.Status.Replicas == 3, fmt.Sprintf("status.replicas %d", cur.Status.Replicas)
+	})
+	time.Sleep(1500 * time.Millisecond) // let the last reconciles end
+	lt.stop(t)
+	t.Logf("the fixture patched ReplicaSet %s (uid %s) to version %s", rs.Name, patched.UID, patched.ResourceVersion)
+
+	// JSON side: the span's trigger set.
+	found := 0
+	for _, sp := range lt.sink.Snapshot() {
+		if sp.Controller != "replicaset" || sp.Namespace != ns {
+			continue
+		}
+		var trs []string
+		for _, tr := range sp.Triggers {
+			trs = append(trs, fmt.Sprintf("%s/%s %s %s@%s by %s", tr.Kind, tr.Event, tr.Object.Kind, tr.Object.Name, tr.Object.ResourceVersion, tr.Writer))
+		}
+		t.Logf("replicaset %s (uid %q rv %q, %d calls): trigger_controller %q read_version_writer %q; triggers %s (+%d)",
+			sp.Name, sp.UID, sp.ResourceVersion, len(sp.Calls), sp.TriggerController, sp.ReadVersionWriter, strings.Join(trs, ", "), sp.TriggersDropped)
+		if hasTrigger(sp, func(tr span.Trigger) bool {
+			return tr.Kind == span.TriggerEvent && tr.Event == span.WatchUpdate && tr.Object.Kind == "ReplicaSet" &&
+				tr.Object.Namespace == ns && tr.Object.Name == rs.Name && tr.Object.UID == patched.UID &&
+				tr.Object.ResourceVersion == patched.ResourceVersion && tr.Writer == "scripted"
+		}) {
+			found++
+		}
+	}
+	if found == 0 {
+		t.Errorf("no replicaset reconcile of kube-controller-manager lists the update of %s@%s by scripted among its triggers", rs.Name, patched.ResourceVersion)
+	}
+
+	// OTLP side: a trigger link to the lifeline span of the fixture's version.
+	wantTrace, wantSpan := lifelineTraceID(patched.UID), versionSpanID(patched.UID, patched.ResourceVersion)
+	linked := 0
+	for _, sp := range lt.recv.Spans() {
+		if sp.GetName() != "reconcile replicaset" || attrs(sp.GetAttributes())["k8s.object.name"] != rs.Name {
+			continue
+		}
+		for _, l := range linksOfType(sp, "trigger") {
+			la := attrs(l.GetAttributes())
+			if hex.EncodeToString(l.GetTraceId()) == wantTrace && hex.EncodeToString(l.GetSpanId()) == wantSpan &&
+				la["reconscope.trigger.event"] == "update" && la["reconscope.trigger.writer"] == "scripted" {
+				linked++
+			}
+		}
+	}
+	lifeline := false
+	for _, sp := range lt.recv.Spans() {
+		if hex.EncodeToString(sp.GetTraceId()) == wantTrace && hex.EncodeToString(sp.GetSpanId()) == wantSpan {
+			lifeline = lifeline || attrs(sp.GetAttributes())["reconscope.lifeline.writer"] == "scripted"
+		}
+	}
+	if linked == 0 || !lifeline {
+		t.Errorf("OTLP: %d replicaset reconciles link to the lifeline span %s/%s of the fixture's patch; that span exported with writer scripted: %v", linked, wantTrace, wantSpan, lifeline)
+	}
+	t.Logf("%d replicaset reconciles list the fixture's update, %d link to its lifeline span", found, linked)
+}
