@@ -282,3 +282,71 @@ func TestWriteConflictNamesOtherWriter(t *testing.T) {
 		t.Error("no span of alpha has its update answered 409")
 	}
 }
+
+// TestResyncTrigger: the scripted fixture's informers resync every second (--sync-period), and
+// nobody writes ConfigMap steady after its creation: every reconcile of steady after the first
+// is the informer's resync delivering again the version the fixture's reconcile read (its own
+// record of what its cache returned), and lists a resync trigger of that version, and no
+// update event. RequeueAfter and error retries are TestTriggers' (requeue_after, retry).
+func TestResyncTrigger(t *testing.T) {
+	bpftest.Require(t)
+	f := startTracedFixtureArgs(t, []string{"--sync-period", "1s"})
+	const ns = "resync"
+	createScripted(t, f.env, ns, map[string]string{"steady": "success"})
+	var recs []groundtruth.Record
+	testkit.WaitFor(t, "four reconciles of steady", 60*time.Second, func() (bool, string) {
+		recs, _ = groundtruth.ReadFile(f.truth)
+		return len(recs) >= 4, fmt.Sprintf("%d reconciles", len(recs))
+	})
+	f.stop(t)
+	recs, _ = groundtruth.ReadFile(f.truth)
+
+	// Ground truth: the versions the fixture's reconciles read, by reconcile ID.
+	read := map[string]string{}
+	versions := map[string]bool{}
+	for _, r := range recs {
+		if r.Name == "steady" {
+			read[r.ReconcileID] = r.ResourceVersion
+			versions[r.ResourceVersion] = true
+		}
+	}
+	if len(versions) != 1 {
+		t.Fatalf("the fixture read %d versions of steady (%v), want 1: nobody writes it", len(versions), versions)
+	}
+	var spans []span.Span
+	for _, s := range f.sink.Snapshot() {
+		if s.Namespace == ns && s.Name == "steady" {
+			spans = append(spans, s)
+		}
+	}
+	if len(spans) < 4 {
+		t.Fatalf("%d spans of steady, the fixture recorded %d reconciles", len(spans), len(recs))
+	}
+	resyncs := 0
+	for i, s := range spans {
+		t.Logf("steady #%d (rv %s, fixture read %s): triggers %+v", i, s.ResourceVersion, read[s.ReconcileID], s.Triggers)
+		if i == 0 {
+			continue
+		}
+		if hasTrigger(s, func(tr span.Trigger) bool { return tr.Event == span.WatchUpdate }) {
+			t.Errorf("steady #%d: an update event, but nobody wrote steady: %+v", i, s.Triggers)
+		}
+		rv := recs[0].ResourceVersion
+		if hasTrigger(s, func(tr span.Trigger) bool {
+			return tr.Kind == span.TriggerResync && tr.Event == span.WatchResync && tr.Object.Kind == "ConfigMap" &&
+				tr.Object.Name == "steady" && tr.Object.ResourceVersion == rv && tr.Writer == span.WriterUntraced
+		}) {
+			resyncs++
+		} else {
+			t.Errorf("steady #%d: triggers %+v, want a resync of version %s (what the fixture read)", i, s.Triggers, rv)
+		}
+	}
+	b, err := json.Marshal(exporter.ToJSON(&spans[len(spans)-1], f.clock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"kind":"resync"`) {
+		t.Errorf("the last span in JSON has no resync trigger: %s", b)
+	}
+	t.Logf("%d spans of steady, %d reconciles recorded; %d resync triggers", len(spans), len(recs), resyncs)
+}
