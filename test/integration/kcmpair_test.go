@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
@@ -155,4 +159,162 @@ func TestControllerManagerTriggeredByOperator(t *testing.T) {
 		t.Errorf("OTLP: %d replicaset reconciles link to the lifeline span %s/%s of the fixture's patch; that span exported with writer scripted: %v", linked, wantTrace, wantSpan, lifeline)
 	}
 	t.Logf("%d replicaset reconciles list the fixture's update, %d link to its lifeline span", found, linked)
+}
+
+// TestControllerManagerConflictNamesWriter: the scripted fixture reads a Deployment's
+// ReplicaSet from its cache, waits, and updates the version it read; meanwhile the Deployment
+// is scaled and kube-controller-manager writes the ReplicaSet (the deployment controller its
+// spec, the replicaset controller its status). The fixture's update is answered 409, and its
+// span's conflict_writer names the kube-controller-manager controller that wrote the newest
+// version before it. Ground truth, not the agent's: the fixture's record (the version it read,
+// the conflict) and the test's own watch of the ReplicaSet (every version the API server made,
+// when it arrived, and what changed: spec and the deployment's annotations are the deployment
+// controller's, status the replicaset controller's).
+func TestControllerManagerConflictNamesWriter(t *testing.T) {
+	bpftest.Require(t)
+	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: true})
+	const ns, app = "operator-conflict", "web"
+	c, bg := env.Client, context.Background()
+	if err := c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	bin := testkit.Build(t, fixturePkg)
+	truth := filepath.Join(t.TempDir(), "truth.jsonl")
+	op := testenv.StartProcess(t, "scripted", exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--namespace", ns, "--ground-truth", truth))
+	lt := startLifelineTracer(t, env.ControllerManagerPID, op.PID())
+
+	labels := map[string]string{"app": app}
+	replicas := int32(1)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "pause"}}}}}}
+	if err := c.Create(bg, dep); err != nil {
+		t.Fatal(err)
+	}
+	var rs appsv1.ReplicaSet
+	testkit.WaitFor(t, "the Deployment's ReplicaSet with its Pod", 60*time.Second, func() (bool, string) {
+		var list appsv1.ReplicaSetList
+		if err := c.List(bg, &list, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil || len(list.Items) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		rs = list.Items[0]
+		return rs.Status.Replicas == 1, fmt.Sprintf("status.replicas %d", rs.Status.Replicas)
+	})
+
+	// The test's own watch of the ReplicaSet: every version from now on, as the API server made it.
+	type seen struct {
+		rv     string
+		at     time.Time
+		writer string // by what changed
+	}
+	cs, err := kubernetes.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cs.AppsV1().ReplicaSets(ns).Watch(bg, metav1.ListOptions{FieldSelector: "metadata.name=" + rs.Name, ResourceVersion: rs.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	versions := make(chan seen, 100)
+	go func() {
+		defer close(versions)
+		prev := rs.DeepCopy()
+		for ev := range w.ResultChan() {
+			cur, ok := ev.Object.(*appsv1.ReplicaSet)
+			if !ok || ev.Type != watch.Modified {
+				continue
+			}
+			kcmAnnotations := func(r *appsv1.ReplicaSet) map[string]string {
+				m := maps.Clone(r.Annotations)
+				delete(m, "scripted.reconscope.io/annotated-by")
+				return m
+			}
+			writer := "unknown"
+			switch {
+			case !reflect.DeepEqual(cur.Spec, prev.Spec) || !reflect.DeepEqual(kcmAnnotations(cur), kcmAnnotations(prev)):
+				writer = "deployment"
+			case !reflect.DeepEqual(cur.Status, prev.Status):
+				writer = "replicaset"
+			case cur.Annotations["scripted.reconscope.io/annotated-by"] != prev.Annotations["scripted.reconscope.io/annotated-by"]:
+				writer = "scripted"
+			}
+			versions <- seen{rv: cur.ResourceVersion, at: time.Now(), writer: writer}
+			prev = cur
+		}
+	}()
+
+	// The fixture reads the ReplicaSet, waits 4 s, and updates the version it read.
+	if err := c.Create(bg, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "stale",
+		Annotations: map[string]string{"scripted.reconscope.io/script": "times:1;get:replicaset/" + app + ";sleep:4s;stale-annotate:replicaset/" + app}}}); err != nil {
+		t.Fatal(err)
+	}
+	// The fixture's record is written when its reconcile ends: the read is given a second (its
+	// first read starts and syncs a ReplicaSet informer); the record says which version it
+	// read, and the test fails as not staged when the read came after the scale's writes.
+	time.Sleep(time.Second)
+	var rec groundtruth.Record
+	if err := c.Patch(bg, dep, client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"replicas":3}}`))); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the fixture's stale update", 30*time.Second, func() (bool, string) {
+		recs, _ := groundtruth.ReadFile(truth)
+		for _, r := range recs {
+			if r.Name == "stale" {
+				rec = r
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d reconciles", len(recs))
+	})
+	time.Sleep(1500 * time.Millisecond) // let the last events drain
+	lt.stop(t)
+	w.Stop()
+
+	var readRV string
+	for _, cl := range rec.Calls {
+		if cl.Verb == "get" && cl.Kind == "replicaset" && cl.Name == rs.Name {
+			readRV = cl.ResourceVersion
+		}
+	}
+	if readRV == "" || rec.Outcome != groundtruth.OutcomeError || !strings.Contains(rec.Error, "the object has been modified") {
+		t.Fatalf("no conflict staged: the fixture's reconcile %+v", rec)
+	}
+	// The writer of the newest version before the fixture's update: the last version the
+	// watch received before the fixture's reconcile ended. The staging holds only when
+	// kube-controller-manager was quiet by then (no version within 500 ms of it).
+	var last seen
+	var all []string
+	for v := range versions {
+		all = append(all, fmt.Sprintf("%s by %s at %s", v.rv, v.writer, v.at.Format("15:04:05.000")))
+		if v.at.Before(rec.End) {
+			last = v
+		}
+	}
+	t.Logf("the fixture read %s@%s, its update ended %s: %s; versions after: %s", rs.Name, readRV, rec.End.Format("15:04:05.000"), rec.Error, strings.Join(all, ", "))
+	if last.rv == "" || last.rv == readRV || rec.End.Sub(last.at) < 500*time.Millisecond || (last.writer != "deployment" && last.writer != "replicaset") {
+		t.Fatalf("not staged: the newest version before the fixture's update is %+v (want one by kube-controller-manager, at least 500ms before)", last)
+	}
+
+	found := false
+	for _, sp := range lt.sink.Snapshot() {
+		if sp.Controller != "scripted" || sp.Name != "stale" {
+			continue
+		}
+		for _, cl := range sp.Calls {
+			if cl.Kind == span.CallAPI && cl.Verb == "PUT" && cl.Name == rs.Name {
+				t.Logf("the fixture's %s %s/%s: status %d, conflict writer %q", cl.Verb, cl.Resource, cl.Name, cl.Status, cl.ConflictWriter)
+				if cl.Status == 409 {
+					found = true
+					if cl.ConflictWriter != last.writer {
+						t.Errorf("the fixture's conflicting update names %q, want %s (version %s)", cl.ConflictWriter, last.writer, last.rv)
+					}
+				}
+			}
+		}
+	}
+	if !found {
+		t.Error("no span of the fixture has its update of the ReplicaSet answered 409")
+	}
 }
