@@ -49,7 +49,7 @@ func TestKubeControllerManagerSelectController(t *testing.T) {
 	var spans []span.Span
 	var st tracer.Stats
 	counts := waitQueuesQuiet(t, "kube-controller-manager", env.ControllerManagerURL, 90*time.Second, func() error {
-		spans = sink.Snapshot()
+		spans = spansOf(sink.Snapshot(), env.ControllerManagerPID)
 		st = tr.Stats()
 		return nil
 	})
