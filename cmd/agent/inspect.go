@@ -122,7 +122,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	addInheritanceFlag(fs.FlagSet, &inherit)
 	var detail probes.Detail
 	addDetailFlag(fs.FlagSet, &detail)
-	if code, exit := fs.parse(args); exit {
+	if code, exit := fs.ParseArgs(args); exit {
 		return code
 	}
 	var path string

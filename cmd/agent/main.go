@@ -10,16 +10,15 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 
 	"golang.org/x/term"
 	"k8s.io/klog/v2"
+
+	"github.com/reconscope/reconscope/internal/cli"
 )
 
 const usage = `reconscope-agent traces Kubernetes controllers with eBPF: one span per reconcile
@@ -74,35 +73,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// flagSet is a command's flags: --help prints the summary and the flags to stdout; a bad flag
-// prints one line to stderr.
-type flagSet struct {
-	*flag.FlagSet
-	summary        string
-	stdout, stderr io.Writer
-}
-
-func newFlagSet(name, summary string, stdout, stderr io.Writer) *flagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	return &flagSet{FlagSet: fs, summary: summary, stdout: stdout, stderr: stderr}
-}
-
-// parse parses flags; it returns (exit code, true) when the program should exit.
-func (fs *flagSet) parse(args []string) (int, bool) {
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return 0, false
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintf(fs.stdout, "%s\n\nFlags:\n", strings.TrimSpace(fs.summary))
-		fs.SetOutput(fs.stdout)
-		fs.PrintDefaults()
-		return 0, true
-	}
-	fmt.Fprintf(fs.stderr, "reconscope-agent %s: %v (see --help)\n", fs.Name(), err)
-	return 2, true
+// newFlagSet returns the flags of command name (internal/cli: --help and usage errors in the
+// style the project's commands share).
+func newFlagSet(name, summary string, stdout, stderr io.Writer) *cli.FlagSet {
+	return cli.NewFlagSet("reconscope-agent", name, summary, stdout, stderr)
 }
 
 // newLogger is the logger of every command: level debug, info, warn or error; format text,
@@ -145,8 +119,7 @@ func newSlog(w io.Writer, level, format string) (*slog.Logger, error) {
 
 // usageError prints a usage error of the command cmd and returns exit status 2.
 func usageError(stderr io.Writer, cmd, format string, a ...any) int {
-	fmt.Fprintf(stderr, "reconscope-agent %s: %s\n", cmd, fmt.Sprintf(format, a...))
-	return 2
+	return cli.UsageError(stderr, "reconscope-agent", cmd, format, a...)
 }
 
 // failed logs why the command stops and returns exit status 1.

@@ -73,7 +73,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if err := flagsFromEnv(fs.FlagSet, os.LookupEnv); err != nil {
 		return usageError(stderr, "run", "%v", err)
 	}
-	if code, exit := fs.parse(args); exit {
+	if code, exit := fs.ParseArgs(args); exit {
 		return code
 	}
 	log, err := newLogger(stderr, *logLevel, *logFormat)

@@ -39,7 +39,7 @@ func TestFlagsFromEnv(t *testing.T) {
 	if err := flagsFromEnv(fs.FlagSet, lookup); err != nil {
 		t.Fatal(err)
 	}
-	if _, exit := fs.parse([]string{"--sample-noop-rate", "0.25"}); exit {
+	if _, exit := fs.ParseArgs([]string{"--sample-noop-rate", "0.25"}); exit {
 		t.Fatal("parse failed")
 	}
 	if *addr != "127.0.0.1:1" || *rate != 0.25 {

@@ -60,7 +60,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	tf := addTracerFlags(fs.FlagSet)
 	ef := addExportFlags(fs.FlagSet, "")
 	pprofAddr := addPprofFlag(fs.FlagSet)
-	if code, exit := fs.parse(args); exit {
+	if code, exit := fs.ParseArgs(args); exit {
 		return code
 	}
 	if (*pids == "") == (*exe == "") {

@@ -10,12 +10,12 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/reconscope/reconscope/internal/cli"
 )
 
 const usage = `kubectl reconscope: a live view of the reconciles reconscope's node agents trace, through
@@ -68,45 +68,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-// flagSet is a command's flags: --help prints the summary and the flags to stdout; a bad flag
-// prints one line to stderr.
-type flagSet struct {
-	*flag.FlagSet
-	summary        string
-	stdout, stderr io.Writer
-}
-
-func newFlagSet(name, summary string, stdout, stderr io.Writer) *flagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
-	return &flagSet{FlagSet: fs, summary: summary, stdout: stdout, stderr: stderr}
-}
-
-// parse parses flags; it returns (exit code, true) when the program should exit.
-func (fs *flagSet) parse(args []string) (int, bool) {
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		if fs.NArg() > 0 {
-			fmt.Fprintf(fs.stderr, "kubectl reconscope %s: unexpected argument %q (see --help)\n", fs.Name(), fs.Arg(0))
-			return 2, true
-		}
-		return 0, false
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintf(fs.stdout, "%s\n\nFlags:\n", strings.TrimSpace(fs.summary))
-		fs.SetOutput(fs.stdout)
-		fs.PrintDefaults()
-		return 0, true
-	}
-	fmt.Fprintf(fs.stderr, "kubectl reconscope %s: %v (see --help)\n", fs.Name(), err)
-	return 2, true
+// newFlagSet returns the flags of command name (internal/cli: --help and usage errors in the
+// style the project's commands share).
+func newFlagSet(name, summary string, stdout, stderr io.Writer) *cli.FlagSet {
+	fs := cli.NewFlagSet("kubectl reconscope", name, summary, stdout, stderr)
+	fs.NoArgs = true // no command takes a positional argument
+	return fs
 }
 
 // usageError prints a usage error of the command cmd and returns exit status 2.
 func usageError(stderr io.Writer, cmd, format string, a ...any) int {
-	fmt.Fprintf(stderr, "kubectl reconscope %s: %s\n", cmd, fmt.Sprintf(format, a...))
-	return 2
+	return cli.UsageError(stderr, "kubectl reconscope", cmd, format, a...)
 }
 
 // failed prints why the command stops and returns exit status 1.

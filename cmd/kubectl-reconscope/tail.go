@@ -42,7 +42,7 @@ func runTail(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&output, "output", "tree", "output format: tree or json")
 	fs.StringVar(&output, "o", "tree", "shorthand for --output")
 	follow := fs.Bool("follow", true, "keep printing new reconciles (false: print the spans the agents keep, then exit)")
-	if code, exit := fs.parse(args); exit {
+	if code, exit := fs.ParseArgs(args); exit {
 		return code
 	}
 	filter, err := exporter.ParseSpanFilter(controllers, namespace, object, *errorsOnly)

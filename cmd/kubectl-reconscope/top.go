@@ -52,7 +52,7 @@ func runTop(args []string, stdout, stderr io.Writer) int {
 	var namespace string
 	fs.StringVar(&namespace, "namespace", "", "only objects in this namespace (the objects table; a controller's metrics are not split by namespace)")
 	fs.StringVar(&namespace, "n", "", "shorthand for --namespace")
-	if code, exit := fs.parse(args); exit {
+	if code, exit := fs.ParseArgs(args); exit {
 		return code
 	}
 	if *sortBy != "rate" && *sortBy != "p99" && *sortBy != "errors" {
