@@ -610,8 +610,12 @@ func (a *Assembler) finish(o *openSpan, e Event) {
 	}
 	a.triggers.spanEnded(keyOf(&e), &s, requeue, e.Time)
 	a.stats.Spans++
-	if a.awaitsWrite(&o.triggers) {
-		a.stats.HeldForWriter++
+	// A span behind a held one waits its turn: spans leave in the order they finished (an
+	// object's reconciles link each to the one before, in that order).
+	if awaits := a.awaitsWrite(&o.triggers); awaits || len(a.held) > 0 {
+		if awaits {
+			a.stats.HeldForWriter++
+		}
 		a.held = append(a.held, heldSpan{s: s, triggers: o.triggers, until: e.Time + uint64(writeWait)})
 		return
 	}

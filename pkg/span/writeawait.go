@@ -10,7 +10,7 @@ import "time"
 const writeWait = 250 * time.Millisecond
 
 // heldSpan is a finished span waiting for writes in flight (awaitsWrite) before its
-// triggers and read version are named with their writers.
+// triggers and read version are named with their writers, or behind such a span.
 type heldSpan struct {
 	s        Span
 	triggers triggerSet
@@ -70,20 +70,22 @@ func (a *Assembler) nameAndEmit(s Span, t *triggerSet) {
 
 // releaseHeld emits, in the order they finished, the held spans that no longer wait: no write
 // is in flight any more, their versions are all known, or now (event time) is past their wait;
-// all of them when all is set.
+// all of them when all is set. It stops at the first that still waits: the spans behind it
+// (held for their order only, or waiting too) leave after it.
 func (a *Assembler) releaseHeld(now uint64, all bool) {
 	if len(a.held) == 0 {
 		return
 	}
 	inFlight := !all && a.writeInFlight()
-	kept := a.held[:0]
-	for _, h := range a.held {
-		if all || !inFlight || now > h.until || !a.awaitsWrite(&h.triggers) {
-			a.nameAndEmit(h.s, &h.triggers)
-			continue
+	n := 0
+	for ; n < len(a.held); n++ {
+		h := &a.held[n]
+		if !all && inFlight && now <= h.until && a.awaitsWrite(&h.triggers) {
+			break
 		}
-		kept = append(kept, h)
+		a.nameAndEmit(h.s, &h.triggers)
 	}
-	clear(a.held[len(kept):])
-	a.held = kept
+	rest := copy(a.held, a.held[n:])
+	clear(a.held[rest:])
+	a.held = a.held[:rest]
 }

@@ -68,3 +68,46 @@ func TestTriggerWriterInFlight(t *testing.T) {
 		})
 	}
 }
+
+// TestHeldSpansKeepTheirOrder: a span that finishes while an earlier one is held for a write
+// in flight leaves after it, not before: spans leave in the order they finished, so that an
+// object's reconciles link each to the one before (the exporter's previous_reconcile link;
+// seen failing in the e2e when a later reconcile of one ReplicaSet overtook a held one).
+func TestHeldSpansKeepTheirOrder(t *testing.T) {
+	rs := ObjectRef{Kind: "ReplicaSet", Namespace: "ns", Name: "web-1", UID: "33333333-3333-3333-3333-333333333333", ResourceVersion: "232"}
+	events := []Event{
+		{Kind: SpanStart, PID: 2, Goid: 30, Time: 100, Controller: "scripted", Namespace: "ns", Name: "annotator"},
+		{Kind: CallStart, PID: 2, Goid: 30, Time: 140, Call: CallInfo{Kind: CallAPI, Verb: "PATCH", Resource: "replicasets", Namespace: "ns", Name: "web-1"}},
+		{Kind: WatchEvent, PID: 1, Goid: 50, Time: 150, Watch: WatchUpdate, Object: rs},
+		{Kind: QueueAdd, PID: 1, Goid: 50, Time: 151, Namespace: "ns", Name: "web-1"},
+		{Kind: SpanStart, PID: 1, Goid: 20, Time: 160, Controller: "replicaset", Namespace: "ns", Name: "web-1"},
+		{Kind: SpanEnd, PID: 1, Goid: 20, Time: 170, Result: ResultSuccess}, // held: 232's writer in flight
+		{Kind: SpanStart, PID: 1, Goid: 21, Time: 172, Controller: "replicaset", Namespace: "ns", Name: "web-1"},
+		{Kind: SpanEnd, PID: 1, Goid: 21, Time: 175, Result: ResultSuccess}, // nothing to wait for, but behind
+		{Kind: CallEnd, PID: 2, Goid: 30, Time: 180, Call: CallInfo{Status: 200}},
+		{Kind: CallObject, PID: 2, Goid: 30, Time: 181, Call: CallInfo{Namespace: "ns", Name: "web-1", UID: rs.UID, ResourceVersion: "232"}},
+		{Kind: SpanEnd, PID: 2, Goid: 30, Time: 190, Result: ResultSuccess},
+	}
+	var got []Span
+	a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+	for _, e := range events {
+		a.Add(e)
+	}
+	var starts []uint64
+	for _, s := range got {
+		if s.Controller == "replicaset" {
+			starts = append(starts, s.Start)
+		}
+	}
+	if len(starts) != 2 || starts[0] != 160 || starts[1] != 172 {
+		t.Errorf("replicaset spans emitted with starts %v, want [160 172]: in the order they finished", starts)
+	}
+	if a.Stats().HeldForWriter != 1 {
+		t.Errorf("%d spans held for a writer, want 1 (the second only waited its turn)", a.Stats().HeldForWriter)
+	}
+	for _, s := range got {
+		if s.Controller == "replicaset" && s.Start == 160 && (len(s.Triggers) != 1 || s.Triggers[0].Writer != "scripted") {
+			t.Errorf("the held span's triggers %+v, want the update by scripted", s.Triggers)
+		}
+	}
+}
