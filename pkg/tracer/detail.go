@@ -153,6 +153,12 @@ func (t *Tracer) attachCalls(e *exe, pid int) {
 		path = t.proc.ExeLink(pid)
 	}
 	a, err := t.col.AttachCalls(path, e.callsPlan)
+	if err == nil {
+		if id, ierr := t.col.FileID(path); ierr != nil || id != e.key {
+			_ = a.Close() // the process exec'd: the path names another file now
+			err = errFileChanged
+		}
+	}
 	if err != nil {
 		t.log.Warn("attach the calls probes: spans come at detail reconcile", "exe", e.path, "err", err)
 		return

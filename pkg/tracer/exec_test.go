@@ -3,6 +3,8 @@ package tracer_test
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -309,5 +311,69 @@ func TestTracePIDSiblingExitsMidInspection(t *testing.T) {
 	}
 	if err := <-errs[1]; err != nil {
 		t.Fatalf("the second process, alive, not traced: %v", err)
+	}
+}
+
+// TestTracePIDAcrossExec: a container's process is found while its runtime is still running
+// and execs the controller a moment later. The tracer must attach the controller's probes
+// once, under the controller's own identity: the identity, the inspection and the attachment
+// are of one file. A shell stands for the runtime here; it execs fakectl while the tracer's
+// inspection of it waits, then discovery, told of the exec, calls TracePID again (as the agent
+// does). The uprobes on fakectl must be one plan's sites, not two: a second set would fire
+// with the first for every process of the file, each of its calls recorded twice.
+func TestTracePIDAcrossExec(t *testing.T) {
+	bpftest.Require(t)
+	bin := testkit.Build(t, "./test/fakectl")
+	never := filepath.Join(t.TempDir(), "never")
+	sh := exec.Command("/bin/sh", "-c", `read go; exec "$0" -start "$1"`, bin, never)
+	stdin, err := sh.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
+	pid := sh.Process.Pid
+	tr, err := tracer.New(tracer.Options{Catalog: fakectltest.Catalog(t), Logger: testkit.Quiet(), Inspections: 1, AdmitExecs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	release := tr.HoldInspections()
+	first := make(chan error, 1)
+	go func() { _, err := tr.TracePID(pid); first <- err }()
+	testkit.WaitFor(t, "TracePID waiting to inspect the shell", 10*time.Second, func() (bool, string) {
+		n := tr.Users(pid)
+		return n == 1, fmt.Sprintf("%d callers", n)
+	})
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the shell exec'ing fakectl", 10*time.Second, func() (bool, string) {
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		return exe == bin, exe
+	})
+	release()
+	err = <-first
+	t.Logf("TracePID while the process was the shell: %v", err)
+	plan, err := tr.TracePID(pid)
+	if err != nil {
+		t.Fatalf("TracePID after the exec: %v", err)
+	}
+	links, err := bpftest.UprobeLinks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sites := 0
+	for _, l := range links {
+		if l.File == bin {
+			sites += l.Count
+		}
+	}
+	if sites != len(plan.Sites) {
+		t.Errorf("%d uprobe sites on %s, want its plan's %d once", sites, bin, len(plan.Sites))
+	} else {
+		t.Logf("%d uprobe sites on %s: its plan's, once", sites, bin)
 	}
 }

@@ -529,6 +529,12 @@ func (t *Tracer) attach(e *exe, open func() (*symbols.Binary, error), attachPath
 			calls, err = nil, nil
 		}
 	}
+	if err == nil {
+		if err = t.sameFile(e, attachPath, att, calls); err != nil {
+			plan.Binary.Close()
+			att, calls = nil, nil
+		}
+	}
 	t.mu.Lock()
 	e.plan, e.att, e.err = plan, att, err
 	e.callsPlan, e.calls = callsPlan, calls
@@ -551,6 +557,30 @@ func (t *Tracer) attach(e *exe, open func() (*symbols.Binary, error), attachPath
 			t.log.Warn("queue layout unknown: the items of these work queues are not traced", "exe", e.path, "why", why)
 		}
 	}
+}
+
+// errFileChanged is attach's failure when the executable's path named another file by the end
+// of its inspection: the process exec'd meanwhile (a container's runtime execs its entry point).
+var errFileChanged = errors.New("the executable changed while it was inspected (the process exec'd): its new one is traced once found")
+
+// sameFile checks that attachPath still names e's file once e is inspected and attached through
+// it, and detaches att and calls if not. Identity, inspection and attachment each resolve the
+// path; a file that is still the one identified before them all was the one each of them saw.
+// Otherwise the probes of one file would be kept under another's identity, and attached a
+// second time under their own when the process is found again: every hit twice.
+func (t *Tracer) sameFile(e *exe, attachPath string, att, calls *collector.Attachment) error {
+	id, err := t.col.FileID(attachPath)
+	if err == nil && id == e.key {
+		return nil
+	}
+	if calls != nil {
+		_ = calls.Close()
+	}
+	_ = att.Close()
+	if err != nil {
+		return err
+	}
+	return errFileChanged
 }
 
 func (t *Tracer) inspectAndAttach(open func() (*symbols.Binary, error), attachPath string) (*probes.Plan, *collector.Attachment, *probes.Plan, error) {

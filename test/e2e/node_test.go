@@ -718,31 +718,17 @@ func checkPodIdentity(t *testing.T, src spanSource, pod *corev1.Pod, objects map
 var tracedExes = []string{"/scripted-controller", "/builtins", "/kube-controller-manager"}
 
 // linksOn counts the uprobe links, single and uprobe_multi alike, whose file ends in each of
-// exes (their sites: a uprobe_multi link counts its sites), and returns them. The count of an
-// executable is that of its most linked file: one container's binary, all its links. A
-// restarted pod's binary is another file (its own container's root), whose links the agent
-// keeps for the grace it gives an executable whose last process exited; the sum over both
-// would be twice one attach's (seen: 120 sites on /scripted-controller before the agent's
-// pod was deleted, 60 after, the restarted operator's old binary among the first).
+// exes (their sites: a uprobe_multi link counts its sites).
 func linksOn(exes []string) (map[string]int, []bpftest.ProbeLink, error) {
 	links, err := bpftest.UprobeLinks()
-	perFile := map[string]map[string]int{} // exe -> file -> sites
+	n := map[string]int{}
 	var on []bpftest.ProbeLink
 	for _, l := range links {
 		for _, exe := range exes {
 			if strings.HasSuffix(l.File, exe) {
-				if perFile[exe] == nil {
-					perFile[exe] = map[string]int{}
-				}
-				perFile[exe][l.File] += l.Count
+				n[exe] += l.Count
 				on = append(on, l)
 			}
-		}
-	}
-	n := map[string]int{}
-	for exe, files := range perFile {
-		for _, c := range files {
-			n[exe] = max(n[exe], c)
 		}
 	}
 	return n, on, err
