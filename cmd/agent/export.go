@@ -222,6 +222,7 @@ func (e *exporters) agentStats(t *tracer.Tracer) exporter.AgentStats {
 		a.ProbesAttached, a.ProcessesTraced, a.ReconcilesInFlight = st.Sites, st.Processes, st.Open
 		a.ExcludedKernel, a.ExcludedAgent = st.Kernel.Excluded, st.Excluded
 		a.Handoffs, a.HandoffsLost = st.Assembler.Handoffs, st.Assembler.HandoffsLost
+		a.HeldForWriter = st.Assembler.HeldForWriter
 		a.GatedHits = st.Kernel.Gated
 	}
 	if e.otlp != nil {

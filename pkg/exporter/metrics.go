@@ -83,6 +83,10 @@ type AgentStats struct {
 	// came in spans of controllers at detail reconcile: no record (collector.Counters.Gated;
 	// reconscope_detail_gated_hits_total).
 	GatedHits uint64
+	// HeldForWriter counts spans whose export waited for a traced write in flight, so that the
+	// writer of a version one of their watch events delivered is named (span.Stats.HeldForWriter;
+	// reconscope_spans_held_for_writer_total).
+	HeldForWriter uint64
 }
 
 // MetricsOptions configures NewMetrics.
@@ -425,7 +429,7 @@ func workloadValues(s *span.Span) [6]string {
 type agentCollector struct {
 	stats                                                                                         func() AgentStats
 	inFlight, eventsLost, probes, processes, exported, dropped, unsam, outputLost, redacted, hits *prometheus.Desc
-	excluded, handoffs, gated                                                                     *prometheus.Desc
+	excluded, handoffs, gated, held                                                               *prometheus.Desc
 }
 
 func newAgentCollector(stats func() AgentStats) *agentCollector {
@@ -451,6 +455,8 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 			[]string{"outcome"}, nil),
 		gated: d("reconscope_detail_gated_hits_total",
 			"Hits of the call probes attached for controllers at detail calls (--detail-for, switches) in reconciles of controllers of the same executable at detail reconcile: each a trap, no record. docs/probes.md, \"Per-controller detail\"."),
+		held: d("reconscope_spans_held_for_writer_total",
+			"Spans whose export waited (up to 250 ms) for a traced write in flight: one of their watch events delivered a version whose writer's call had not returned yet, and the wait lets the span name that writer. docs/json.md, triggers."),
 		excluded: prometheus.NewDesc("reconscope_spans_excluded_total",
 			"Work items and reconciles of controllers not selected (--controller, the config's controllers), by where they were dropped: kernel (skipped at their entry, no record written) or agent (recorded, dropped by the agent: those done before the agent read the first of their controller instance, the items of work queues whose name and worker are unknown: \"workqueue\").",
 			[]string{"where"}, nil),
@@ -458,7 +464,7 @@ func newAgentCollector(stats func() AgentStats) *agentCollector {
 }
 
 func (a *agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost, a.redacted, a.hits, a.excluded, a.handoffs, a.gated} {
+	for _, d := range []*prometheus.Desc{a.inFlight, a.eventsLost, a.probes, a.processes, a.exported, a.dropped, a.unsam, a.outputLost, a.redacted, a.hits, a.excluded, a.handoffs, a.gated, a.held} {
 		ch <- d
 	}
 }
@@ -481,6 +487,7 @@ func (a *agentCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(a.handoffs, prometheus.CounterValue, float64(s.Handoffs), "paired")
 	ch <- prometheus.MustNewConstMetric(a.handoffs, prometheus.CounterValue, float64(s.HandoffsLost), "lost")
 	ch <- prometheus.MustNewConstMetric(a.gated, prometheus.CounterValue, float64(s.GatedHits))
+	ch <- prometheus.MustNewConstMetric(a.held, prometheus.CounterValue, float64(s.HeldForWriter))
 }
 
 // hotObjects counts reconciles per object over a sliding window and exposes, at each scrape,

@@ -192,7 +192,7 @@ func TestMetricsScrape(t *testing.T) {
 	m, srv, _ := newTestMetrics(t, MetricsOptions{
 		HotObjectsK: 2, HotObjectsWindow: time.Minute,
 		AgentStats: func() AgentStats {
-			return AgentStats{ReconcilesInFlight: 4, EventsLostRingBuffer: 3, EventsLostState: 2, ProbesAttached: 5, ProcessesTraced: 2, SpansExported: 100, SpansDropped: 7, SpansSampledOut: 11, OutputSpansDropped: 13, ErrorMessagesRedacted: 17, KernelProbeHits: 19, ExcludedKernel: 29, ExcludedAgent: 23}
+			return AgentStats{ReconcilesInFlight: 4, EventsLostRingBuffer: 3, EventsLostState: 2, ProbesAttached: 5, ProcessesTraced: 2, SpansExported: 100, SpansDropped: 7, SpansSampledOut: 11, OutputSpansDropped: 13, ErrorMessagesRedacted: 17, KernelProbeHits: 19, ExcludedKernel: 29, ExcludedAgent: 23, HeldForWriter: 31}
 		},
 	})
 	for _, s := range testSpans() {
@@ -233,6 +233,7 @@ func TestMetricsScrape(t *testing.T) {
 	wantValues(t, fams, "reconscope_output_spans_dropped_total", map[string]float64{"": 13})
 	wantValues(t, fams, "reconscope_error_messages_redacted_total", map[string]float64{"": 17})
 	wantValues(t, fams, "reconscope_kernel_probe_hits_total", map[string]float64{"": 19})
+	wantValues(t, fams, "reconscope_spans_held_for_writer_total", map[string]float64{"": 31})
 	// Each reconcile's hits by kind; both series exist for a controller seen, 0 or not.
 	wantValues(t, fams, "reconscope_probe_hits_total", map[string]float64{
 		"controller=configmap,k8s_container_name=manager,k8s_namespace_name=ops,k8s_pod_name=ctl-7d9f,kind=emulated":        11,

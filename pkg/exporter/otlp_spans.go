@@ -36,6 +36,8 @@ const (
 	attrRequeueAfterNS  = attribute.Key("reconscope.requeue_after_ns")
 	attrNoop            = attribute.Key("reconscope.noop")
 	attrIncomplete      = attribute.Key("reconscope.incomplete")
+	attrHitsEmulated    = attribute.Key("reconscope.probe_hits.emulated")
+	attrHitsStepped     = attribute.Key("reconscope.probe_hits.single_stepped")
 	attrGoid            = attribute.Key("reconscope.goid")
 	attrPhaseFetchNS    = attribute.Key("reconscope.phase.fetch_ns")
 	attrPhaseDiffNS     = attribute.Key("reconscope.phase.diff_ns")
@@ -353,6 +355,8 @@ func rootAttributes(s *span.Span) []attribute.KeyValue {
 		attrPhaseWriteNS.Int64(int64(s.Phases.Apply)),
 		attrPhaseComputeNS.Int64(int64(s.Phases.Diff)),
 		attrCallCount.Int(len(s.Calls)),
+		attrHitsEmulated.Int(int(s.ProbeHits.Emulated)),
+		attrHitsStepped.Int(int(s.ProbeHits.SingleStepped)),
 	)
 	attrs = nonEmpty(attrs, attrObjectNamespace, s.Namespace)
 	attrs = nonEmpty(attrs, attrObjectUID, s.UID)

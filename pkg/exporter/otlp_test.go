@@ -406,6 +406,8 @@ func TestOTLPExport(t *testing.T) {
 			// The pod's namespace and the PID are the resource's, never repeated on spans.
 			wantAbsent(t, a, "process.pid", "k8s.namespace.name")
 			wantInt(t, a, "reconscope.goid", 318)
+			wantInt(t, a, "reconscope.probe_hits.emulated", 6)
+			wantInt(t, a, "reconscope.probe_hits.single_stepped", 0)
 			wantInt(t, a, "reconscope.phase.fetch_ns", 50_000)
 			wantInt(t, a, "reconscope.phase.apply_ns", 2_000_000)
 			wantInt(t, a, "reconscope.phase.diff_ns", 2_950_000)

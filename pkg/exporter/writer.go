@@ -67,6 +67,15 @@ type JSONSpan struct {
 	StaleReads []JSONStaleRead `json:"stale_reads,omitempty"`
 	Noop       bool            `json:"noop"`
 	Incomplete bool            `json:"incomplete"`
+	// ProbeHits are the probe hits that joined this reconcile, by how the kernel ran them: what
+	// tracing it cost the traced process, in traps.
+	ProbeHits JSONProbeHits `json:"probe_hits"`
+}
+
+// JSONProbeHits counts a reconcile's probe hits by trap kind (docs/json.md).
+type JSONProbeHits struct {
+	Emulated      uint32 `json:"emulated"`
+	SingleStepped uint32 `json:"single_stepped"`
 }
 
 // JSONHotLoop is one hot loop of a JSON span (docs/json.md).
@@ -173,6 +182,7 @@ func ToJSON(s *span.Span, clock ktime.Clock) JSONSpan {
 			ReadNS: int64(s.Phases.Fetch), WriteNS: int64(s.Phases.Apply), ComputeNS: int64(s.Phases.Diff)},
 		Calls: make([]JSONCall, 0, len(s.Calls)),
 		Noop:  s.Noop, Incomplete: s.Incomplete,
+		ProbeHits: JSONProbeHits{Emulated: s.ProbeHits.Emulated, SingleStepped: s.ProbeHits.SingleStepped},
 	}
 	if s.TriggerLagKnown {
 		j.TriggerLagNS = int64(s.TriggerLag)
@@ -407,6 +417,7 @@ func FromJSON(j JSONSpan) *span.Span {
 		ErrorType: j.ErrorType, Error: j.Error, PID: j.PID, Goid: j.Goid, Exe: j.Exe, Pod: j.Pod, Container: j.Container,
 		QueueWait: time.Duration(j.QueueWaitNS), Backoff: time.Duration(j.BackoffNS), TriggerController: j.TriggerController,
 		ReadVersionWriter: j.ReadVersionWriter, TriggersDropped: j.TriggersDropped, Noop: j.Noop, Incomplete: j.Incomplete,
+		ProbeHits: span.ProbeHits{Emulated: j.ProbeHits.Emulated, SingleStepped: j.ProbeHits.SingleStepped},
 	}
 	s.Phases.Fetch, s.Phases.Diff, s.Phases.Apply = time.Duration(j.Phases.FetchNS), time.Duration(j.Phases.DiffNS), time.Duration(j.Phases.ApplyNS)
 	for _, c := range j.Calls {

@@ -112,3 +112,29 @@ func TestJSONHotLoopsAndStaleReads(t *testing.T) {
 		t.Errorf("a span without any: %s", b)
 	}
 }
+
+// TestJSONProbeHits: a reconcile's hits by trap kind, under the names docs/json.md gives, and
+// back again as the plugin reads them.
+func TestJSONProbeHits(t *testing.T) {
+	s := span.Span{Controller: "c", Result: span.ResultSuccess, ProbeHits: span.ProbeHits{Emulated: 5, SingleStepped: 2}}
+	b, err := json.Marshal(ToJSON(&s, ktime.Clock{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		ProbeHits map[string]uint32 `json:"probe_hits"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ProbeHits["emulated"] != 5 || got.ProbeHits["single_stepped"] != 2 || len(got.ProbeHits) != 2 {
+		t.Errorf("probe_hits %v, want emulated 5, single_stepped 2 (%s)", got.ProbeHits, b)
+	}
+	var j JSONSpan
+	if err := json.Unmarshal(b, &j); err != nil {
+		t.Fatal(err)
+	}
+	if back := FromJSON(j); back.ProbeHits != s.ProbeHits {
+		t.Errorf("read back: %+v, want %+v", back.ProbeHits, s.ProbeHits)
+	}
+}
