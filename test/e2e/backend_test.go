@@ -433,34 +433,40 @@ func waitScraped(t *testing.T, base string, pod *corev1.Pod) {
 func checkLifelineInJaeger(t *testing.T, j *testenv.Jaeger, src spanSource, kcmPod string, rs *appsv1.ReplicaSet) {
 	t.Helper()
 	want := lifeline.TraceID(string(rs.UID))
-	var found string
-	testkit.WaitFor(t, "a replicaset reconcile of "+rs.Name+" linked to the version the deployment controller wrote", 90*time.Second, func() (bool, string) {
+	found := map[string]string{} // link type -> the version whose lifeline span the deployment controller wrote
+	testkit.WaitFor(t, "a replicaset reconcile of "+rs.Name+" linked, as its read version and as its trigger, to the version the deployment controller wrote", 90*time.Second, func() (bool, string) {
 		all, _ := src.all()
-		writers := map[string]string{} // resourceVersion read -> its lifeline span's writer
+		writers := map[string]map[string]string{} // link type -> resourceVersion -> its lifeline span's writer
 		for _, s := range all {
 			if attrStr(s.resource, "k8s.pod.name") != kcmPod || s.span.GetName() != "reconcile replicaset" ||
 				attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name") != rs.Name {
 				continue
 			}
 			for _, l := range s.span.GetLinks() {
-				if attrStr(attrMap(l.GetAttributes()), "reconscope.link.type") != "read_version" {
+				typ := attrStr(attrMap(l.GetAttributes()), "reconscope.link.type")
+				if typ != "read_version" && typ != "trigger" {
 					continue
 				}
 				rv := attrStr(attrMap(l.GetAttributes()), "k8s.object.resource_version")
-				if !bytes.Equal(l.GetTraceId(), want[:]) {
-					t.Fatalf("lifeline: a read_version link of %s (version %s) is in trace %x, not the one derived from its UID %s (%s)", rs.Name, rv, l.GetTraceId(), rs.UID, want)
+				if typ == "trigger" && attrStr(attrMap(l.GetAttributes()), "k8s.object.uid") != string(rs.UID) {
+					continue // an event of another object (the ReplicaSet's pods), in that object's trace
 				}
-				writers[rv] = lifelineWriter(j, l)
-				if writers[rv] == "deployment" {
-					found = rv
-					return true, ""
+				if !bytes.Equal(l.GetTraceId(), want[:]) {
+					t.Fatalf("lifeline: a %s link of %s (version %s) is in trace %x, not the one derived from its UID %s (%s)", typ, rs.Name, rv, l.GetTraceId(), rs.UID, want)
+				}
+				if writers[typ] == nil {
+					writers[typ] = map[string]string{}
+				}
+				writers[typ][rv] = lifelineWriter(j, l)
+				if writers[typ][rv] == "deployment" {
+					found[typ] = rv
 				}
 			}
 		}
-		return false, fmt.Sprintf("versions read by replicaset reconciles of %s, by the writer of their lifeline span in Jaeger: %v", rs.Name, writers)
+		return len(found) == 2, fmt.Sprintf("versions of %s that replicaset reconciles read and were triggered by, by the writer of their lifeline span in Jaeger: %v", rs.Name, writers)
 	})
-	t.Logf("lifeline: the replicaset controller's reconcile of %s links to version %s, whose lifeline span (trace %s, derived from UID %s) the deployment controller wrote, found in Jaeger",
-		rs.Name, found, want, rs.UID)
+	t.Logf("lifeline: replicaset controller's reconciles of %s read version %s and were triggered by version %s, whose lifeline spans (trace %s, derived from UID %s) the deployment controller wrote, found in Jaeger",
+		rs.Name, found["read_version"], found["trigger"], want, rs.UID)
 }
 
 // lifelineWriter returns the writer controller of the lifeline span link l points to, as

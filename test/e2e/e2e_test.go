@@ -597,6 +597,10 @@ func checkGroundTruth(t *testing.T, recs []groundtruth.Record, spans []exporter.
 				bad = append(bad, fmt.Sprintf("no call for %s %s/%s", c.Verb, c.Kind, c.Name))
 			}
 		}
+		// What it cost in traps: at least its start and its end, and one for each call seen.
+		if hits := int(s.ProbeHits.Emulated + s.ProbeHits.SingleStepped); hits < 2+len(s.Calls) {
+			bad = append(bad, fmt.Sprintf("probe_hits %+v for a reconcile with %d calls: fewer than one hit at its start, one at its end and one per call", s.ProbeHits, len(s.Calls)))
+		}
 		if len(bad) > 0 {
 			t.Errorf("%s/%s attempt %d (%s): %s", r.Namespace, r.Name, r.Attempt, r.Outcome, strings.Join(bad, "; "))
 		}
