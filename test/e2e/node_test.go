@@ -713,19 +713,28 @@ func checkPodIdentity(t *testing.T, src spanSource, pod *corev1.Pod, objects map
 }
 
 // tracedExes are the executables the agent traces on the node, as the kernel's uprobe links
-// name them (the end of the path): the fixture, builtins and kube-controller-manager's static
-// pod, each its image's one binary.
+// name them: the path in the container's root (the kernel's path of the file from its mount),
+// the fixture, builtins and kube-controller-manager's static pod, each its image's one binary.
 var tracedExes = []string{"/scripted-controller", "/builtins", "/kube-controller-manager"}
 
-// linksOn counts the uprobe links, single and uprobe_multi alike, whose file ends in each of
-// exes (their sites: a uprobe_multi link counts its sites).
+// linksOn counts the uprobe links, single and uprobe_multi alike, on each of exes (their sites:
+// a uprobe_multi link counts its sites). A single uprobe keeps the path it was attached by, a
+// process's /proc/PID/exe: that link is followed. Other tests' binaries of the same name (built
+// under a host path) are not the node's.
 func linksOn(exes []string) (map[string]int, []bpftest.ProbeLink, error) {
 	links, err := bpftest.UprobeLinks()
 	n := map[string]int{}
 	var on []bpftest.ProbeLink
 	for _, l := range links {
+		file := l.File
+		if strings.HasPrefix(file, "/proc/") && strings.HasSuffix(file, "/exe") {
+			if target, err := os.Readlink(file); err == nil {
+				file = target
+			}
+		}
+		file = strings.TrimSuffix(file, " (deleted)")
 		for _, exe := range exes {
-			if strings.HasSuffix(l.File, exe) {
+			if file == exe {
 				n[exe] += l.Count
 				on = append(on, l)
 			}
@@ -959,6 +968,19 @@ func buildRelease(t *testing.T, imageTar, binaries string) release {
 // agent's pod once Running and Ready.
 func helmInstall(t *testing.T, env *testenv.Env, cs *kubernetes.Clientset, nodeIP string, rel release) *corev1.Pod {
 	t.Helper()
+	// A newcomer's typo first: the chart's schema refuses it, naming the key, and installs nothing.
+	helm := testenv.ToolDir(t, "build-helm.sh")
+	typo := []string{"--kubeconfig", env.Kubeconfig, "install", "reconscope", rel.chart, "--namespace", helmNamespace,
+		"--create-namespace", "--set", "otlp.endpont=http://" + nodeIP + ":4317"}
+	out, err := exec.Command(helm, typo...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "endpont") {
+		t.Errorf("helm install with a typo in a value (otlp.endpont): %v, want a failure naming the key:\n%s", err, out)
+	} else {
+		t.Logf("helm install --set otlp.endpont=… (a typo) fails: %s", strings.TrimSpace(string(out)))
+	}
+	if l, err := cs.AppsV1().DaemonSets(helmNamespace).List(context.Background(), metav1.ListOptions{}); err == nil && len(l.Items) > 0 {
+		t.Errorf("the refused install left DaemonSet %s", l.Items[0].Name)
+	}
 	helmRun(t, env, "install", "reconscope", rel.chart, "--namespace", helmNamespace, "--create-namespace",
 		"--set", "otlp.endpoint=http://"+nodeIP+":4317")
 	pod := waitDaemonSetPod(t, cs, helmNamespace, "", 120*time.Second)
