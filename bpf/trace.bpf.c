@@ -64,8 +64,11 @@ struct {
 	__type(value, __u32);
 } call_detail SEC(".maps");
 
-#define CALL_DETAIL_CALLS 1
-#define CALL_DETAIL_RECONCILE 2
+/* The values of `call_detail`. */
+enum call_detail_mode {
+	CALL_DETAIL_CALLS = 1,
+	CALL_DETAIL_RECONCILE = 2,
+};
 
 /* Set by user space at load (collector.Options.PerControllerDetail): whether any site may be
  * SITE_F_GATED. Off, span entries skip the call_detail lookups (the verifier drops them). */
@@ -102,6 +105,8 @@ const enum site_kind *unused_site_kind __attribute__((unused));
 const enum site_flag *unused_site_flag __attribute__((unused));
 const enum counter *unused_counter __attribute__((unused));
 const enum exec_flag *unused_exec_flag __attribute__((unused));
+const enum slot *unused_slot __attribute__((unused));
+const enum call_detail_mode *unused_call_detail_mode __attribute__((unused));
 
 /* read_go_string copies at most STR_MAX bytes of a Go string into dst. */
 static __always_inline void read_go_string(char *dst, __u16 *len_out, __u64 ptr, __u64 len)

@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type TraceCallDetailMode uint32
+
+const (
+	TraceCallDetailModeCALL_DETAIL_CALLS     TraceCallDetailMode = 1
+	TraceCallDetailModeCALL_DETAIL_RECONCILE TraceCallDetailMode = 2
+)
+
 type TraceCounter uint32
 
 const (
@@ -191,6 +198,14 @@ const (
 	TraceSiteRoleROLE_MARK  TraceSiteRole = 5
 )
 
+type TraceSlot uint32
+
+const (
+	TraceSlotSLOT_NONE   TraceSlot = 4294967295
+	TraceSlotSLOT_SAVED  TraceSlot = 4294967294
+	TraceSlotSLOT_FRAMES TraceSlot = 4294967293
+)
+
 type TraceStrSpec struct {
 	_        structs.HostLayout
 	PtrSlot  int8
@@ -211,41 +226,43 @@ type TraceValSpec struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	TraceMapCallDetail          = "call_detail"
-	TraceMapCounters            = "counters"
-	TraceMapErrLayouts          = "err_layouts"
-	TraceMapEvents              = "events"
-	TraceMapExcluded            = "excluded"
-	TraceMapExecs               = "execs"
-	TraceMapFileIds             = "file_ids"
-	TraceMapGoroutines          = "goroutines"
-	TraceMapSites               = "sites"
-	TraceMapSpawning            = "spawning"
-	TraceMapTracedExes          = "traced_exes"
-	TraceMapTracedPids          = "traced_pids"
-	TraceProgIdentify           = "identify"
-	TraceProgOnExec             = "on_exec"
-	TraceProgProbeSite          = "probe_site"
-	TraceProgProbeSiteMulti     = "probe_site_multi"
-	TraceVarPerControllerDetail = "per_controller_detail"
-	TraceVarUnusedCounter       = "unused_counter"
-	TraceVarUnusedCtlKey        = "unused_ctl_key"
-	TraceVarUnusedErrKey        = "unused_err_key"
-	TraceVarUnusedErrLayout     = "unused_err_layout"
-	TraceVarUnusedEvent         = "unused_event"
-	TraceVarUnusedEventFlag     = "unused_event_flag"
-	TraceVarUnusedEventHead     = "unused_event_head"
-	TraceVarUnusedEventKind     = "unused_event_kind"
-	TraceVarUnusedExeId         = "unused_exe_id"
-	TraceVarUnusedExecEvent     = "unused_exec_event"
-	TraceVarUnusedExecFlag      = "unused_exec_flag"
-	TraceVarUnusedG_key         = "unused_g_key"
-	TraceVarUnusedG_state       = "unused_g_state"
-	TraceVarUnusedSite          = "unused_site"
-	TraceVarUnusedSiteFlag      = "unused_site_flag"
-	TraceVarUnusedSiteKind      = "unused_site_kind"
-	TraceVarUnusedSiteRole      = "unused_site_role"
-	TraceVarWakeupBytes         = "wakeup_bytes"
+	TraceMapCallDetail           = "call_detail"
+	TraceMapCounters             = "counters"
+	TraceMapErrLayouts           = "err_layouts"
+	TraceMapEvents               = "events"
+	TraceMapExcluded             = "excluded"
+	TraceMapExecs                = "execs"
+	TraceMapFileIds              = "file_ids"
+	TraceMapGoroutines           = "goroutines"
+	TraceMapSites                = "sites"
+	TraceMapSpawning             = "spawning"
+	TraceMapTracedExes           = "traced_exes"
+	TraceMapTracedPids           = "traced_pids"
+	TraceProgIdentify            = "identify"
+	TraceProgOnExec              = "on_exec"
+	TraceProgProbeSite           = "probe_site"
+	TraceProgProbeSiteMulti      = "probe_site_multi"
+	TraceVarPerControllerDetail  = "per_controller_detail"
+	TraceVarUnusedCallDetailMode = "unused_call_detail_mode"
+	TraceVarUnusedCounter        = "unused_counter"
+	TraceVarUnusedCtlKey         = "unused_ctl_key"
+	TraceVarUnusedErrKey         = "unused_err_key"
+	TraceVarUnusedErrLayout      = "unused_err_layout"
+	TraceVarUnusedEvent          = "unused_event"
+	TraceVarUnusedEventFlag      = "unused_event_flag"
+	TraceVarUnusedEventHead      = "unused_event_head"
+	TraceVarUnusedEventKind      = "unused_event_kind"
+	TraceVarUnusedExeId          = "unused_exe_id"
+	TraceVarUnusedExecEvent      = "unused_exec_event"
+	TraceVarUnusedExecFlag       = "unused_exec_flag"
+	TraceVarUnusedG_key          = "unused_g_key"
+	TraceVarUnusedG_state        = "unused_g_state"
+	TraceVarUnusedSite           = "unused_site"
+	TraceVarUnusedSiteFlag       = "unused_site_flag"
+	TraceVarUnusedSiteKind       = "unused_site_kind"
+	TraceVarUnusedSiteRole       = "unused_site_role"
+	TraceVarUnusedSlot           = "unused_slot"
+	TraceVarWakeupBytes          = "wakeup_bytes"
 )
 
 // LoadTrace returns the embedded CollectionSpec for Trace.
@@ -318,25 +335,27 @@ type TraceMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type TraceVariableSpecs struct {
-	PerControllerDetail *ebpf.VariableSpec `ebpf:"per_controller_detail"`
-	UnusedCounter       *ebpf.VariableSpec `ebpf:"unused_counter"`
-	UnusedCtlKey        *ebpf.VariableSpec `ebpf:"unused_ctl_key"`
-	UnusedErrKey        *ebpf.VariableSpec `ebpf:"unused_err_key"`
-	UnusedErrLayout     *ebpf.VariableSpec `ebpf:"unused_err_layout"`
-	UnusedEvent         *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedEventFlag     *ebpf.VariableSpec `ebpf:"unused_event_flag"`
-	UnusedEventHead     *ebpf.VariableSpec `ebpf:"unused_event_head"`
-	UnusedEventKind     *ebpf.VariableSpec `ebpf:"unused_event_kind"`
-	UnusedExeId         *ebpf.VariableSpec `ebpf:"unused_exe_id"`
-	UnusedExecEvent     *ebpf.VariableSpec `ebpf:"unused_exec_event"`
-	UnusedExecFlag      *ebpf.VariableSpec `ebpf:"unused_exec_flag"`
-	UnusedG_key         *ebpf.VariableSpec `ebpf:"unused_g_key"`
-	UnusedG_state       *ebpf.VariableSpec `ebpf:"unused_g_state"`
-	UnusedSite          *ebpf.VariableSpec `ebpf:"unused_site"`
-	UnusedSiteFlag      *ebpf.VariableSpec `ebpf:"unused_site_flag"`
-	UnusedSiteKind      *ebpf.VariableSpec `ebpf:"unused_site_kind"`
-	UnusedSiteRole      *ebpf.VariableSpec `ebpf:"unused_site_role"`
-	WakeupBytes         *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	PerControllerDetail  *ebpf.VariableSpec `ebpf:"per_controller_detail"`
+	UnusedCallDetailMode *ebpf.VariableSpec `ebpf:"unused_call_detail_mode"`
+	UnusedCounter        *ebpf.VariableSpec `ebpf:"unused_counter"`
+	UnusedCtlKey         *ebpf.VariableSpec `ebpf:"unused_ctl_key"`
+	UnusedErrKey         *ebpf.VariableSpec `ebpf:"unused_err_key"`
+	UnusedErrLayout      *ebpf.VariableSpec `ebpf:"unused_err_layout"`
+	UnusedEvent          *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedEventFlag      *ebpf.VariableSpec `ebpf:"unused_event_flag"`
+	UnusedEventHead      *ebpf.VariableSpec `ebpf:"unused_event_head"`
+	UnusedEventKind      *ebpf.VariableSpec `ebpf:"unused_event_kind"`
+	UnusedExeId          *ebpf.VariableSpec `ebpf:"unused_exe_id"`
+	UnusedExecEvent      *ebpf.VariableSpec `ebpf:"unused_exec_event"`
+	UnusedExecFlag       *ebpf.VariableSpec `ebpf:"unused_exec_flag"`
+	UnusedG_key          *ebpf.VariableSpec `ebpf:"unused_g_key"`
+	UnusedG_state        *ebpf.VariableSpec `ebpf:"unused_g_state"`
+	UnusedSite           *ebpf.VariableSpec `ebpf:"unused_site"`
+	UnusedSiteFlag       *ebpf.VariableSpec `ebpf:"unused_site_flag"`
+	UnusedSiteKind       *ebpf.VariableSpec `ebpf:"unused_site_kind"`
+	UnusedSiteRole       *ebpf.VariableSpec `ebpf:"unused_site_role"`
+	UnusedSlot           *ebpf.VariableSpec `ebpf:"unused_slot"`
+	WakeupBytes          *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // TraceObjects contains all objects after they have been loaded into the kernel.
@@ -394,25 +413,27 @@ func (m *TraceMaps) Close() error {
 //
 // It can be passed to LoadTraceObjects or ebpf.CollectionSpec.LoadAndAssign.
 type TraceVariables struct {
-	PerControllerDetail *ebpf.Variable `ebpf:"per_controller_detail"`
-	UnusedCounter       *ebpf.Variable `ebpf:"unused_counter"`
-	UnusedCtlKey        *ebpf.Variable `ebpf:"unused_ctl_key"`
-	UnusedErrKey        *ebpf.Variable `ebpf:"unused_err_key"`
-	UnusedErrLayout     *ebpf.Variable `ebpf:"unused_err_layout"`
-	UnusedEvent         *ebpf.Variable `ebpf:"unused_event"`
-	UnusedEventFlag     *ebpf.Variable `ebpf:"unused_event_flag"`
-	UnusedEventHead     *ebpf.Variable `ebpf:"unused_event_head"`
-	UnusedEventKind     *ebpf.Variable `ebpf:"unused_event_kind"`
-	UnusedExeId         *ebpf.Variable `ebpf:"unused_exe_id"`
-	UnusedExecEvent     *ebpf.Variable `ebpf:"unused_exec_event"`
-	UnusedExecFlag      *ebpf.Variable `ebpf:"unused_exec_flag"`
-	UnusedG_key         *ebpf.Variable `ebpf:"unused_g_key"`
-	UnusedG_state       *ebpf.Variable `ebpf:"unused_g_state"`
-	UnusedSite          *ebpf.Variable `ebpf:"unused_site"`
-	UnusedSiteFlag      *ebpf.Variable `ebpf:"unused_site_flag"`
-	UnusedSiteKind      *ebpf.Variable `ebpf:"unused_site_kind"`
-	UnusedSiteRole      *ebpf.Variable `ebpf:"unused_site_role"`
-	WakeupBytes         *ebpf.Variable `ebpf:"wakeup_bytes"`
+	PerControllerDetail  *ebpf.Variable `ebpf:"per_controller_detail"`
+	UnusedCallDetailMode *ebpf.Variable `ebpf:"unused_call_detail_mode"`
+	UnusedCounter        *ebpf.Variable `ebpf:"unused_counter"`
+	UnusedCtlKey         *ebpf.Variable `ebpf:"unused_ctl_key"`
+	UnusedErrKey         *ebpf.Variable `ebpf:"unused_err_key"`
+	UnusedErrLayout      *ebpf.Variable `ebpf:"unused_err_layout"`
+	UnusedEvent          *ebpf.Variable `ebpf:"unused_event"`
+	UnusedEventFlag      *ebpf.Variable `ebpf:"unused_event_flag"`
+	UnusedEventHead      *ebpf.Variable `ebpf:"unused_event_head"`
+	UnusedEventKind      *ebpf.Variable `ebpf:"unused_event_kind"`
+	UnusedExeId          *ebpf.Variable `ebpf:"unused_exe_id"`
+	UnusedExecEvent      *ebpf.Variable `ebpf:"unused_exec_event"`
+	UnusedExecFlag       *ebpf.Variable `ebpf:"unused_exec_flag"`
+	UnusedG_key          *ebpf.Variable `ebpf:"unused_g_key"`
+	UnusedG_state        *ebpf.Variable `ebpf:"unused_g_state"`
+	UnusedSite           *ebpf.Variable `ebpf:"unused_site"`
+	UnusedSiteFlag       *ebpf.Variable `ebpf:"unused_site_flag"`
+	UnusedSiteKind       *ebpf.Variable `ebpf:"unused_site_kind"`
+	UnusedSiteRole       *ebpf.Variable `ebpf:"unused_site_role"`
+	UnusedSlot           *ebpf.Variable `ebpf:"unused_slot"`
+	WakeupBytes          *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // TracePrograms contains all programs after they have been loaded into the kernel.

@@ -11,12 +11,19 @@
 #define STR_COUNT 6   /* strings per event: STR_SPECS from the site's specs, 1 for id/error text */
 #define STR_EXTRA 5   /* index of the string that holds the reconcile ID or the error message */
 #define VAL_SPECS 2   /* integer values a site can name */
-#define SLOT_SAVED (-2) /* base slot meaning: the pointer the call's entry saved (save_slot) */
-#define SLOT_FRAMES (-3) /* val[0]'s base slot meaning: vals hold the return addresses of the
-			  * innermost frames (frame_returns in trace.bpf.c); entry sites only */
 
 /* The constants below are enums so that bpf2go (-type) gives Go their values: user space uses
- * the generated constants, never copies. */
+ * the generated constants, never copies. (The sizes above reach Go as the lengths of the
+ * generated structs' arrays.) */
+
+/* What a register slot field (str_spec, val_spec, site_config) holds when it names no
+ * register (a slot >= 0 names one, GO_ARG_SLOTS of them). */
+enum slot {
+	SLOT_NONE = -1,   /* unused */
+	SLOT_SAVED = -2,  /* base slot: the pointer the call's entry saved (save_slot) */
+	SLOT_FRAMES = -3, /* val[0]'s base slot: vals hold the return addresses of the innermost
+			   * frames (frame_returns in trace.bpf.c); entry sites only */
+};
 
 /* event.kind */
 enum event_kind {

@@ -66,7 +66,7 @@ func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
 // newTracer loads the eBPF programs and returns a tracer writing to w. configure, when not
 // nil, sets what the command decides besides the flags (proc root, admission at exec).
 func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock ktime.Clock, configure func(*tracer.Options)) (*tracer.Tracer, error) {
-	catalog := tf.goroutines.Catalog(append(append([]*probes.Probe{}, probes.Catalog...), tf.extra...))
+	catalog := tf.goroutines.Catalog(append(probes.Catalog(), tf.extra...))
 	opts := tracer.Options{
 		Collector: collector.Options{RingBufferSize: *tf.ringSize, ForceSingleUprobes: *tf.single},
 		Assembler: span.Options{AbandonAfter: *tf.abandon, FightAlternations: offWhenZero(*tf.fightAlts), FightWindow: *tf.fightWindow,

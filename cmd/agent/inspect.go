@@ -166,7 +166,7 @@ func inspect(path string, inherit probes.Inheritance, detail probes.Detail) (*In
 	rep.GoVersion, rep.Arch, rep.Stripped, rep.PIE, rep.DWARF = bin.GoVersion, bin.Arch, bin.Stripped, bin.PIE, bin.HasDWARF
 	rep.MainModule = bin.MainModule
 	rep.Modules = probes.ModuleVersions(bin)
-	plan, err := probes.NewPlan(bin, detail.Catalog(inherit.Catalog(probes.Catalog)))
+	plan, err := probes.NewPlan(bin, detail.Catalog(inherit.Catalog(probes.Catalog())))
 	if plan != nil {
 		fill(rep, plan)
 		rep.GoroutineInheritance = inheritanceOf(plan, inherit)

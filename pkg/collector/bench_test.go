@@ -37,7 +37,7 @@ const (
 )
 
 func catalogProbe(b *testing.B, id, minVersion string) *probes.Probe {
-	for _, p := range probes.Catalog {
+	for _, p := range probes.Catalog() {
 		if p.ID == id && p.MinVersion == minVersion {
 			return p
 		}

@@ -6,10 +6,10 @@ import (
 	rbpf "github.com/reconscope/reconscope/bpf"
 )
 
-// The values of the kernel's call_detail map (CALL_DETAIL_* in bpf/trace.bpf.c).
+// The values of the kernel's call_detail map (enum call_detail_mode in bpf/trace.bpf.c).
 const (
-	callDetailCalls     uint32 = 1 // CALL_DETAIL_CALLS
-	callDetailReconcile uint32 = 2 // CALL_DETAIL_RECONCILE
+	callDetailCalls     = uint32(rbpf.TraceCallDetailModeCALL_DETAIL_CALLS)
+	callDetailReconcile = uint32(rbpf.TraceCallDetailModeCALL_DETAIL_RECONCILE)
 )
 
 // SetCallDetail says whether the spans of one controller instance of process pid (key: the

@@ -20,7 +20,7 @@ func fuzzCollector(t testing.TB) *Collector {
 		0x7f0000001000: "*errors.errorString",
 		0x7f0000002000: "*v1.ConfigMap",
 	}}}}
-	for _, p := range probes.Catalog {
+	for _, p := range probes.Catalog() {
 		for _, kind := range []probes.SiteKind{probes.SiteEntry, probes.SiteReturn} {
 			c.table = append(c.table, &probes.Site{Probe: p, Kind: kind})
 		}

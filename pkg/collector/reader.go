@@ -233,9 +233,9 @@ func DecodeEvent(b []byte, raw *probes.Raw) bool {
 	}
 	e := (*rbpf.TraceEvent)(unsafe.Pointer(&b[0]))
 	for i := 0; i < strExtra; i++ {
-		raw.Str[i], raw.Truncated[i] = cString(&e.Str[i], e.StrLen[i])
+		raw.Str[i], raw.Truncated[i] = cString(e.Str[i][:], e.StrLen[i])
 	}
-	extra, trunc := cString(&e.Str[strExtra], e.StrLen[strExtra])
+	extra, trunc := cString(e.Str[strExtra][:], e.StrLen[strExtra])
 	switch {
 	case e.Flags&flagReconcileID != 0:
 		raw.ReconcileID = extra
@@ -248,7 +248,9 @@ func DecodeEvent(b []byte, raw *probes.Raw) bool {
 	return true
 }
 
-func cString(b *[128]int8, n uint16) (string, bool) {
+// cString is the string the kernel copied into b (STR_MAX bytes, a row of event.str), whose
+// original length was n: truncated when n is longer than b.
+func cString(b []int8, n uint16) (string, bool) {
 	l := int(n)
 	trunc := false
 	if l > len(b) {

@@ -18,7 +18,7 @@ func siteConfig(plan *probes.Plan, s *probes.Site) rbpf.TraceSiteConfig {
 		ErrSlot:  int8(l.Err),
 		GoidOff:  uint32(plan.GoidOffset),
 		SaveSlot: int8(l.Save),
-		KeySlot:  probes.None,
+		KeySlot:  int8(probes.None),
 	}
 	if s.Kind == probes.SiteEntry && s.Probe.Role == probes.RoleSpan {
 		c.KeySlot = int8(l.Key)
@@ -37,7 +37,7 @@ func siteConfig(plan *probes.Plan, s *probes.Site) rbpf.TraceSiteConfig {
 		if a.Base != probes.None {
 			off, ok := plan.Offset(a.Field)
 			if !ok {
-				spec = rbpf.TraceStrSpec{PtrSlot: probes.None, LenSlot: probes.None, BaseSlot: probes.None}
+				spec = rbpf.TraceStrSpec{PtrSlot: int8(probes.None), LenSlot: int8(probes.None), BaseSlot: int8(probes.None)}
 			} else {
 				spec.Off = uint32(off + a.Field.Add)
 			}
@@ -45,9 +45,9 @@ func siteConfig(plan *probes.Plan, s *probes.Site) rbpf.TraceSiteConfig {
 		c.Str[i] = spec
 	}
 	for i, v := range l.Values {
-		spec := rbpf.TraceValSpec{BaseSlot: probes.None}
+		spec := rbpf.TraceValSpec{BaseSlot: int8(probes.None)}
 		if v.Base == probes.Frames {
-			spec.BaseSlot = probes.Frames
+			spec.BaseSlot = int8(probes.Frames)
 		} else if v.Base != probes.None {
 			if off, ok := plan.Offset(v.Field); ok {
 				spec = rbpf.TraceValSpec{BaseSlot: int8(v.Base), Off: uint32(off + v.Field.Add)}

@@ -33,15 +33,16 @@ func TestSiteConfig(t *testing.T) {
 		{FieldRef: status, Value: 16, Source: "table"},
 	}}
 	c := siteConfig(plan, &probes.Site{Probe: pr, Kind: probes.SiteReturn})
+	const noSlot, savedSlot = int8(probes.None), int8(probes.Saved) // as the kernel's record holds them
 
 	if c.Kind != uint8(rbpf.TraceSiteKindSITE_RETURN) || c.Role != uint8(rbpf.TraceSiteRoleROLE_CALL) ||
-		c.ErrSlot != 2 || c.SaveSlot != 1 || c.CtxSlot != probes.None || c.GoidOff != 152 {
+		c.ErrSlot != 2 || c.SaveSlot != 1 || c.CtxSlot != noSlot || c.GoidOff != 152 {
 		t.Errorf("head: %+v", c)
 	}
 	want := []rbpf.TraceStrSpec{
-		{PtrSlot: 3, LenSlot: 4, BaseSlot: probes.None},
-		{PtrSlot: probes.None, LenSlot: probes.None, BaseSlot: probes.Saved, Off: 24 + 16},
-		{PtrSlot: probes.None, LenSlot: probes.None, BaseSlot: probes.None}, // offset unknown: left out
+		{PtrSlot: 3, LenSlot: 4, BaseSlot: noSlot},
+		{PtrSlot: noSlot, LenSlot: noSlot, BaseSlot: savedSlot, Off: 24 + 16},
+		{PtrSlot: noSlot, LenSlot: noSlot, BaseSlot: noSlot}, // offset unknown: left out
 	}
 	for i, w := range want {
 		if c.Str[i] != w {
@@ -51,7 +52,7 @@ func TestSiteConfig(t *testing.T) {
 	if w := (rbpf.TraceValSpec{BaseSlot: 0, Off: 16}); c.Val[0] != w {
 		t.Errorf("value 0: %+v, want %+v", c.Val[0], w)
 	}
-	if c.Val[1].BaseSlot != probes.None {
+	if c.Val[1].BaseSlot != noSlot {
 		t.Errorf("value 1: %+v, want none", c.Val[1])
 	}
 }
@@ -72,7 +73,7 @@ func TestDeferredSite(t *testing.T) {
 	if c := siteConfig(plan, &probes.Site{Probe: deferred, Kind: probes.SiteEntry}); c.Deferred != 1 || c.SaveSlot != int8(deferred.Entry.Save) {
 		t.Errorf("deferred read's entry: deferred %d, save slot %d", c.Deferred, c.SaveSlot)
 	}
-	for _, p := range probes.Catalog {
+	for _, p := range probes.Catalog() {
 		if c := siteConfig(plan, &probes.Site{Probe: p, Kind: probes.SiteEntry}); c.Deferred != 0 {
 			t.Errorf("%s: entry marked deferred", p.ID)
 		}

@@ -2,12 +2,13 @@
 // modules, what each probe site reads (Go ABI register slots, struct-field offsets), and the
 // pure functions that turn one decoded probe event into a span event.
 //
-// The catalog is data (Catalog below). Given a symbols.Binary, NewPlan turns it into the
-// exact sites to attach, or says exactly what is missing.
+// The catalog is data (the tables Catalog returns). Given a symbols.Binary, NewPlan turns it
+// into the exact sites to attach, or says exactly what is missing.
 package probes
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 
 	rbpf "github.com/reconscope/reconscope/bpf"
@@ -44,8 +45,24 @@ func (r Role) String() string {
 }
 
 // Register slots of Go's register ABI (integer arguments and results, in order):
-// amd64 RAX RBX RCX RDI RSI R8 R9 R10 R11, arm64 R0..R8. None means unused.
-const None = -1
+// amd64 RAX RBX RCX RDI RSI R8 R9 R10 R11, arm64 R0..R8; and the slot values that name no
+// register, the C enum slot (bpf/include/events.h). Its values are all negative: clang before 15
+// records no signedness in BTF, so bpf2go types the enum uint32 (SLOT_NONE is 1<<32 - 1), and
+// (v + 1<<32) % (1<<32) - 1<<32 reads those 32 bits as the negative number (the same if a newer
+// clang makes the enum int32).
+const (
+	// None means unused (SLOT_NONE).
+	None = int((int64(rbpf.TraceSlotSLOT_NONE)+1<<32)%(1<<32) - 1<<32)
+	// Saved, as a Base, means the pointer the call's entry kept (Layout.Save), read at its
+	// return (SLOT_SAVED).
+	Saved = int((int64(rbpf.TraceSlotSLOT_SAVED)+1<<32)%(1<<32) - 1<<32)
+	// Frames, as the Base of a layout's first value, reads instead the return addresses of the
+	// innermost frames at an entry site (SLOT_FRAMES): Raw.Vals hold four 32-bit addresses in
+	// the ELF file, the probed function's own return address first, then its callers' up the
+	// frame-pointer chain (0 where it ends). The collector names the first one outside the work
+	// queue's code (Raw.Worker).
+	Frames = int((int64(rbpf.TraceSlotSLOT_FRAMES)+1<<32)%(1<<32) - 1<<32)
+)
 
 // StringArg says where one string a site reads comes from: a (ptr, len) register pair, or a
 // Go string header inside the struct a register points to (Base and Field).
@@ -63,16 +80,6 @@ type FieldRef struct {
 	// (ObjectMeta after TypeMeta in every Kubernetes object).
 	Add uint64
 }
-
-// Saved, as a Base, means the pointer the call's entry kept (Layout.Save), read at its return.
-const Saved = -2
-
-// Frames, as the Base of a layout's first value, reads instead the return addresses of the
-// innermost frames at an entry site (SLOT_FRAMES, bpf/include/events.h): Raw.Vals hold four
-// 32-bit addresses in the ELF file, the probed function's own return address first, then its
-// callers' up the frame-pointer chain (0 where it ends). The collector names the first one
-// outside the work queue's code (Raw.Worker).
-const Frames = -3
 
 // ValueArg is an 8-byte integer field of the struct a register (or the saved pointer) points to.
 // A Field without a Type is the word at Field.Add bytes from the pointer (an item's first
@@ -299,9 +306,22 @@ var (
 	syncReturn = layout().err(0)
 )
 
-// Catalog is the built-in probe catalog. A probe ID may appear once per layout (module
-// version range); the plan uses the entries whose range holds the binary's version.
-var Catalog = []*Probe{
+// Catalog returns the built-in probe catalog, in a slice of its own: a caller may add to it,
+// take from it or reorder it. The probes themselves are shared: do not change them. A probe ID
+// may appear once per layout (module version range); the plan uses the entries whose range
+// holds the binary's version.
+func Catalog() []*Probe {
+	out := slices.Clone(handlerProbes)
+	out = append(out, syncProbes...)
+	out = append(out, GoroutineProbes...)
+	out = append(out, QueueProbes...)
+	out = append(out, WorkQueueProbes...)
+	return append(out, WatchEventProbes...)
+}
+
+// handlerProbes are the catalog's probes of controller-runtime's reconcile and of the calls a
+// reconcile makes through controller-runtime and client-go.
+var handlerProbes = []*Probe{
 	// controller-runtime: every controller of a manager through one function.
 	{ID: "controller-runtime/reconcile", Module: controllerRuntime, MinVersion: "v0.23.0", Role: RoleSpan,
 		// generic shape body: recv, dict, ctx, req; returns Result{Requeue, RequeueAfter, Priority}, error
@@ -570,17 +590,16 @@ var SyncHandlers = []struct {
 	{"serviceaccount", "k8s.io/kubernetes/pkg/controller/serviceaccount.(*ServiceAccountsController).syncNamespace", syncEntry, syncReturn},
 }
 
-func init() {
+// syncProbes are the catalog's probes of SyncHandlers.
+var syncProbes = func() []*Probe {
+	var out []*Probe
 	for _, h := range SyncHandlers {
 		p := SyncProbe(h.Controller, h.Symbol, h.Entry.key(0), h.Return) // key: the controller, the receiver
 		p.Module = kubernetes
-		Catalog = append(Catalog, p)
+		out = append(out, p)
 	}
-	Catalog = append(Catalog, GoroutineProbes...)
-	Catalog = append(Catalog, QueueProbes...)
-	Catalog = append(Catalog, WorkQueueProbes...)
-	Catalog = append(Catalog, WatchEventProbes...)
-}
+	return out
+}()
 
 // syncPrefix starts the ID of every sync-handler probe; the controller's name follows.
 const syncPrefix = "sync/"

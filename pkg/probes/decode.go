@@ -51,7 +51,7 @@ type Raw struct {
 
 func base(r *Raw, kind span.EventKind) span.Event {
 	incomplete := r.Incomplete
-	for _, t := range r.Truncated[:5] {
+	for _, t := range r.Truncated[:len(Layout{}.Strings)] { // the site's strings, not the ID or error text
 		incomplete = incomplete || t
 	}
 	return span.Event{

@@ -14,10 +14,10 @@ func TestDetail(t *testing.T) {
 		t.Error("Set(everything): no error")
 	}
 	kept := map[*Probe]bool{}
-	for _, p := range DetailReconcile.Catalog(Catalog) {
+	for _, p := range DetailReconcile.Catalog(Catalog()) {
 		kept[p] = true
 	}
-	for _, p := range Catalog {
+	for _, p := range Catalog() {
 		if want := p.Role == RoleSpan || p.Role == RoleMark || p.ItemResult; kept[p] != want {
 			t.Errorf("%s (%s, %s): kept %v at detail reconcile, want %v", p.ID, p.Role, p.Symbol, kept[p], want)
 		}
@@ -37,11 +37,11 @@ func TestDetail(t *testing.T) {
 			}
 		}
 	}
-	if n, want := len(DetailReconcile.Catalog(Catalog)), len(kept); n != want {
+	if n, want := len(DetailReconcile.Catalog(Catalog())), len(kept); n != want {
 		t.Errorf("detail reconcile keeps %d probes, %d distinct", n, want)
 	}
-	if n := len(DetailCalls.Catalog(Catalog)); n != len(Catalog) {
-		t.Errorf("detail calls keeps %d of %d probes", n, len(Catalog))
+	if n := len(DetailCalls.Catalog(Catalog())); n != len(Catalog()) {
+		t.Errorf("detail calls keeps %d of %d probes", n, len(Catalog()))
 	}
 }
 
@@ -49,8 +49,8 @@ func TestDetail(t *testing.T) {
 // calls has and detail reconcile has not, so the two plans of an executable never hold one
 // probe twice and together hold every probe of detail calls.
 func TestCallProbes(t *testing.T) {
-	calls := CallProbes(Catalog)
-	base := DetailReconcile.Catalog(Catalog)
+	calls := CallProbes(Catalog())
+	base := DetailReconcile.Catalog(Catalog())
 	in := func(list []*Probe, p *Probe) bool {
 		for _, q := range list {
 			if q == p {
@@ -67,7 +67,7 @@ func TestCallProbes(t *testing.T) {
 			t.Errorf("%s (%s, %s): a span, mark or item-result probe among the call probes", p.ID, p.Role, p.Symbol)
 		}
 	}
-	for _, p := range DetailCalls.Catalog(Catalog) {
+	for _, p := range DetailCalls.Catalog(Catalog()) {
 		if !in(base, p) && !in(calls, p) {
 			t.Errorf("%s (%s): in neither plan", p.ID, p.Symbol)
 		}

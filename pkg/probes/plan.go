@@ -124,10 +124,8 @@ type Plan struct {
 var ErrNothingToTrace = errors.New("no probe applies: the binary has no controller code reconscope knows")
 
 // NewPlan matches the catalog against bin. It returns ErrNothingToTrace (with the plan, whose
-// Missing says why) when no site was found. It first records in bin the published versions of
-// a Kubernetes release build's staging modules (ModuleVersions).
+// Missing says why) when no site was found. It only reads bin and catalog.
 func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
-	useKubernetesRelease(bin)
 	p := &Plan{Binary: bin}
 	offsets := map[FieldRef]*OffsetUse{}
 	offset := func(ref FieldRef) (uint64, bool) {

@@ -160,7 +160,7 @@ func TestDevelVersionOneLayout(t *testing.T) {
 
 	// Two layouts that nothing in the binary tells apart: refused, with the reason.
 	var catalog []*Probe
-	for _, p := range Catalog {
+	for _, p := range Catalog() {
 		if p.ID == "controller-runtime/reconcile" && p.Result != nil {
 			q := *p
 			q.Result = nil

@@ -72,7 +72,7 @@ func TestMain(m *testing.M) {
 
 func planOf(t *testing.T, path string) *Plan {
 	t.Helper()
-	return planWith(t, path, Catalog)
+	return planWith(t, path, Catalog())
 }
 
 // planWith is the plan of catalog for the binary at path.
@@ -226,7 +226,7 @@ func TestStrippedSitesMatchUnstripped(t *testing.T) {
 // the table.
 func TestPlanResolvesFieldsRead(t *testing.T) {
 	plan := planOf(t, buildWith(t, "local", fixturePkg, "-s -w"))
-	read := FieldsRead(Catalog)
+	read := FieldsRead(Catalog())
 	for _, u := range plan.Offsets {
 		if !slices.Contains(read, FieldRef{Type: u.Type, Path: u.Path}) {
 			t.Errorf("the plan resolved %s %s, which FieldsRead does not list", u.Type, u.Path)
@@ -280,7 +280,7 @@ func TestUnknownVersionExplained(t *testing.T) {
 	defer bin.Close()
 	bin.GoVersion = "go1.99.1"
 	bin.Modules[crModule] = "v0.99.0"
-	plan, err := NewPlan(bin, Catalog)
+	plan, err := NewPlan(bin, Catalog())
 	if err != nil {
 		t.Fatal(err)
 	}

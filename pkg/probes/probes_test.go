@@ -145,7 +145,7 @@ func TestIsUID(t *testing.T) {
 // (fieldUses), and fieldUses names no field the catalog does not read.
 func TestFieldUsesMatchFieldsRead(t *testing.T) {
 	read := map[string]bool{}
-	for _, f := range FieldsRead(Catalog) {
+	for _, f := range FieldsRead(Catalog()) {
 		k := f.Type + " " + f.Path
 		read[k] = true
 		if fieldUses[k] == "" {

@@ -11,7 +11,7 @@ func TestSelectSyncHandlers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	catalog := append(slices.Clone(Catalog), custom)
+	catalog := append(Catalog(), custom)
 	selects := func(c string) bool { return c == "deployment" || strings.HasPrefix(c, "wid") }
 	kept, left := SelectSyncHandlers(catalog, selects)
 	if len(kept)+len(left) != len(catalog) {
@@ -38,7 +38,7 @@ func TestSelectSyncHandlers(t *testing.T) {
 // the work queue's processing set at Get's map insert (slot 1) and the receiver of
 // controller-runtime's Reconcile and of kube-controller-manager's sync handlers (slot 0).
 func TestSpanEntriesNameTheirKey(t *testing.T) {
-	for _, p := range Catalog {
+	for _, p := range Catalog() {
 		want := None
 		switch {
 		case p.ID == "client-go/workqueue":

@@ -77,7 +77,7 @@ func TestWorkQueuePlan(t *testing.T) {
 // plan says "queue layout unknown" and attaches neither of its sites.
 func TestWorkQueueLayoutUnknown(t *testing.T) {
 	var catalog []*Probe
-	for _, p := range Catalog {
+	for _, p := range Catalog() {
 		if p.Bracket != nil {
 			c := *p
 			c.Bracket = &Bracket{Call: regexp.MustCompile(`^runtime\.noSuchFunction$`), End: p.Bracket.End}

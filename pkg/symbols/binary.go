@@ -34,7 +34,8 @@ type Binary struct {
 	MainVersion string
 	// Modules maps each dependency module path to its version, after replace directives
 	// (the replacement's version when it has one; a directory replace keeps the required
-	// version, often v0.0.0, until SetModuleVersion says better).
+	// version, often v0.0.0, but for the staging modules of a Kubernetes release build, which
+	// take their published version: stagingVersion).
 	Modules map[string]string
 	// Settings holds the build settings recorded in the binary: "-ldflags", "CGO_ENABLED",
 	// "GOARCH", "vcs.revision", ...
@@ -366,25 +367,58 @@ func (b *Binary) readBuildInfo() error {
 	for _, s := range bi.Settings {
 		b.Settings[s.Key] = s.Value
 	}
+	staging := stagingVersion(b.Settings["-ldflags"])
 	for _, d := range bi.Deps {
 		v := d.Version
 		if d.Replace != nil && d.Replace.Version != "" {
 			v = d.Replace.Version
+		}
+		if v == "v0.0.0" && staging != "" && strings.HasPrefix(d.Path, "k8s.io/") {
+			v = staging
 		}
 		b.Modules[d.Path] = v
 	}
 	return nil
 }
 
-// SetModuleVersion records version as the version of dependency module, for a caller that
-// knows it better than the build info (a directory replace records v0.0.0: pkg/probes knows
-// the published version of Kubernetes' staging modules). Later FieldOffset answers use it.
-// SetModuleVersion must not run concurrently with other methods.
-func (b *Binary) SetModuleVersion(module, version string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.Modules[module] = version
-	b.offsets = nil // answers keyed by the old version
+// stagingVersion returns the published version of the staging modules (client-go,
+// apimachinery, ...) of a Kubernetes release build: such a build replaces them by directories
+// of the kubernetes tree, recorded as v0.0.0, and sets its release in the linker flags, whose
+// v1.37.2 ships client-go v0.37.2. "" when the linker flags set no Kubernetes release.
+func stagingVersion(ldflags string) string {
+	v := kubernetesVersion(ldflags)
+	if v == "" {
+		return ""
+	}
+	return "v0." + strings.TrimPrefix(v, "v1.")
+}
+
+// kubernetesVersion returns the release set by -X k8s.io/component-base/version.gitVersion
+// (or k8s.io/client-go/pkg/version.gitVersion) in the linker flags, as "v1.MINOR.PATCH"
+// without pre-release or build suffixes; "" when there is none.
+func kubernetesVersion(ldflags string) string {
+	for _, key := range []string{"k8s.io/component-base/version.gitVersion=", "k8s.io/client-go/pkg/version.gitVersion="} {
+		i := strings.Index(ldflags, key)
+		if i < 0 {
+			continue
+		}
+		v := strings.Trim(ldflags[i+len(key):], "'\"")
+		if j := strings.IndexAny(v, " '\"+-"); j >= 0 {
+			v = v[:j]
+		}
+		parts := strings.Split(strings.TrimPrefix(v, "v"), ".")
+		if len(parts) != 3 || parts[0] != "1" {
+			continue
+		}
+		if _, err := strconv.Atoi(parts[1]); err != nil {
+			continue
+		}
+		if _, err := strconv.Atoi(parts[2]); err != nil {
+			continue
+		}
+		return "v1." + parts[1] + "." + parts[2]
+	}
+	return ""
 }
 
 // ModuleVersion returns the version of module in this binary: a dependency's (after

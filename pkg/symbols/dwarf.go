@@ -570,7 +570,7 @@ func (d *dwarfReader) findStructIndexed(typeName string) (*dwarfUnit, uint64, er
 			return u, off, nil
 		}
 	}
-	pkg := typePackage(typeName)
+	pkg := TypePackage(typeName)
 	for !d.complete {
 		u, err := d.nextUnit(func(n string) bool { return n == "runtime" || n == pkg })
 		if err != nil {
@@ -643,9 +643,10 @@ func (d *dwarfReader) resolvePath(structOff uint64, path []string, depth int) (u
 	return m.loc + rest, nil
 }
 
-// typePackage returns the package path of a Go type name: "k8s.io/client-go/rest" for
-// "k8s.io/client-go/rest.Request", "runtime" for "runtime.g".
-func typePackage(name string) string {
+// TypePackage returns the package path of a Go type name: "k8s.io/client-go/rest" for
+// "k8s.io/client-go/rest.Request", "runtime" for "runtime.g"; type arguments and pointer
+// stars aside.
+func TypePackage(name string) string {
 	if i := strings.IndexByte(name, '['); i >= 0 {
 		name = name[:i]
 	}

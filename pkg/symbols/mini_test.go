@@ -523,27 +523,37 @@ func TestConcurrentUse(t *testing.T) {
 	}
 }
 
-// TestSetModuleVersion: a directory replace (a Kubernetes release build's staging modules)
-// records v0.0.0, which the offsets table has no entry for; once the caller sets the
-// published version, FieldOffset answers from the table, even after an earlier miss.
-func TestSetModuleVersion(t *testing.T) {
+// TestKubernetesRelease: a Kubernetes release build replaces its staging modules by
+// directories (recorded as v0.0.0) and sets its release in the linker flags: the staging
+// modules take the published version, which the offsets table answers for; other modules keep
+// theirs.
+func TestKubernetesRelease(t *testing.T) {
 	modinfo := "dep\tk8s.io/client-go\tv0.0.0\n=>\t./staging/src/k8s.io/client-go\t\t\n" +
-		"dep\tk8s.io/klog/v2\tv2.130.1\th1:abc=\n"
+		"dep\tk8s.io/klog/v2\tv2.130.1\th1:abc=\n" +
+		"build\t-ldflags=\"-s -w -X 'k8s.io/component-base/version.gitVersion=v1.36.3' -X k8s.io/component-base/version.gitMajor=1\"\n"
 	b, err := OpenBytes(miniGoELF(miniOpts{modinfo: modinfo}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for m, want := range map[string]string{"k8s.io/client-go": "v0.0.0", "k8s.io/klog/v2": "v2.130.1"} {
+	for m, want := range map[string]string{"k8s.io/client-go": "v0.36.3", "k8s.io/klog/v2": "v2.130.1"} {
 		if got := b.Modules[m]; got != want {
 			t.Errorf("Modules[%s] = %q, want %q", m, got, want)
 		}
 	}
-	if off, err := b.FieldOffset("k8s.io/client-go/rest.Request", "verb"); err == nil {
-		t.Errorf("FieldOffset(rest.Request, verb) of client-go v0.0.0 = %+v, want an error", off)
-	}
-	b.SetModuleVersion("k8s.io/client-go", "v0.36.3")
 	off, err := b.FieldOffset("k8s.io/client-go/rest.Request", "verb")
 	if err != nil || off.Source != "table" || !strings.HasPrefix(off.Version, "v0.36.") {
 		t.Errorf("FieldOffset(rest.Request, verb) = %+v, %v; want a table entry of the v0.36 series", off, err)
+	}
+
+	for _, c := range []struct{ ldflags, want string }{
+		{"-X k8s.io/client-go/pkg/version.gitVersion=v1.37.2", "v0.37.2"},
+		{"-X k8s.io/component-base/version.gitVersion=v1.37.0-alpha.1", "v0.37.0"},
+		{"-X 'k8s.io/component-base/version.gitVersion=v1.37.2+k3s1' -s", "v0.37.2"},
+		{"-X main.version=v1.2.3", ""},
+		{"", ""},
+	} {
+		if got := stagingVersion(c.ldflags); got != c.want {
+			t.Errorf("stagingVersion(%q) = %q, want %q", c.ldflags, got, c.want)
+		}
 	}
 }

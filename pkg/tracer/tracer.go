@@ -40,7 +40,7 @@ type Writer interface {
 type Options struct {
 	Collector collector.Options
 	Assembler span.Options
-	Catalog   []*probes.Probe // nil: probes.Catalog
+	Catalog   []*probes.Probe // nil: probes.Catalog()
 	Writer    Writer
 	Logger    *slog.Logger
 	// Clock turns kernel times into wall-clock times; zero: measured now.
@@ -226,7 +226,7 @@ func New(opts Options) (*Tracer, error) {
 		opts.Logger = slog.Default()
 	}
 	if opts.Catalog == nil {
-		opts.Catalog = probes.Catalog
+		opts.Catalog = probes.Catalog()
 	}
 	if opts.Clock == (ktime.Clock{}) {
 		opts.Clock = ktime.NewClock()

@@ -165,7 +165,7 @@ func cacheGetProbe() (*probes.Probe, error) {
 // benchCallProbe copies the catalog's probe id as benchID, pointed at the functions symbol
 // matches in package main, the struct of the string fields of layout read as fieldType.
 func benchCallProbe(id, benchID, symbol string, layout func(*probes.Probe) *probes.Layout, fieldType string) (*probes.Probe, error) {
-	for _, p := range probes.Catalog {
+	for _, p := range probes.Catalog() {
 		if p.ID == id {
 			c := *p
 			c.ID, c.Module = benchID, ""

@@ -309,7 +309,7 @@ func checkTwinSites(t *testing.T, strippedPath, plainPath string) int {
 		if bin.Stripped != (i == 0) {
 			t.Fatalf("%s: stripped = %v", path, bin.Stripped)
 		}
-		plans[i], err = probes.NewPlan(bin, probes.Catalog)
+		plans[i], err = probes.NewPlan(bin, probes.Catalog())
 		if err != nil {
 			t.Fatalf("plan of %s: %v", path, err)
 		}

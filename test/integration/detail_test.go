@@ -25,7 +25,7 @@ import (
 func TestDetailReconcile(t *testing.T) {
 	bpftest.Require(t)
 	forEachBuild(t, func(t *testing.T, build fixtureBuild) {
-		testDetailReconcile(t, "detail-"+build.name, probes.DetailReconcile.Catalog(probes.Catalog), build.flags, true)
+		testDetailReconcile(t, "detail-"+build.name, probes.DetailReconcile.Catalog(probes.Catalog()), build.flags, true)
 	})
 }
 
@@ -37,7 +37,7 @@ func TestDetailReconcile(t *testing.T) {
 // one it has is the one the reconcile read.
 func TestDeferredRead(t *testing.T) {
 	bpftest.Require(t)
-	catalog := slices.DeleteFunc(probes.DetailReconcile.Catalog(probes.Catalog), func(p *probes.Probe) bool {
+	catalog := slices.DeleteFunc(probes.DetailReconcile.Catalog(probes.Catalog()), func(p *probes.Probe) bool {
 		return slices.Contains(probes.ReconcileReads, p) && !p.DeferredRead
 	})
 	forEachBuild(t, func(t *testing.T, build fixtureBuild) {

@@ -33,7 +33,7 @@ func TestKubeControllerManagerSelectController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	catalog, left := probes.SelectSyncHandlers(probes.Catalog, selected.Selects)
+	catalog, left := probes.SelectSyncHandlers(probes.Catalog(), selected.Selects)
 	if !slices.Contains(left, "sync/replicaset") || slices.Contains(left, "sync/deployment") {
 		t.Fatalf("sync handlers left out: %v, want sync/replicaset and not sync/deployment", left)
 	}

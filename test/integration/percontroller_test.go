@@ -25,8 +25,8 @@ import (
 // reconcile, the calls probes attached gated, pol choosing.
 func mixedOptions(pol *detail.Policy) tracer.Options {
 	return tracer.Options{
-		Catalog:      probes.DetailReconcile.Catalog(probes.Catalog),
-		CallsCatalog: probes.Catalog,
+		Catalog:      probes.DetailReconcile.Catalog(probes.Catalog()),
+		CallsCatalog: probes.Catalog(),
 		Detail:       pol,
 	}
 }

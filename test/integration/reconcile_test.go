@@ -65,7 +65,7 @@ func startTracedFixtureArgs(t *testing.T, args []string, flags ...string) *trace
 // startTracedFixtureDetail starts the fixture with args, built with flags, traced at detail.
 func startTracedFixtureDetail(t *testing.T, detail probes.Detail, args []string, flags ...string) *tracedFixture {
 	t.Helper()
-	return startTracedFixtureCatalog(t, detail.Catalog(probes.Catalog), args, flags...)
+	return startTracedFixtureCatalog(t, detail.Catalog(probes.Catalog()), args, flags...)
 }
 
 // startTracedFixtureCatalog starts the fixture with args, built with flags, traced with catalog.

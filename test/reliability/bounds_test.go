@@ -3,13 +3,14 @@ package reliability
 import (
 	"testing"
 
+	rbpf "github.com/reconscope/reconscope/bpf"
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/collector"
 )
 
 // strMax is STR_MAX in bpf/include/events.h: the bytes the kernel copies of any string.
-const strMax = 128
+const strMax = len(rbpf.TraceEvent{}.Str[0])
 
 // TestLongStringsTruncated: fakectl's controller name, namespaces, object names and error
 // messages are 10 KiB long. The kernel copies 128 bytes of each: every span carries the first

@@ -20,7 +20,7 @@ func Trace(t testing.TB, what string, pid int) (*tracer.Tracer, *testkit.Sink, *
 // TraceDetail is Trace with the catalog's probes that detail keeps (--detail).
 func TraceDetail(t testing.TB, what string, pid int, detail probes.Detail) (*tracer.Tracer, *testkit.Sink, *probes.Plan) {
 	t.Helper()
-	return traceWith(t, tracer.Options{Catalog: detail.Catalog(probes.Catalog)}, "trace "+what, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.TracePID(pid) })
+	return traceWith(t, tracer.Options{Catalog: detail.Catalog(probes.Catalog())}, "trace "+what, func(tr *tracer.Tracer) (*probes.Plan, error) { return tr.TracePID(pid) })
 }
 
 // TraceCatalog is Trace with catalog in place of the whole catalog.

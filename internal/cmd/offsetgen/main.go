@@ -20,7 +20,6 @@ package main
 
 import (
 	"bytes"
-	"debug/buildinfo"
 	"debug/dwarf"
 	"debug/elf"
 	"encoding/json"
@@ -50,10 +49,10 @@ type target struct {
 
 // targets are the struct fields the catalog reads (probes.FieldsRead), by type: the table
 // holds what a plan resolves, no more and no less.
-var targets = catalogTargets(probes.FieldsRead(probes.Catalog))
+var targets = catalogTargets(probes.FieldsRead(probes.Catalog()))
 
-// catalogTargets groups fields by type, in the order they come, each type with the module
-// its import path names.
+// catalogTargets groups fields by type, in the order they come, each type with its module
+// (typeModule).
 func catalogTargets(fields []probes.FieldRef) []target {
 	var out []target
 	index := map[string]int{}
@@ -71,32 +70,15 @@ func catalogTargets(fields []probes.FieldRef) []target {
 	return out
 }
 
-// typePackage is the import path of a type's package: "k8s.io/client-go/rest" of
-// "k8s.io/client-go/rest.Request".
-func typePackage(typeName string) string {
-	slash := strings.LastIndexByte(typeName, '/')
-	dot := strings.IndexByte(typeName[slash+1:], '.')
-	if dot < 0 {
-		return typeName
-	}
-	return typeName[:slash+1+dot]
-}
-
-// typeModule is the module of a type, from its import path: "std" for the Go distribution
-// (no dot in the path's first element), the first three elements on hosts whose paths name
-// an owner and a repository (github.com/owner/repo), the first two otherwise (k8s.io/client-go,
-// sigs.k8s.io/controller-runtime).
+// typeModule is the module of a type: the module of a version set that provides its package
+// (symbols.PackageModule, as FieldOffset finds it in a binary), "std" for the Go
+// distribution, "" when no set covers it.
 func typeModule(typeName string) string {
-	parts := strings.Split(typePackage(typeName), "/")
-	switch {
-	case !strings.Contains(parts[0], "."):
-		return "std"
-	case slices.Contains([]string{"github.com", "gitlab.com", "bitbucket.org", "golang.org"}, parts[0]) && len(parts) >= 3:
-		return strings.Join(parts[:3], "/")
-	case len(parts) >= 2:
-		return strings.Join(parts[:2], "/")
+	var modules []string
+	for _, s := range versionSets {
+		modules = append(modules, s.covers...)
 	}
-	return parts[0]
+	return symbols.PackageModule(symbols.TypePackage(typeName), modules)
 }
 
 // versionSet is one kind of program the generator builds, once per version: "std" for the
@@ -112,6 +94,9 @@ var (
 	clientGoSet = versionSet{module: "k8s.io/client-go", covers: []string{"k8s.io/client-go", "k8s.io/apimachinery"}}
 	crSet       = versionSet{module: "sigs.k8s.io/controller-runtime", covers: []string{"sigs.k8s.io/controller-runtime"}}
 )
+
+// versionSets are the sets the generator builds.
+var versionSets = []versionSet{stdSet, clientGoSet, crSet}
 
 // anchor links a type that a program cannot name (unexported, internal, or generic) into
 // it: an expression whose value holds it, and the packages the expression needs.
@@ -148,7 +133,7 @@ func program(set versionSet, targets []target) (string, error) {
 			}
 			continue
 		}
-		pkg := typePackage(t.Type)
+		pkg := symbols.TypePackage(t.Type)
 		name := t.Type[len(pkg)+1:]
 		if !token.IsExported(name) || strings.Contains(pkg+"/", "/internal/") {
 			return "", fmt.Errorf("a program cannot name %s: give it an anchor (offsetgen's anchors)", t.Type)
@@ -177,14 +162,13 @@ func program(set versionSet, targets []target) (string, error) {
 // programs returns the program of each version set, by its module, and fails when a target's
 // module is in no set: its versions would not be built.
 func programs(targets []target) (map[string]string, error) {
-	sets := []versionSet{stdSet, clientGoSet, crSet}
 	for _, t := range targets {
-		if !slices.ContainsFunc(sets, func(s versionSet) bool { return slices.Contains(s.covers, t.Module) }) {
-			return nil, fmt.Errorf("no version set builds module %s (type %s): add one to offsetgen's sets", t.Module, t.Type)
+		if t.Module == "" {
+			return nil, fmt.Errorf("no version set builds the module of package %s (type %s): add one to offsetgen's sets", symbols.TypePackage(t.Type), t.Type)
 		}
 	}
 	out := map[string]string{}
-	for _, s := range sets {
+	for _, s := range versionSets {
 		p, err := program(s, targets)
 		if err != nil {
 			return nil, err
@@ -384,18 +368,13 @@ func generate(log *slog.Logger, work, name, arch, toolchain, program string, req
 // readOffsets reads every target's field offsets from the DWARF of bin. Types that the
 // program does not contain are skipped; fields a version lacks are skipped.
 func readOffsets(bin, arch string, modulesOnly bool) ([]symbols.OffsetEntry, error) {
-	info, err := buildinfo.ReadFile(bin)
+	b, err := symbols.Open(bin)
 	if err != nil {
 		return nil, err
 	}
-	versions := map[string]string{"std": info.GoVersion}
-	for _, d := range info.Deps {
-		v := d.Version
-		if d.Replace != nil && d.Replace.Version != "" {
-			v = d.Replace.Version
-		}
-		versions[d.Path] = v
-	}
+	versions := map[string]string{"std": b.GoVersion}
+	maps.Copy(versions, b.Modules) // the versions FieldOffset keys a lookup by
+	b.Close()
 	f, err := elf.Open(bin)
 	if err != nil {
 		return nil, err

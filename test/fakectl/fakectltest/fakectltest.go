@@ -25,7 +25,7 @@ func ReadTruths(b []byte) ([]Truth, error) { return groundtruth.Read(bytes.NewRe
 // Probe is the catalog's controller-runtime (v0.23+) reconcile probe pointed at the fake
 // controller's Reconcile (test/fakectl/controller), which fakectl and reconcileloop call.
 func Probe() (*probes.Probe, error) {
-	for _, p := range probes.Catalog {
+	for _, p := range probes.Catalog() {
 		if p.ID == "controller-runtime/reconcile" && p.MinVersion == "v0.23.0" {
 			q := *p
 			q.ID, q.Module, q.MinVersion = "test/fake-reconcile", "", ""
@@ -53,7 +53,7 @@ func ReturnAddressProbe() (*probes.Probe, error) {
 // ListProbe is the catalog's controller-runtime cache-list probe pointed at fakectl's
 // (*informerCache).List, which fakectl -spawn calls from a goroutine each reconcile starts.
 func ListProbe() (*probes.Probe, error) {
-	for _, p := range probes.Catalog {
+	for _, p := range probes.Catalog() {
 		if p.ID == "controller-runtime/cache-list" {
 			q := *p
 			q.ID, q.Module = "test/fake-list", ""
