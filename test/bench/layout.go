@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -33,6 +34,27 @@ var figureSections = []struct {
 	{"idle CPU added by tracing", 5},
 }
 
+// questions are the titles of BENCHMARKS.md's numbered sections, by number: the question each
+// answers. layout gives every numbered section its question (run.sh writes the same ones).
+var questions = map[int]string{
+	1: "What does a reconcile cost the traced process?",
+	2: "How many events a second can the agent decode and assemble?",
+	3: "How fast can reconciles come before an event is lost?",
+	4: "How long does `inspect` take on big binaries, and how much memory does the agent use?",
+	5: "What does tracing cost real controllers at scale?",
+}
+
+// subsectionQuestions are the questions of the subsections run.sh writes, by the titles a
+// BENCHMARKS.md written before them has.
+var subsectionQuestions = map[string]string{
+	"### Goroutine creation": "### What does each goroutine started cost the traced process?",
+	"### A reconcile's return: at the RETs and at the return address": "### What does a reconcile's return cost, at its RETs and at its return address?",
+	"### Agent memory while tracing 20 processes":                     "### How much memory does the agent use tracing 20 processes?",
+}
+
+// previousRunHeading heads the comparison with the previous run, which follows the sections.
+const previousRunHeading = "## Compared with the previous run"
+
 // sectionOf is the numbered section of BENCHMARKS.md that measures figure, 0 when none does.
 func sectionOf(figure string) int {
 	for _, f := range figureSections {
@@ -44,9 +66,10 @@ func sectionOf(figure string) int {
 }
 
 // layout rewrites BENCHMARKS.md's budgets from a Result (BENCHMARKS.json): under "## Budgets"
-// one summary table (figure, goal, measured, met); in each numbered section, after its own
-// tables and before its first subsection, the explanations of the figures it measured that
-// miss their goal, as prose. The rest of the file is kept as it is, hand-added subsections
+// one summary table (figure, goal, measured, met); then one numbered section per question
+// (questions), and in each, after its own tables and before its first subsection, the
+// explanations of the figures it measured that miss their goal, as prose; the comparison with
+// the previous run last. The rest of the file is kept as it is, hand-added subsections
 // included, so a committed BENCHMARKS.md can be laid out again from its BENCHMARKS.json without
 // running a benchmark; make bench runs it on the file it has just written. A second run
 // changes nothing.
@@ -78,7 +101,7 @@ var numberedSection = regexp.MustCompile(`^## (\d+)\. `)
 
 // relayout is layout on text: md is a BENCHMARKS.md, vs its run's figures.
 func relayout(md string, vs []Verdict) (string, error) {
-	lines := removeBudgetBlocks(strings.Split(md, "\n"))
+	lines := previousRunLast(askQuestions(removeBudgetBlocks(strings.Split(md, "\n"))))
 	var out []string
 	budgets := false
 	for i := 0; i < len(lines); i++ {
@@ -134,6 +157,53 @@ func nextHeading(lines []string, i int, sub bool) int {
 		}
 	}
 	return i
+}
+
+// askQuestions titles each numbered section and each subsection run.sh writes with its
+// question.
+func askQuestions(lines []string) []string {
+	out := make([]string, 0, len(lines))
+	fenced := false
+	for _, l := range lines {
+		if strings.HasPrefix(l, "```") {
+			fenced = !fenced
+		}
+		if !fenced {
+			if m := numberedSection.FindStringSubmatch(l); m != nil {
+				if n, _ := strconv.Atoi(m[1]); questions[n] != "" {
+					l = fmt.Sprintf("## %d. %s", n, questions[n])
+				}
+			}
+			if q, ok := subsectionQuestions[l]; ok {
+				l = q
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// previousRunLast moves the comparison with the previous run after the last section.
+func previousRunLast(lines []string) []string {
+	i := nextHeading(lines, 0, false)
+	for i < len(lines) && lines[i] != previousRunHeading {
+		i = nextHeading(lines, i+1, false)
+	}
+	if i == len(lines) {
+		return lines
+	}
+	j := nextHeading(lines, i+1, false)
+	block := trimBlank(slices.Clone(lines[i:j]))
+	rest := trimBlank(append(slices.Clone(lines[:i]), lines[j:]...))
+	return append(append(append(rest, ""), block...), "")
+}
+
+// trimBlank drops the empty lines at the end of lines.
+func trimBlank(lines []string) []string {
+	for len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	return lines
 }
 
 // removeBudgetBlocks takes out the blocks an earlier layout put in the sections.

@@ -64,17 +64,27 @@ func TestLayoutCommitted(t *testing.T) {
 	if _, err := parseBenchmarksMD(got); err != nil {
 		t.Errorf("bench compare cannot read the laid-out Budgets table: %v", err)
 	}
+	for n, q := range questions {
+		if !strings.Contains(got, "\n## "+strconv.Itoa(n)+". "+q+"\n") {
+			t.Errorf("section %d is not titled with its question %q", n, q)
+		}
+	}
+	if i := strings.Index(got, "\n"+previousRunHeading+"\n"); i < 0 || strings.Contains(got[i+1:], "\n## ") {
+		t.Error("the comparison with the previous run is not the last section")
+	}
 	if !strings.Contains(got, "### Detail levels") {
 		t.Error("section 5's hand-added subsection on detail levels is gone")
 	}
 }
 
-// TestLayoutKeepsText: layout adds and moves only budget prose; every other line of the input
+// TestLayoutKeepsText: layout adds and moves only budget prose, titles the sections with their
+// questions and moves the comparison with the previous run last; every other line of the input
 // stays, in order.
 func TestLayoutKeepsText(t *testing.T) {
 	md := strings.Join([]string{
 		"# Benchmarks", "", "## Budgets", "", "old table", "", "- **x** (1 ns, goal ≤ 0 ns): old why", "",
-		"## 1. Cost", "", "| t |", "| --- |", "", "### Hand-added", "", "kept", "",
+		previousRunHeading, "", "| before | after |", "",
+		"## 1. Cost", "", "| t |", "| --- |", "", "### Goroutine creation", "", "| g |", "", "### Hand-added", "", "kept", "",
 		"## 2. Decode", "", "```", "## not a heading", "```", "",
 		"## 3. Loss", "", "text", "",
 	}, "\n")
@@ -95,13 +105,14 @@ func TestLayoutKeepsText(t *testing.T) {
 		"| something new | < 1 | 2 | **no** |", "",
 		`2 of 3 figures miss their goal; why is told in the section that measures each, under its tables ("Against the budgets").`, "",
 		"**something new**: 2 against a goal of < 1. New.", "",
-		"## 1. Cost", "", "| t |", "| --- |", "",
+		"## 1. " + questions[1], "", "| t |", "| --- |", "",
 		budgetsHeading, "",
 		"**BPF program time per hit, a**: 875 ns against a goal of ≤ 300 ns. A. B (c; d). E.", "",
 		strings.TrimRight(warmTable(vs[:1]), "\n"), "",
-		"### Hand-added", "", "kept", "",
-		"## 2. Decode", "", "```", "## not a heading", "```", "",
-		"## 3. Loss", "", "text", "",
+		subsectionQuestions["### Goroutine creation"], "", "| g |", "", "### Hand-added", "", "kept", "",
+		"## 2. " + questions[2], "", "```", "## not a heading", "```", "",
+		"## 3. " + questions[3], "", "text", "",
+		previousRunHeading, "", "| before | after |", "",
 	}, "\n")
 	if got != want {
 		t.Errorf("got:\n%s\nwant:\n%s", got, want)

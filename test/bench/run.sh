@@ -189,30 +189,22 @@ process's CPU time, which time other programs held the CPU does not count.
 EOT
   "${bench[@]}" summary -verdicts "$work/verdicts.jsonl"
   cat <<EOT
-## Compared with the previous run
-
-The budget figures against those of the previous committed run; \`BENCHMARKS.json\` holds this
-run's, for the next. \`make bench BENCH_SHORT=1\` prints the same comparison from a short run.
-
-EOT
-  cat "$work/compare.md"
-  cat <<EOT
-## 1. Cost added to the traced process per reconcile
+## 1. What does a reconcile cost the traced process?
 
 EOT
   cat "$work/1-overhead.md"
   cat <<EOT
-### Goroutine creation
+### What does each goroutine started cost the traced process?
 
 EOT
   cat "$work/1-spawn.md"
   cat <<EOT
-### A reconcile's return: at the RETs and at the return address
+### What does a reconcile's return cost, at its RETs and at its return address?
 
 EOT
   cat "$work/1-returns.md"
   cat <<EOT
-## 2. Agent user space: decode and assemble
+## 2. How many events a second can the agent decode and assemble?
 
 Without a kernel: a stream of ring-buffer records built like the kernel's (realistic strings:
 controller, namespace, object, reconcile ID, API verb and resource, object UID, error message;
@@ -242,12 +234,12 @@ $(cat "$work/decode-benchstat.txt")
 $fence
 </details>
 
-## 3. Loss: the highest reconcile rate with no lost event, by ring-buffer size
+## 3. How fast can reconciles come before an event is lost?
 
 EOT
   cat "$work/3-loss.md"
   cat <<EOT
-## 4. \`inspect\` on big binaries, and agent memory
+## 4. How long does \`inspect\` take on big binaries, and how much memory does the agent use?
 
 EOT
   cat "$work/4-inspect.md"
@@ -268,16 +260,25 @@ $(cat "$work/symbols-benchstat.txt")
 $fence
 </details>
 
-### Agent memory while tracing 20 processes
+### How much memory does the agent use tracing 20 processes?
 
 EOT
   cat "$work/4-rss.md"
   cat <<EOT
 
-## 5. Real controllers at scale
+## 5. What does tracing cost real controllers at scale?
 
 EOT
   cat "$work/5-scale.md"
+  cat <<EOT
+
+## Compared with the previous run
+
+The budget figures against those of the previous committed run; \`BENCHMARKS.json\` holds this
+run's, for the next. \`make bench BENCH_SHORT=1\` prints the same comparison from a short run.
+
+EOT
+  cat "$work/compare.md"
 } > "$work/BENCHMARKS.md"
 
 # BENCHMARKS.md and BENCHMARKS.json are committed: no path of this machine in them.
@@ -286,9 +287,9 @@ if grep -nE "$repo|$HOME|/tmp/" "$work/BENCHMARKS.md" "$work/BENCHMARKS.json" >&
   echo "test/bench/run.sh: BENCHMARKS.md or BENCHMARKS.json would name paths of this machine (above)" >&2
   exit 1
 fi
-# One summary table under Budgets; why a figure misses its goal goes under the section that
-# measures it (bench layout, which can also lay out a committed BENCHMARKS.md again from its
-# BENCHMARKS.json without running anything).
+# One summary table under Budgets, then a section per question; why a figure misses its goal
+# goes under the section that measures it (bench layout, which can also lay out a committed
+# BENCHMARKS.md again from its BENCHMARKS.json without running anything).
 "${bench[@]}" layout -result "$work/BENCHMARKS.json" -md "$work/BENCHMARKS.md"
 cp "$work/BENCHMARKS.md" "$repo/BENCHMARKS.md"
 cp "$work/BENCHMARKS.json" "$repo/BENCHMARKS.json"
