@@ -183,6 +183,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// no replicas, and the ReplicaSet its deployment controller creates.
 	rs := createDeploymentReplicaSet(t, cs, "lifeline")
 	checkLifelineInJaeger(t, jaeger, src, kcm.Name, rs)
+	checkKubectlPluginKCM(t, env, pluginBin, "lifeline")
 
 	// Restart the operator: the Deployment's next pod is a new process of an executable the
 	// agent has attached, admitted in the kernel at exec. All of its first reconciles (the
@@ -301,6 +302,13 @@ func TestDaemonSetOnNode(t *testing.T) {
 	}
 	t.Logf("traced pods' processes across the agent pod's deletion: %v; container restarts: %v", pidsBefore, restartsBefore)
 
+	// Node faults while the fixture reconciles: kubelet restarted, then containerd restarted, as
+	// a node's upgrade does. Neither is on the path of a span (the kernel's probes, the agent's
+	// reader, its pod index from the API server), so nothing of the window is lost: every
+	// reconcile is one span naming the fixture's pod, the agent runs on (no restart, same links),
+	// and the traced processes are unharmed.
+	checkNodeFaults(t, cs, node, src, truthPath, fixturePod, newAgent, traced)
+
 	// kubectl delete -k: no agent left, no link left, namespaces it does not own stay.
 	checkLinks(t, tracedExes)
 	kubectl(t, env, "delete", "-k", overlay, "--wait=true", "--timeout=120s")
@@ -325,6 +333,43 @@ func TestDaemonSetOnNode(t *testing.T) {
 	waitGonePod(t, cs, helmAgent)
 	checkNoLinks(t, tracedExes)
 	t.Logf("node end-to-end test took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// checkNodeFaults restarts the node's kubelet, then its containerd, while the fixture reconciles
+// a new ConfigMap every 300 ms, and checks that the agent traced every reconcile of that window
+// (each one span with its reconcile ID, object, UID and result, naming the fixture's pod), that
+// its uprobe links are those it had, and that neither the agent nor a traced process restarted.
+func checkNodeFaults(t *testing.T, cs *kubernetes.Clientset, node *testenv.Node, src spanSource, truthPath string, fixturePod, agent *corev1.Pod, traced []*corev1.Pod) {
+	t.Helper()
+	all := append([]*corev1.Pod{agent}, traced...)
+	pidsBefore, restartsBefore := podPIDs(all...), podRestarts(t, cs, all...)
+	linked := checkLinks(t, tracedExes)
+	isFault := func(name string) bool { return strings.HasPrefix(name, "fault-") }
+	began := time.Now()
+	flow := startFlow(cs, "fault", 300*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	node.RestartKubelet(t)
+	time.Sleep(3 * time.Second)
+	node.RestartContainerd(t)
+	time.Sleep(3 * time.Second)
+	created := flow.end(t)
+	recs := waitTruthSettled(t, truthPath, "the reconciles across kubelet's and containerd's restarts", isFault)
+	checkTruth(t, "the reconcile flow across kubelet's and containerd's restarts", recs, truthPath,
+		func() []recvSpan { return spansOfObjects(src, fixturePod, isFault) }, 60*time.Second)
+	if len(recs) < created {
+		t.Errorf("node faults: %d ConfigMaps created, %d reconciles in the ground truth: the fixture did not go on reconciling", created, len(recs))
+	}
+	if relinked := checkLinks(t, tracedExes); !reflect.DeepEqual(relinked, linked) {
+		t.Errorf("uprobe sites per executable before the node's faults %v, after %v: want the same", linked, relinked)
+	}
+	if pids := podPIDs(all...); !reflect.DeepEqual(pids, pidsBefore) {
+		t.Errorf("processes of the agent and the traced pods before the node's faults %v, after %v: want the same", pidsBefore, pids)
+	}
+	if r := podRestarts(t, cs, all...); !reflect.DeepEqual(r, restartsBefore) {
+		t.Errorf("container restarts of the agent and the traced pods before the node's faults %v, after %v: want the same", restartsBefore, r)
+	}
+	t.Logf("node faults: kubelet then containerd restarted in %s while %d ConfigMaps were created: all %d reconciles traced, the agent (pid %v) and the traced processes unharmed, links unchanged",
+		time.Since(began).Round(time.Millisecond), created, len(recs), pidsBefore[agent.Name])
 }
 
 // buildStatic builds pkg as a static binary (no cgo), as an image needs.

@@ -78,27 +78,6 @@ func checkKubectlPlugin(t *testing.T, env *testenv.Env, plugin, fixturePod strin
 		}
 	}
 
-	// kube-controller-manager's deployment controller, a client-go controller of a static pod,
-	// as a newcomer asks for it: its reconciles of the fixture's own Deployment are there.
-	deps := kubectlReconscope(t, env, plugin, "tail", "--controller", "deployment", "-n", ns, "--follow=false", "-o", "json")
-	var kcm []string
-	for _, line := range strings.Split(strings.TrimSpace(deps), "\n") {
-		var s struct{ Controller, Namespace, Name, Result, Pod string }
-		if err := json.Unmarshal([]byte(line), &s); err != nil {
-			t.Errorf("tail -o json: not a JSON line: %q", line)
-			continue
-		}
-		if s.Controller != "deployment" || s.Namespace != ns {
-			t.Errorf("tail --controller deployment -n %s printed a span of %s on %s/%s", ns, s.Controller, s.Namespace, s.Name)
-		}
-		if strings.HasPrefix(s.Pod, "kube-system/kube-controller-manager-") && s.Name == "scripted" {
-			kcm = append(kcm, s.Result)
-		}
-	}
-	if len(kcm) == 0 {
-		t.Errorf("tail --controller deployment -n %s: no reconcile of the Deployment %s/scripted by kube-controller-manager's static pod", ns, ns)
-	}
-
 	// No check through a port-forward (--via port-forward): the test bed's API server cannot
 	// reach the kubelet (it dials the node by its name, which no DNS resolves here).
 
@@ -113,5 +92,30 @@ func checkKubectlPlugin(t *testing.T, env *testenv.Env, plugin, fixturePod strin
 		if len(rows) < 2 || !strings.HasPrefix(rows[1], ns+"/fail ") {
 			t.Errorf("top --sort %s: the first object is not %s/fail:\n%s", by, ns, top)
 		}
+	}
+}
+
+// checkKubectlPluginKCM: `kubectl reconscope tail --controller deployment`, as a newcomer asks
+// for kube-controller-manager's deployment controller (a client-go controller of a static pod),
+// shows its reconciles of the Deployment deployment of the test's namespace.
+func checkKubectlPluginKCM(t *testing.T, env *testenv.Env, plugin, deployment string) {
+	t.Helper()
+	deps := kubectlReconscope(t, env, plugin, "tail", "--controller", "deployment", "-n", ns, "--follow=false", "-o", "json")
+	var kcm []string
+	for _, line := range strings.Split(strings.TrimSpace(deps), "\n") {
+		var s struct{ Controller, Namespace, Name, Result, Pod string }
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Errorf("tail -o json: not a JSON line: %q", line)
+			continue
+		}
+		if s.Controller != "deployment" || s.Namespace != ns {
+			t.Errorf("tail --controller deployment -n %s printed a span of %s on %s/%s", ns, s.Controller, s.Namespace, s.Name)
+		}
+		if strings.HasPrefix(s.Pod, "kube-system/kube-controller-manager-") && s.Name == deployment {
+			kcm = append(kcm, s.Result)
+		}
+	}
+	if len(kcm) == 0 {
+		t.Errorf("tail --controller deployment -n %s: no reconcile of the Deployment %s/%s by kube-controller-manager's static pod", ns, ns, deployment)
 	}
 }

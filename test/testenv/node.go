@@ -120,6 +120,9 @@ type Node struct {
 	proxyDone sync.WaitGroup
 	stopper   *stopper
 	downOnce  sync.Once
+	// cleanup tears the node down (once); a daemon restarted later registers it again, so that
+	// it runs before the new process's own cleanup stops it (cleanups run last-in first-out).
+	cleanup func()
 }
 
 // StartNode starts a node for env, which must have been started with Options.Node, and returns
@@ -177,6 +180,7 @@ func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 		}
 		n.teardown(t.Errorf, t.Logf, true)
 	}
+	n.cleanup = teardown
 	t.Cleanup(teardown)
 	for _, sub := range []string{"manifests", "pod-logs", "volume-plugins", "cni/net.d", "cni/ipam", "kubelet", "runc"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
@@ -222,10 +226,7 @@ func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 	}
 
 	start := time.Now()
-	ccmd := exec.Command(filepath.Join(ctrdDir, "containerd"), "--config", filepath.Join(dir, "containerd.toml"))
-	// The shims containerd starts find their binary on PATH.
-	ccmd.Env = append(os.Environ(), "PATH="+ctrdDir+":/usr/sbin:/usr/bin:/sbin:/bin")
-	n.Containerd = StartProcess(t, "containerd", ccmd)
+	n.Containerd = StartProcess(t, "containerd", n.containerdCommand())
 	if err := n.waitContainerd(30 * time.Second); err != nil {
 		logTail(t, "containerd stderr", n.Containerd.StderrPath())
 		t.Fatalf("testenv: start containerd: %v", err)
@@ -234,14 +235,7 @@ func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 		n.ImportImage(t, tar)
 	}
 
-	kcmd := exec.Command(filepath.Join(env.BinDir, "kubelet"),
-		"--config="+filepath.Join(dir, "kubelet.yaml"),
-		"--kubeconfig="+env.Kubeconfig,
-		"--root-dir="+filepath.Join(dir, "kubelet"),
-		"--hostname-override="+n.Name,
-		"--node-ip="+n.IP,
-		"--v=1")
-	n.Kubelet = StartProcess(t, "kubelet", kcmd)
+	n.Kubelet = StartProcess(t, "kubelet", n.kubeletCommand())
 	if err := n.waitReady(nodeReadyTimeout); err != nil {
 		logTail(t, "kubelet stderr", n.Kubelet.StderrPath())
 		logTail(t, "containerd stderr", n.Containerd.StderrPath())
@@ -259,6 +253,26 @@ func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 	t.Logf("testenv: node %s Ready in %s (containerd 2, kubelet, pods on %s via bridge %s)", n.Name,
 		time.Since(start).Round(time.Millisecond), n.PodCIDR, nn.bridge)
 	return n
+}
+
+// containerdCommand is the command of the node's containerd.
+func (n *Node) containerdCommand() *exec.Cmd {
+	dir := filepath.Dir(n.ctr)
+	cmd := exec.Command(filepath.Join(dir, "containerd"), "--config", filepath.Join(n.dir, "containerd.toml"))
+	// The shims containerd starts find their binary on PATH.
+	cmd.Env = append(os.Environ(), "PATH="+dir+":/usr/sbin:/usr/bin:/sbin:/bin")
+	return cmd
+}
+
+// kubeletCommand is the command of the node's kubelet.
+func (n *Node) kubeletCommand() *exec.Cmd {
+	return exec.Command(filepath.Join(n.env.BinDir, "kubelet"),
+		"--config="+filepath.Join(n.dir, "kubelet.yaml"),
+		"--kubeconfig="+n.env.Kubeconfig,
+		"--root-dir="+filepath.Join(n.dir, "kubelet"),
+		"--hostname-override="+n.Name,
+		"--node-ip="+n.IP,
+		"--v=1")
 }
 
 // renderFile renders the template file src with vars into dst.
