@@ -36,7 +36,8 @@ and every --scan-interval), traces those the probe catalog supports (one attach 
 by its processes; a new process of an attached executable is traced from its exec, in the kernel,
 also one that restarts within --keep-attached of its executable's last process), names their pod and container from a pod informer limited to this node
 (needs get/list/watch on pods; without API access it keeps tracing with host-only metadata
-and says so once), serves Prometheus metrics, health and its last spans (GET /spans,
+and says so once; a process in a pod the informer does not hold is another node's, where
+nodes share one kernel as on kind, and left to that node's agent), serves Prometheus metrics, health and its last spans (GET /spans,
 --recent-spans: what kubectl reconscope tail reads) on --metrics-addr (with
 --metrics-secure: HTTPS, /metrics and /spans only for bearer tokens the API server allows to
 get them), and sends spans
@@ -135,7 +136,11 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 			if err != nil {
 				return tracer.ProcessMeta{}, filter == nil // gone already: kept unless rules must decide
 			}
-			target := targetOf(p, index)
+			target, ours := ownTarget(ctx, p, index)
+			if !ours {
+				log.Debug("not traced: its pod is not on this node", "pid", pid, "exe", p.Exe, "pod_uid", p.Container.PodUID)
+				return tracer.ProcessMeta{}, false
+			}
 			return metaOf(target, filter), filter.Match(target)
 		}
 	})
@@ -196,6 +201,32 @@ func targetOf(p discovery.Process, index *discovery.PodIndex) discovery.Target {
 	return target
 }
 
+// ownPodWait bounds how long a process admitted at exec whose pod the pod index does not hold
+// waits for the index to learn of it, before it is taken for another node's process.
+const ownPodWait = 2 * time.Second
+
+// ownTarget is targetOf for a process admitted at exec, and whether it is this node's: a
+// process in a pod the index does not hold is given ownPodWait for the index to learn of the
+// pod (the kubelet and the index hear of it from the same watch), then taken for another
+// node's (several nodes on one kernel: discovery.PodIndex.OtherNode).
+func ownTarget(ctx context.Context, p discovery.Process, index *discovery.PodIndex) (discovery.Target, bool) {
+	deadline := time.Now().Add(ownPodWait)
+	for {
+		target := targetOf(p, index)
+		if target.Pod != nil || !index.OtherNode(p.Container) {
+			return target, true
+		}
+		if time.Now().After(deadline) {
+			return target, false
+		}
+		select {
+		case <-ctx.Done():
+			return target, false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // metaOf is what the spans of target carry, and the controllers of it the filter selects.
 func metaOf(target discovery.Target, filter *discovery.Filter) tracer.ProcessMeta {
 	m := processMeta(target.Pod, target.Process.Container)
@@ -213,17 +244,38 @@ type attached struct {
 	err  error
 }
 
+// podIndexSyncWait bounds how long attachLoop waits for the pod index's first list of this
+// node's pods before it looks at processes, so that another node's pods (several nodes on one
+// kernel) are known for what they are from the first scan. Without API access it goes on after
+// this wait, and traces every process with host-only metadata.
+const podIndexSyncWait = 10 * time.Second
+
 // attachLoop traces the processes the watcher finds, when their binary has code the catalog
-// knows and the filter selects them. Each process is traced on its own goroutine: one waits
-// only for the inspection of its own executable (the tracer bounds how many run at once), never
-// for another's.
+// knows, they run outside Kubernetes or in a pod of this node, and the filter selects them.
+// Each process is traced on its own goroutine: one waits only for the inspection of its own
+// executable (the tracer bounds how many run at once), never for another's.
 func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, index *discovery.PodIndex, filter *discovery.Filter, log *slog.Logger) {
 	self := os.Getpid()
 	untraceable := map[proc.StatFileID]bool{} // executables with nothing to trace: skip quickly
 	// Traced processes whose container the pod index did not know yet (the kubelet writes a
 	// container's ID into the pod status after the container starts): looked up again.
 	unnamed := map[int]discovery.Process{}
+	// Processes in pods the index does not hold (another node's, on a shared kernel): looked
+	// up again, traced if their pod turns out to be this node's.
+	elsewhere := map[int]discovery.Process{}
 	results := make(chan attached)
+	trace := func(p discovery.Process, target discovery.Target) {
+		go func() {
+			plan, err := t.TracePID(p.PID)
+			select {
+			case results <- attached{p: p, meta: metaOf(target, filter), plan: plan, err: err}:
+			case <-ctx.Done():
+			}
+		}()
+	}
+	synced, cancel := context.WithTimeout(ctx, podIndexSyncWait)
+	index.WaitSynced(synced)
+	cancel()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
@@ -237,6 +289,21 @@ func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, ind
 					// the pod decides the rules on it now, controllers' rules too
 					t.SetProcessMeta(pid, metaOf(discovery.Target{Process: p, Pod: &pod}, filter))
 					delete(unnamed, pid)
+				} else if index.OtherNode(p.Container) {
+					// traced before the index could tell (no API access at the start)
+					t.UntracePID(pid)
+					delete(unnamed, pid)
+					elsewhere[pid] = p
+					log.Info("stopped tracing: its pod is not on this node", "pid", pid, "exe", p.Exe, "pod_uid", p.Container.PodUID)
+				}
+			}
+			for pid, p := range elsewhere {
+				if index.OtherNode(p.Container) {
+					continue
+				}
+				delete(elsewhere, pid)
+				if target := targetOf(p, index); filter.Match(target) {
+					trace(p, target)
 				}
 			}
 			continue
@@ -261,6 +328,7 @@ func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, ind
 		}
 		if exited, ok := ev.(discovery.Exited); ok {
 			delete(unnamed, exited.PID) // the tracer notices exits itself and closes their spans
+			delete(elsewhere, exited.PID)
 			continue
 		}
 		started, ok := ev.(discovery.Started)
@@ -272,16 +340,15 @@ func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, ind
 			continue
 		}
 		target := targetOf(p, index)
+		if target.Pod == nil && index.OtherNode(p.Container) {
+			elsewhere[p.PID] = p
+			log.Debug("not traced: its pod is not on this node", "pid", p.PID, "exe", p.Exe, "pod_uid", p.Container.PodUID)
+			continue
+		}
 		if !filter.Match(target) {
 			continue
 		}
-		go func() {
-			plan, err := t.TracePID(p.PID)
-			select {
-			case results <- attached{p: p, meta: metaOf(target, filter), plan: plan, err: err}:
-			case <-ctx.Done():
-			}
-		}()
+		trace(p, target)
 	}
 }
 

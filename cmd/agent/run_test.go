@@ -108,6 +108,16 @@ func fakeContainer(t *testing.T, pid int, podUID, containerID string) {
 // named the way containerd names it (with the UID the API server gave the pod).
 func fixtureInPod(t *testing.T, env *testenv.Env, fixture, node, podName, containerID string) *testenv.Process {
 	t.Helper()
+	pod := podWithContainer(t, env, node, podName, containerID)
+	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
+	fakeContainer(t, ctl.PID(), string(pod.UID), containerID)
+	return ctl
+}
+
+// podWithContainer creates pod default/podName on node, with container "manager" of ID
+// containerID running in its status, as the kubelet reports it.
+func podWithContainer(t *testing.T, env *testenv.Env, node, podName, containerID string) *corev1.Pod {
+	t.Helper()
 	ctx := context.Background()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: podName},
@@ -121,9 +131,7 @@ func fixtureInPod(t *testing.T, env *testenv.Env, fixture, node, podName, contai
 	if err := env.Client.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
-	fakeContainer(t, ctl.PID(), string(pod.UID), containerID)
-	return ctl
+	return pod
 }
 
 // TestRunDaemonSetMode runs `reconscope-agent run` as the DaemonSet does: it finds the fixture

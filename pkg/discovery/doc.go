@@ -14,6 +14,8 @@
 //   - [PodIndex] maps container IDs to pods (namespace, name, UID, container, labels) from a
 //     client-go informer on the pods of this node only. It needs get/list/watch on pods and
 //     nothing else; without API access the agent keeps working with host-only metadata.
+//     [PodIndex.OtherNode] tells a process of a pod it does not hold: another node's, where
+//     nodes share one kernel (kind), which that node's agent traces.
 //   - [Filter] decides, from a [Config] (a YAML file read by [LoadConfig]), whether a process
 //     is traced: include and exclude rules on namespace, pod labels, container name and
 //     executable path. Pure.
@@ -28,6 +30,8 @@
 //				t.Pod = &pod
 //			} else if pod, ok := index.LookupPod(ev.Process.Container.PodUID); ok {
 //				t.Pod = &pod // the kubelet has not written the container ID yet
+//			} else if index.OtherNode(ev.Process.Container) {
+//				continue // another node's pod: its agent traces it
 //			}
 //			if filter.Match(t) {
 //				// attach

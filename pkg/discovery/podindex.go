@@ -278,6 +278,25 @@ func (x *PodIndex) LookupPod(uid string) (PodInfo, bool) {
 	return info, true
 }
 
+// OtherNode reports whether a process in container c runs in a pod this index does not hold:
+// c names a pod (its cgroup path has a pod UID), the index has listed this node's pods, and it
+// knows neither c's container ID nor its pod UID (nor, for a static pod, the kubelet's UID of
+// it). On a node of its own that is a pod the index has not heard of yet (it learns of a pod
+// from the same watch as the kubelet, before its containers start); where several nodes share
+// one kernel and one PID namespace (kind-like clusters, the test bed's two nodes) it is a pod of
+// another node, whose agent traces it. OtherNode is false for a process outside Kubernetes and
+// while the index has not synced (no API access: every process is this node's).
+func (x *PodIndex) OtherNode(c Container) bool {
+	if c.PodUID == "" || !x.Synced() {
+		return false
+	}
+	if _, ok := x.podBy(byContainerID, c.ID); ok {
+		return false
+	}
+	_, ok := x.podBy(byPodUID, c.PodUID)
+	return !ok
+}
+
 // report records the outcome of one list or watch call: the first failure after success is
 // logged as a warning, the first success after failure as info; the rest at debug level.
 func (x *PodIndex) report(ctx context.Context, err error) {
@@ -328,6 +347,19 @@ func resourceAnnotations(a map[string]string) map[string]string {
 	return out
 }
 
+// slimAnnotations keeps the annotations the index reads: the resource.opentelemetry.io/ ones
+// and a mirror pod's kubernetes.io/config.mirror.
+func slimAnnotations(a map[string]string) map[string]string {
+	out := resourceAnnotations(a)
+	if m, ok := a[corev1.MirrorPodAnnotationKey]; ok {
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[corev1.MirrorPodAnnotationKey] = m
+	}
+	return out
+}
+
 // stripRuntime removes the "<runtime>://" prefix of a container ID in pod status.
 func stripRuntime(id string) string {
 	if _, after, ok := strings.Cut(id, "://"); ok {
@@ -352,17 +384,24 @@ func indexContainerIDs(obj any) ([]string, error) {
 	return ids, nil
 }
 
+// indexPodUID indexes a pod by its UID and, for a static pod's mirror, by the kubelet's UID of
+// the static pod (annotation kubernetes.io/config.mirror): the one its cgroup path names.
 func indexPodUID(obj any) ([]string, error) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok || pod.UID == "" {
 		return nil, nil
 	}
-	return []string{string(pod.UID)}, nil
+	uids := []string{string(pod.UID)}
+	if m := pod.Annotations[corev1.MirrorPodAnnotationKey]; m != "" && m != string(pod.UID) {
+		uids = append(uids, m)
+	}
+	return uids, nil
 }
 
 // slimPod keeps only what the index needs of a pod, so the cache of a busy node stays small:
-// identity, labels, the resource.opentelemetry.io/ annotations, the controller owner
-// reference, node, and the name and ID of each container status. It is idempotent.
+// identity, labels, the resource.opentelemetry.io/ annotations and a mirror pod's
+// kubernetes.io/config.mirror, the controller owner reference, node, and the name and ID of
+// each container status. It is idempotent.
 // containerNames keeps the names of cs, the one field of a container spec the index reads.
 func containerNames(cs []corev1.Container) []corev1.Container {
 	if len(cs) == 0 {
@@ -413,7 +452,7 @@ func slimPod(obj any) (any, error) {
 			UID:               pod.UID,
 			ResourceVersion:   pod.ResourceVersion,
 			Labels:            pod.Labels,
-			Annotations:       resourceAnnotations(pod.Annotations),
+			Annotations:       slimAnnotations(pod.Annotations),
 			OwnerReferences:   owners,
 			DeletionTimestamp: pod.DeletionTimestamp,
 		},

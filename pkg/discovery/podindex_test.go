@@ -331,3 +331,41 @@ func TestPodServiceIdentity(t *testing.T) {
 		})
 	}
 }
+
+// TestPodIndexOtherNode: a process whose cgroup names a pod the synced index does not hold is
+// another node's (one kernel, several nodes); one of a pod of this node is not, whether found
+// by its container ID, by its pod UID before the kubelet reports the ID, or, for a static pod,
+// by the kubelet's UID of it; nor is a process outside Kubernetes, nor any process while the
+// index cannot tell (no API access).
+func TestPodIndexOtherNode(t *testing.T) {
+	static := testPod("kube-system", "kube-controller-manager-node-a", "mirror-uid", "node-a", '3')
+	static.Annotations[corev1.MirrorPodAnnotationKey] = strings.Repeat("5f", 16)
+	x := syncedIndex(t, fake.NewClientset(testPod("ns1", "ctl", "uid-1", "node-a", '1'), static))
+	noClient, err := NewPodIndex(PodIndexOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name  string
+		index *PodIndex
+		c     Container
+		want  bool
+	}{
+		{"this node's pod, by container ID", x, Container{ID: strings.Repeat("1a", 32), PodUID: "uid-1"}, false},
+		{"this node's pod, container ID not reported yet", x, Container{ID: strings.Repeat("7a", 32), PodUID: "uid-1"}, false},
+		{"this node's static pod, by the kubelet's UID", x, Container{ID: strings.Repeat("7b", 32), PodUID: strings.Repeat("5f", 16)}, false},
+		{"another node's pod", x, Container{ID: strings.Repeat("8a", 32), PodUID: "uid-of-node-b"}, true},
+		{"another node's pod, no container ID in its path", x, Container{PodUID: "uid-of-node-b"}, true},
+		{"a host process", x, Container{}, false},
+		{"a container outside Kubernetes", x, Container{Runtime: RuntimeDocker, ID: strings.Repeat("9a", 32)}, false},
+		{"no API access", noClient, Container{ID: strings.Repeat("8a", 32), PodUID: "uid-of-node-b"}, false},
+	} {
+		if got := tt.index.OtherNode(tt.c); got != tt.want {
+			t.Errorf("%s: OtherNode(%+v) = %v, want %v", tt.name, tt.c, got, tt.want)
+		}
+	}
+	// LookupPod finds the static pod by the UID its cgroup path names.
+	if got, ok := x.LookupPod(strings.Repeat("5f", 16)); !ok || got.Name != static.Name || got.UID != "mirror-uid" {
+		t.Errorf("LookupPod(kubelet's UID of the static pod) = %+v, %v; want its mirror pod", got, ok)
+	}
+}
