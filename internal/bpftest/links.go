@@ -112,3 +112,37 @@ func LinksLeftOn(t testing.TB, bin string, exited ...int) []ProbeLink {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// LinksHeldBy returns the uprobe links (as UprobeLinks lists them) that process pid holds a
+// file descriptor of: the links an agent attached and keeps, as its /proc/PID/fdinfo says
+// (link_id). Another process's momentary look at a link (a lister) does not make it its own.
+func LinksHeldBy(pid int) ([]ProbeLink, error) {
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read the file descriptors of process %d: %w", pid, err)
+	}
+	held := map[link.ID]bool{}
+	for _, e := range entries {
+		b, err := os.ReadFile(dir + "/" + e.Name())
+		if err != nil {
+			continue // closed meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "link_id:"); ok {
+				var id uint32
+				if _, err := fmt.Sscan(strings.TrimSpace(v), &id); err == nil {
+					held[link.ID(id)] = true
+				}
+			}
+		}
+	}
+	all, err := UprobeLinks()
+	var out []ProbeLink
+	for _, l := range all {
+		if held[l.ID] {
+			out = append(out, l)
+		}
+	}
+	return out, err
+}

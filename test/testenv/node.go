@@ -27,6 +27,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/kubernetes"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -78,7 +80,8 @@ func nodeNetworkAt(i int) nodeNetwork {
 
 // NodeOptions says what StartNode runs.
 type NodeOptions struct {
-	// Name is the node's name; "reconscope-node" when empty.
+	// Name is the node's name; "reconscope-node" when empty. Two nodes of one test bed need
+	// two names.
 	Name string
 	// StaticPods are pod manifests (YAML) by file name, written to the kubelet's static pod
 	// folder before it starts, as kubeadm does on a control-plane node.
@@ -104,6 +107,9 @@ type Node struct {
 	PodLogsDir string
 	// CgroupRoot is the kubelet's cgroup root (cgroupfs driver): every pod's cgroup is under it.
 	CgroupRoot string
+	// Dir is the node's private folder: containerd's root and state (every file of its
+	// containers, image layers and root filesystems, is under it), kubelet's root dir, pod logs.
+	Dir string
 	// Containerd and Kubelet are the node's daemons.
 	Containerd, Kubelet *Process
 
@@ -111,9 +117,9 @@ type Node struct {
 	dir       string
 	socket    string
 	ctr       string
-	shim      string
 	net       nodeNetwork
 	cs        *kubernetes.Clientset
+	first     bool // the test bed's first node: serves the kubernetes Service, takes unconstrained pods
 	stopBind  context.CancelFunc
 	bindDone  chan struct{}
 	apiProxy  net.Listener
@@ -126,10 +132,15 @@ type Node struct {
 }
 
 // StartNode starts a node for env, which must have been started with Options.Node, and returns
-// once the Node is Ready. Pods are bound to it by a one-node scheduler of the test bed (there is
-// no kube-scheduler): every pod without a node name goes to this node. At t's cleanup the node's
-// pods are deleted and torn down by kubelet, then kubelet and containerd stop; any container,
-// shim, mount or cgroup left behind fails t and is removed.
+// once the Node is Ready. Pods are bound by the test bed's scheduler (there is no
+// kube-scheduler): a pod without a node name goes to the first node its node selector and
+// required node affinity allow (a DaemonSet's pod to its node), and one that constrains neither
+// to env's first node. A test bed may run several nodes, started one after the other, on one
+// kernel like a kind cluster's: each has its own name, containerd (socket, root, state),
+// kubelet folders, cgroup root, and pod network (a bridge and a /24 of its own); the first node
+// serves the kubernetes Service for the pods of all (stop the others first: t's cleanups do).
+// At t's cleanup the node's pods are deleted and torn down by kubelet, then kubelet and
+// containerd stop; any container, shim, mount or cgroup left behind fails t and is removed.
 func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -165,11 +176,19 @@ func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 		t.Fatalf("testenv: %v", err)
 	}
 	nn := nodeNetworkAt(env.netIndex)
+	first := env.nodes.Add(1) == 1
+	if !first {
+		// A pod network of its own; the service range and the kubernetes Service stay the
+		// first node's.
+		if nn, err = pickNodeNetwork(); err != nil || nn.index == env.netIndex {
+			t.Fatalf("testenv: node %s: %v (index %d)", opts.Name, err, nn.index)
+		}
+	}
 	n := &Node{
-		Name: opts.Name, IP: nn.gateway.String(), PodCIDR: nn.podCIDR.String(),
+		Name: opts.Name, IP: nn.gateway.String(), PodCIDR: nn.podCIDR.String(), Dir: dir,
 		ManifestDir: filepath.Join(dir, "manifests"), PodLogsDir: filepath.Join(dir, "pod-logs"), CgroupRoot: fmt.Sprintf("/reconscope-node-%d", nn.index),
-		env: env, dir: dir, socket: filepath.Join(dir, "containerd.sock"),
-		ctr: filepath.Join(ctrdDir, "ctr"), shim: filepath.Join(ctrdDir, "containerd-shim-runc-v2"), net: nn,
+		env: env, first: first, dir: dir, socket: filepath.Join(dir, "containerd.sock"),
+		ctr: filepath.Join(ctrdDir, "ctr"), net: nn,
 	}
 	// Cleanups run last-in first-out. This one covers a failed start (after the cleanups of
 	// whatever did start); the one registered once the node is up drains it first, while
@@ -193,8 +212,10 @@ func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 	if err := n.setUpNetwork(); err != nil {
 		t.Fatalf("testenv: node network: %v", err)
 	}
-	if err := n.serveAPI(); err != nil {
-		t.Fatalf("testenv: serve the kubernetes Service: %v", err)
+	if first {
+		if err := n.serveAPI(); err != nil {
+			t.Fatalf("testenv: serve the kubernetes Service: %v", err)
+		}
 	}
 	if err := makeCgroup(n.CgroupRoot); err != nil {
 		t.Fatalf("testenv: %v", err)
@@ -293,15 +314,18 @@ func renderFile(src, dst string, vars map[string]any) error {
 }
 
 // setUpNetwork creates the pod bridge with the gateway address (kubelet checks that the node IP
-// is the host's) and the kubernetes Service's ClusterIP on it.
+// is the host's) and, on the first node, the kubernetes Service's ClusterIP on it (an address
+// of the host: pods of every node reach it through their own gateway).
 func (n *Node) setUpNetwork() error {
 	ones, _ := n.net.podCIDR.Mask.Size()
-	for _, args := range [][]string{
+	cmds := [][]string{
 		{"link", "add", "name", n.net.bridge, "type", "bridge"},
 		{"addr", "add", fmt.Sprintf("%s/%d", n.net.gateway, ones), "dev", n.net.bridge},
-		{"addr", "add", n.net.serviceIP.String() + "/32", "dev", n.net.bridge},
-		{"link", "set", n.net.bridge, "up"},
-	} {
+	}
+	if n.first {
+		cmds = append(cmds, []string{"addr", "add", n.env.ServiceIP + "/32", "dev", n.net.bridge})
+	}
+	for _, args := range append(cmds, []string{"link", "set", n.net.bridge, "up"}) {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
@@ -398,15 +422,16 @@ func (n *Node) waitReady(timeout time.Duration) error {
 	}
 }
 
-// bindPods is the test bed's scheduler for its one node: it binds every pending pod that names
-// no node (and asks for the default scheduler) to this node.
+// bindPods is the test bed's scheduler for this node: it binds to it every pending pod that
+// names no node, asks for the default scheduler and takes this node (takes).
 func (n *Node) bindPods(ctx context.Context) {
 	defer close(n.bindDone)
 	for {
 		pods, err := n.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", "").String()})
-		if err == nil {
+		node, nerr := n.cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err == nil && nerr == nil {
 			for _, p := range pods.Items {
-				if p.DeletionTimestamp != nil || (p.Spec.SchedulerName != "" && p.Spec.SchedulerName != corev1.DefaultSchedulerName) {
+				if p.DeletionTimestamp != nil || (p.Spec.SchedulerName != "" && p.Spec.SchedulerName != corev1.DefaultSchedulerName) || !n.takes(&p, node) {
 					continue
 				}
 				_ = n.cs.CoreV1().Pods(p.Namespace).Bind(ctx, &corev1.Binding{
@@ -421,6 +446,46 @@ func (n *Node) bindPods(ctx context.Context) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// takes says whether the scheduler binds pod p to node: its node selector matches the node's
+// labels and its required node affinity, when it has one, allows the node (by label or by
+// metadata.name, as a DaemonSet's pods ask for theirs); a pod that sets neither goes to the test
+// bed's first node, one that several nodes allow to the one that binds it first.
+func (n *Node) takes(p *corev1.Pod, node *corev1.Node) bool {
+	if !labels.SelectorFromSet(p.Spec.NodeSelector).Matches(labels.Set(node.Labels)) {
+		return false
+	}
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return n.first || len(p.Spec.NodeSelector) > 0
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		if nodeMatches(term.MatchExpressions, node.Labels) && nodeMatches(term.MatchFields, labels.Set{"metadata.name": node.Name}) {
+			return true
+		}
+	}
+	return false
+}
+
+// nodeMatches says whether every requirement of reqs (In, NotIn, Exists, DoesNotExist) holds
+// for set; an operator it does not know (Gt, Lt) never does.
+func nodeMatches(reqs []corev1.NodeSelectorRequirement, set labels.Set) bool {
+	ops := map[corev1.NodeSelectorOperator]selection.Operator{
+		corev1.NodeSelectorOpIn: selection.In, corev1.NodeSelectorOpNotIn: selection.NotIn,
+		corev1.NodeSelectorOpExists: selection.Exists, corev1.NodeSelectorOpDoesNotExist: selection.DoesNotExist,
+	}
+	for _, r := range reqs {
+		op, ok := ops[r.Operator]
+		if !ok {
+			return false
+		}
+		req, err := labels.NewRequirement(r.Key, op, r.Values)
+		if err != nil || !req.Matches(set) {
+			return false
+		}
+	}
+	return true
 }
 
 // ImportImage imports an image tarball (OCI layout or docker save format) into the node's
@@ -586,8 +651,9 @@ func (n *Node) removeSandboxes(errorf func(string, ...any)) {
 	}
 }
 
-// checkLeftovers fails t for every process still in the node's cgroups, every shim of this
-// node's containerd and every mount under the node's folder, and removes them.
+// checkLeftovers fails t for every process still in the node's cgroups, every process whose
+// command line names the node's folder (the shims of its containerd) and every mount under the
+// node's folder, and removes them.
 func (n *Node) checkLeftovers(errorf func(string, ...any)) {
 	for _, pid := range cgroupProcs(n.CgroupRoot) {
 		s, err := readStat(pid)
@@ -602,10 +668,11 @@ func (n *Node) checkLeftovers(errorf func(string, ...any)) {
 			if !s.alive() {
 				continue
 			}
-			exe, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(s.pid), "exe"))
-			line := cmdline(s)
-			if exe == n.shim || (strings.Contains(line, n.dir) && s.pid != os.Getpid()) {
-				errorf("testenv: node %s left process %d behind: %s", n.Name, s.pid, line)
+			// Its shims name its socket (-address), under its folder; another node's shims run
+			// the same binary.
+			args, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.pid), "cmdline"))
+			if strings.Contains(string(args), n.dir+"/") && s.pid != os.Getpid() {
+				errorf("testenv: node %s left process %d behind: %s", n.Name, s.pid, cmdline(s))
 				_ = syscall.Kill(s.pid, syscall.SIGKILL)
 			}
 		}

@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,6 +95,8 @@ type Env struct {
 	ServiceIP string
 	// netIndex picks this test bed's address ranges (service and pod networks, see node.go).
 	netIndex int
+	// nodes counts the nodes StartNode started: the first one serves the kubernetes Service.
+	nodes atomic.Int32
 }
 
 // Start starts etcd and kube-apiserver with envtest and, when opts names controllers,
