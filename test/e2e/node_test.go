@@ -51,35 +51,20 @@ const (
 // link and its replacement traces again, and `kubectl delete -k` leaves no link and no agent.
 func TestDaemonSetOnNode(t *testing.T) {
 	began := time.Now()
-	ctrllog.SetLogger(logr.Discard())
-	bpftest.Require(t)
-	t.Cleanup(func() { testenv.CheckNoLeftovers(t) })
 	ctx := context.Background()
-
 	// Images: every one built here from local binaries, imported into the node's containerd.
-	bins, err := testenv.ControlPlaneDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The agent's image is the one `make image` builds (mkimage --spec agent), for this machine's
-	// architecture only: the same files, modes, entrypoint, command and user, staged the same way.
-	stage := t.TempDir()
-	agentBin := buildStatic(t, "./cmd/agent")
-	stageFile(t, agentBin, filepath.Join(stage, ociimage.AgentStage, "linux_"+runtime.GOARCH, "reconscope-agent"))
+	bins := beginNodeTest(t)
+	stage := stageAgent(t)
 	// The kubectl plugin, staged beside the agent as make release does (it is not in the image).
 	pluginBin := buildStatic(t, "./cmd/kubectl-reconscope")
 	stageFile(t, pluginBin, filepath.Join(stage, ociimage.AgentStage, "linux_"+runtime.GOARCH, "kubectl-reconscope"))
-	stageFile(t, "/etc/ssl/certs/ca-certificates.crt", filepath.Join(stage, ociimage.AgentStage, "ca-certificates.crt"))
 	builtinsBin := installBuiltins(t)
-	fixtureBin := buildStatic(t, "./test/fixtures/scripted-controller")
 	images := []string{
-		testenv.BuildImage(t, testenv.ImageSpec{Ref: agentImage, Spec: "agent", Dir: stage, Platforms: []string{"linux/" + runtime.GOARCH}}),
-		testenv.BuildImage(t, testenv.ImageSpec{Ref: fixtureImage, Files: []string{fixtureBin + "=/scripted-controller:0555"},
-			Entrypoint: []string{"/scripted-controller"}, User: "65532"}),
+		agentImageOf(t, stage),
+		fixtureImageTar(t),
 		testenv.BuildImage(t, testenv.ImageSpec{Ref: builtinsImage, Files: []string{builtinsBin() + "=/builtins:0555"},
 			Entrypoint: []string{"/builtins"}, User: "65532"}),
-		testenv.BuildImage(t, testenv.ImageSpec{Ref: kcmImage, Files: []string{filepath.Join(bins, "kube-controller-manager-stripped") + "=/kube-controller-manager:0555"},
-			Entrypoint: []string{"/kube-controller-manager"}}),
+		controllerManagerImage(t, bins),
 	}
 
 	// The release, as `make release` makes it from that image: its packaged chart runs the image
@@ -93,19 +78,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 		StaticPods: map[string][]byte{"kube-controller-manager.yaml": controllerManagerPod(env)},
 	})
 	// On failure, the agent's own log says why (its pods' logs, before the node goes).
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
-		logs, _ := filepath.Glob(filepath.Join(node.PodLogsDir, "reconscope_*", "*", "*.log"))
-		for _, l := range logs {
-			b, _ := os.ReadFile(l)
-			if len(b) > 16<<10 {
-				b = b[len(b)-16<<10:]
-			}
-			t.Logf("log of %s:\n%s", strings.TrimPrefix(l, node.PodLogsDir), b)
-		}
-	})
+	logAgentsOnFailure(t, node)
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -372,6 +345,53 @@ func checkNodeFaults(t *testing.T, cs *kubernetes.Clientset, node *testenv.Node,
 		time.Since(began).Round(time.Millisecond), created, len(recs), pidsBefore[agent.Name])
 }
 
+// beginNodeTest starts a test of the agent on test bed nodes: eBPF required (or the test
+// skipped), nothing of the test bed left behind at its end (or it fails). It returns the
+// control plane folder, whose binaries the node images are built from.
+func beginNodeTest(t *testing.T) string {
+	t.Helper()
+	ctrllog.SetLogger(logr.Discard())
+	bpftest.Require(t)
+	t.Cleanup(func() { testenv.CheckNoLeftovers(t) })
+	bins, err := testenv.ControlPlaneDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bins
+}
+
+// stageAgent stages the agent's binary for its image as `make image` does, and returns the
+// staging folder.
+func stageAgent(t *testing.T) string {
+	t.Helper()
+	stage := t.TempDir()
+	stageFile(t, buildStatic(t, "./cmd/agent"), filepath.Join(stage, ociimage.AgentStage, "linux_"+runtime.GOARCH, "reconscope-agent"))
+	stageFile(t, "/etc/ssl/certs/ca-certificates.crt", filepath.Join(stage, ociimage.AgentStage, "ca-certificates.crt"))
+	return stage
+}
+
+// agentImageOf builds the agent's image from stage as `make image` does (mkimage --spec agent),
+// for this machine's architecture only: the same files, modes, entrypoint, command and user.
+func agentImageOf(t *testing.T, stage string) string {
+	t.Helper()
+	return testenv.BuildImage(t, testenv.ImageSpec{Ref: agentImage, Spec: "agent", Dir: stage, Platforms: []string{"linux/" + runtime.GOARCH}})
+}
+
+// fixtureImageTar builds the scripted fixture's image: its static binary, run as UID 65532.
+func fixtureImageTar(t *testing.T) string {
+	t.Helper()
+	return testenv.BuildImage(t, testenv.ImageSpec{Ref: fixtureImage, Files: []string{buildStatic(t, "./test/fixtures/scripted-controller") + "=/scripted-controller:0555"},
+		Entrypoint: []string{"/scripted-controller"}, User: "65532"})
+}
+
+// controllerManagerImage builds kube-controller-manager's image from the stripped build of the
+// control plane folder bins, as released.
+func controllerManagerImage(t *testing.T, bins string) string {
+	t.Helper()
+	return testenv.BuildImage(t, testenv.ImageSpec{Ref: kcmImage, Files: []string{filepath.Join(bins, "kube-controller-manager-stripped") + "=/kube-controller-manager:0555"},
+		Entrypoint: []string{"/kube-controller-manager"}})
+}
+
 // buildStatic builds pkg as a static binary (no cgo), as an image needs.
 func buildStatic(t *testing.T, pkg string) string {
 	t.Helper()
@@ -528,16 +548,19 @@ func podState(p *corev1.Pod) string {
 // waitDaemonSetPod waits for a Running and Ready agent pod in namespace other than not.
 func waitDaemonSetPod(t *testing.T, cs *kubernetes.Clientset, namespace, not string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
-	return waitReadyPod(t, cs, namespace, "app.kubernetes.io/name=reconscope-agent", not, timeout)
+	return waitReadyPod(t, cs, namespace, metav1.ListOptions{LabelSelector: agentSelector}, not, timeout)
 }
 
-// waitReadyPod waits for a Running and Ready pod of namespace matching selector, other than
-// the pod named not.
-func waitReadyPod(t *testing.T, cs *kubernetes.Clientset, namespace, selector, not string, timeout time.Duration) *corev1.Pod {
+// agentSelector selects the agent's pods (the manifest's and the chart's label).
+const agentSelector = "app.kubernetes.io/name=reconscope-agent"
+
+// waitReadyPod waits for a Running and Ready pod of namespace listed with sel (label and field
+// selectors), other than the pod named not.
+func waitReadyPod(t *testing.T, cs *kubernetes.Clientset, namespace string, sel metav1.ListOptions, not string, timeout time.Duration) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
-	testkit.WaitFor(t, "a pod "+selector+" Running and Ready in namespace "+namespace, timeout, func() (bool, string) {
-		pods, err := cs.CoreV1().Pods(namespace).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+	testkit.WaitFor(t, fmt.Sprintf("a pod %s %s Running and Ready in namespace %s", sel.LabelSelector, sel.FieldSelector, namespace), timeout, func() (bool, string) {
+		pods, err := cs.CoreV1().Pods(namespace).List(context.Background(), sel)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -652,6 +675,13 @@ func checkProcessPrivileges(t *testing.T, pid int, pod *corev1.Pod) {
 // node, and returns its pod once Ready.
 func startFixtureDeployment(t *testing.T, cs *kubernetes.Clientset, truthDir string) *corev1.Pod {
 	t.Helper()
+	createOperatorNamespace(t, cs)
+	return runFixture(t, cs, "scripted", "", truthDir)
+}
+
+// createOperatorNamespace creates namespace ns, whose default service account is cluster-admin.
+func createOperatorNamespace(t *testing.T, cs *kubernetes.Clientset) {
+	t.Helper()
 	ctx := context.Background()
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -663,11 +693,18 @@ func startFixtureDeployment(t *testing.T, cs *kubernetes.Clientset, truthDir str
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runFixture runs the scripted fixture as the one-replica Deployment name in namespace ns,
+// reconciling ns's ConfigMaps, its pods on node ("" : the scheduler's choice), writing its
+// ground truth to truthDir/truth.jsonl on the node, and returns its pod once Ready.
+func runFixture(t *testing.T, cs *kubernetes.Clientset, name, node, truthDir string) *corev1.Pod {
+	t.Helper()
 	// The fixture writes as UID 65532.
 	if err := os.Chmod(truthDir, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	return runOperator(t, cs, "scripted", "8080", corev1.Container{
+	return runOperator(t, cs, name, node, "8080", corev1.Container{
 		Image:        fixtureImage,
 		Args:         []string{"--namespace=" + ns, "--ground-truth=/truth/truth.jsonl", "--metrics-bind-address=:8080", "--max-concurrent-reconciles=2"},
 		VolumeMounts: []corev1.VolumeMount{{Name: "truth", MountPath: "/truth"}},
@@ -675,11 +712,12 @@ func startFixtureDeployment(t *testing.T, cs *kubernetes.Clientset, truthDir str
 }
 
 // runOperator runs an operator as a one-replica Deployment name in namespace ns (pods labelled
-// app=<name>, whose default service account is cluster-admin): its container c named
-// "manager", never pulled, with volume v; scraped by Prometheus's pod discovery at
-// metricsPort, like the agent (its own controller_runtime_reconcile_total is the count to
-// compare with). It returns the pod once Ready.
-func runOperator(t *testing.T, cs *kubernetes.Clientset, name, metricsPort string, c corev1.Container, v corev1.Volume) *corev1.Pod {
+// app=<name>, whose default service account is cluster-admin) on node ("": the scheduler's
+// choice): its container c named "manager", never pulled, with volume v; scraped by
+// Prometheus's pod discovery at metricsPort, like the agent (its own
+// controller_runtime_reconcile_total is the count to compare with). It returns the pod once
+// Ready.
+func runOperator(t *testing.T, cs *kubernetes.Clientset, name, node, metricsPort string, c corev1.Container, v corev1.Volume) *corev1.Pod {
 	t.Helper()
 	one := int32(1)
 	labels := map[string]string{"app": name}
@@ -692,14 +730,14 @@ func runOperator(t *testing.T, cs *kubernetes.Clientset, name, metricsPort strin
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
 					"prometheus.io/scrape": "true", "prometheus.io/port": metricsPort, "prometheus.io/path": "/metrics"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{c}, Volumes: []corev1.Volume{v}},
+				Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{c}, Volumes: []corev1.Volume{v}},
 			},
 		},
 	}
 	if _, err := cs.AppsV1().Deployments(ns).Create(context.Background(), dep, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return waitReadyPod(t, cs, ns, "app="+name, "", 120*time.Second)
+	return waitReadyPod(t, cs, ns, metav1.ListOptions{LabelSelector: "app=" + name}, "", 120*time.Second)
 }
 
 func createScripted(t *testing.T, cs *kubernetes.Clientset, name, script string) {
@@ -826,7 +864,7 @@ func restartPod(t *testing.T, cs *kubernetes.Clientset, old *corev1.Pod, selecto
 	if err := cs.CoreV1().Pods(old.Namespace).Delete(context.Background(), old.Name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
 		t.Fatal(err)
 	}
-	pod := waitReadyPod(t, cs, old.Namespace, selector, old.Name, 120*time.Second)
+	pod := waitReadyPod(t, cs, old.Namespace, metav1.ListOptions{LabelSelector: selector}, old.Name, 120*time.Second)
 	t.Logf("pod %s deleted; its Deployment's next pod is %s", old.Name, pod.Name)
 	return pod
 }
@@ -952,7 +990,7 @@ func startBuiltinsDeployment(t *testing.T, cs *kubernetes.Clientset) *corev1.Pod
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return runOperator(t, cs, "builtins", builtinsPorts[0], corev1.Container{
+	return runOperator(t, cs, "builtins", "", builtinsPorts[0], corev1.Container{
 		Image:        builtinsImage,
 		Env:          []corev1.EnvVar{{Name: "TMPDIR", Value: "/webhook"}},
 		VolumeMounts: []corev1.VolumeMount{{Name: "webhook", MountPath: "/webhook", ReadOnly: true}},
