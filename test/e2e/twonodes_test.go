@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
 )
@@ -127,10 +128,19 @@ func TestDaemonSetTwoNodes(t *testing.T) {
 	}
 	waitGonePod(t, cs, oldA)
 	goneAt := time.Now()
-	if after := heldLinks(t, agentB.pid); !slices.Equal(linkIDs(after), linkIDs(held)) || sites(after) != sites(held) {
-		t.Errorf("node B's agent held %d links (%d sites) before node A's agent pod was deleted, %d (%d sites) after: %+v", len(held), sites(held), len(after), sites(after), after)
+	// Every link it held is still its own, with as many sites. (It may hold more: the
+	// machine's other Go programs outside pods come and go, and every agent traces those.)
+	after := heldLinks(t, agentB.pid)
+	var lost []bpftest.ProbeLink
+	for _, l := range held {
+		if !slices.Contains(after, l) {
+			lost = append(lost, l)
+		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("node B's agent held %d links (%d sites) before node A's agent pod was deleted, %d (%d sites) after; gone or changed: %+v", len(held), sites(held), len(after), sites(after), lost)
 	} else {
-		t.Logf("node B's agent (pid %d) holds the same %d uprobe links (%d sites) after node A's agent pod %s is gone", agentB.pid, len(after), sites(after), oldA.Name)
+		t.Logf("node B's agent (pid %d) holds all its %d uprobe links (%d sites) after node A's agent pod %s is gone (%d links now)", agentB.pid, len(held), sites(held), oldA.Name, len(after))
 	}
 	isAfter := func(name string) bool { return strings.HasPrefix(name, "after-") }
 	flow = startFlow(cs, "after", 300*time.Millisecond)
@@ -253,28 +263,31 @@ func checkSpanNodes(t *testing.T, src spanSource, fixtures []nodeFixture) {
 // node's.
 func checkOwnNodeOnly(t *testing.T, nodes []*testenv.Node, agents map[string]*corev1.Pod, pods []nodeFixture) {
 	t.Helper()
-	for _, node := range nodes {
-		agent := agents[node.Name]
-		traced := tracedPIDs(node.PodLogsDir, agent)
-		for _, f := range pods {
-			pids := podPIDs(f.pod)[f.pod.Name]
-			if len(pids) == 0 {
-				t.Errorf("no process in the cgroups of pod %s", f.pod.Name)
-			}
-			var hits []int
-			for _, pid := range pids {
-				if traced[pid] {
-					hits = append(hits, pid)
-				}
-			}
-			switch {
-			case f.node != node && len(hits) > 0:
-				t.Errorf("agent %s of %s traces processes %v of pod %s on %s", agent.Name, node.Name, hits, f.pod.Name, f.node.Name)
-			case f.node == node && len(hits) == 0:
-				t.Errorf("agent %s of %s traces none of the processes %v of its node's pod %s", agent.Name, node.Name, pids, f.pod.Name)
+	// hits are the processes of pod f the agent of node logged "tracing" for.
+	hits := func(node *testenv.Node, f nodeFixture) (hits, pids []int) {
+		traced := tracedPIDs(node.PodLogsDir, agents[node.Name])
+		pids = podPIDs(f.pod)[f.pod.Name]
+		for _, pid := range pids {
+			if traced[pid] {
+				hits = append(hits, pid)
 			}
 		}
-		t.Logf("agent %s of %s: \"tracing\" logged for %d processes, none of the other node's pods", agent.Name, node.Name, len(traced))
+		return hits, pids
+	}
+	for _, node := range nodes {
+		agent := agents[node.Name]
+		for _, f := range pods {
+			if f.node == node {
+				// kube-controller-manager's inspection may still run: wait for its line.
+				testkit.WaitFor(t, fmt.Sprintf("agent %s logs \"tracing\" for pod %s", agent.Name, f.pod.Name), 90*time.Second, func() (bool, string) {
+					h, pids := hits(node, f)
+					return len(h) > 0, fmt.Sprintf("none of its processes %v", pids)
+				})
+			} else if h, _ := hits(node, f); len(h) > 0 {
+				t.Errorf("agent %s of %s traces processes %v of pod %s on %s", agent.Name, node.Name, h, f.pod.Name, f.node.Name)
+			}
+		}
+		t.Logf("agent %s of %s: \"tracing\" logged for %d processes of the machine", agent.Name, node.Name, len(tracedPIDs(node.PodLogsDir, agent)))
 	}
 }
 
@@ -304,15 +317,6 @@ func heldLinks(t *testing.T, pid int) []bpftest.ProbeLink {
 		t.Fatal(err)
 	}
 	return l
-}
-
-func linkIDs(ls []bpftest.ProbeLink) []uint32 {
-	var out []uint32
-	for _, l := range ls {
-		out = append(out, uint32(l.ID))
-	}
-	slices.Sort(out)
-	return out
 }
 
 func sites(ls []bpftest.ProbeLink) int {
