@@ -177,6 +177,8 @@ func TestChartSchemaRejectsTypos(t *testing.T) {
 		{"image.digest=abc", "digest"},
 		{"prometheusRule.disabled[0]=ReconscopeAgentDwn", "ReconscopeAgentDown"},
 		{"updateStrategy.type=Recreate", "updateStrategy"},
+		{"prometheusRule.for.ReconscopeAgentDwn=1m", "ReconscopeAgentDwn"},
+		{"prometheusRule.for.ReconscopeAgentDown=5 minutes", "ReconscopeAgentDown"},
 	} {
 		cmd := exec.Command(helm, "template", "reconscope", chartDir, "--set", tt.set)
 		out, err := cmd.CombinedOutput()
@@ -599,12 +601,13 @@ func keysOfObjects(objs map[string]*unstructured.Unstructured) []string {
 }
 
 // TestChartAlertThresholds: prometheusRule.thresholds change the two thresholds of the rule
-// file, in the expression and in the text (the defaults render the file unchanged:
-// TestChartOptions; TestChartKnobs runs promtool on rules rendered with a threshold).
+// file, in the expression and in the text, and prometheusRule.for an alert's for, that alert's
+// only (the defaults render the file unchanged: TestChartOptions; TestChartKnobs runs promtool
+// on rules rendered with a threshold).
 func TestChartAlertThresholds(t *testing.T) {
 	helm := helmBinary(t)
 	objs := helmTemplate(t, helm, "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.thresholds.errorRatio=0.3",
-		"--set", "prometheusRule.thresholds.reconcileP99Seconds=2.5")
+		"--set", "prometheusRule.thresholds.reconcileP99Seconds=2.5", "--set", "prometheusRule.for.ReconscopeAgentDown=30s")
 	groups, _, _ := unstructured.NestedSlice(objs["PrometheusRule/reconscope/reconscope-agent"].Object, "spec", "groups")
 	found := 0
 	for _, g := range groups {
@@ -613,6 +616,11 @@ func TestChartAlertThresholds(t *testing.T) {
 			m := r.(map[string]any)
 			expr := strings.TrimSpace(m["expr"].(string))
 			desc, _, _ := unstructured.NestedString(m, "annotations", "description")
+			if forAlert, want := m["for"], map[bool]string{true: "30s", false: "5m"}[m["alert"] == "ReconscopeAgentDown"]; m["alert"] == "ReconscopeAgentDown" || m["alert"] == "ReconscopeAgentNotTracing" {
+				if forAlert != want {
+					t.Errorf("%s: for %v, want %s", m["alert"], forAlert, want)
+				}
+			}
 			switch m["alert"] {
 			case "ReconscopeReconcileErrors":
 				found++

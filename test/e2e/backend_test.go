@@ -223,13 +223,25 @@ func checkJaegerTrace(t *testing.T, j *testenv.Jaeger, src spanSource, pod *core
 // scrapes; native-histograms scrapes protobuf and ingests native histograms.
 func startPodDiscoveryPrometheus(t *testing.T, cs kubernetes.Interface, features ...string) string {
 	t.Helper()
+	return startRulesPrometheus(t, cs, "", features...)
+}
+
+// startRulesPrometheus is startPodDiscoveryPrometheus that also evaluates the rule file rules
+// (none when ""), every second.
+func startRulesPrometheus(t *testing.T, cs kubernetes.Interface, rules string, features ...string) string {
+	t.Helper()
 	bin := requirePrometheus(t)
 	sd := podDiscovery(t, cs)
 	dir := t.TempDir()
+	ruleFiles := ""
+	if rules != "" {
+		ruleFiles = fmt.Sprintf("rule_files: [%q]\n", rules)
+	}
 	cfg := fmt.Sprintf(`global:
   scrape_interval: 1s
   scrape_timeout: 1s
-scrape_configs:
+  evaluation_interval: 1s
+%sscrape_configs:
   - job_name: kubernetes-pods
     http_sd_configs:   # in place of kubernetes_sd_configs: [{role: pod}]
       - url: %s
@@ -251,7 +263,7 @@ scrape_configs:
         target_label: namespace
       - source_labels: [__meta_kubernetes_pod_name]
         target_label: pod
-`, sd)
+`, ruleFiles, sd)
 	path := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/ociimage"
@@ -301,6 +303,9 @@ func TestDaemonSetOnNode(t *testing.T) {
 		n := len(fixtureRoots(src, fixturePod))
 		return n > before, fmt.Sprintf("%d spans of the fixture, %d before helm install", n, before)
 	})
+	// The agent-health alerts of the chart's rules, in a real Prometheus: none while it traces,
+	// ReconscopeAgentDown while it is stuck, ReconscopeAgentsAbsent while it is gone.
+	helmAgent = checkAgentAlerts(t, env, cs, rel, helmAgent)
 	checkLinks(t, tracedExes)
 	helmRun(t, env, "uninstall", "reconscope", "--namespace", helmNamespace, "--wait", "--timeout", "120s")
 	waitGonePod(t, cs, helmAgent)
@@ -1261,4 +1266,96 @@ func createDeploymentReplicaSet(t *testing.T, cs *kubernetes.Clientset, name str
 		return true, ""
 	})
 	return rs
+}
+
+// checkAgentAlerts loads the alert rules of the installed chart (its PrometheusRule, rendered
+// with the same release, and a short for on the two agent-health alerts, a chart value) into a
+// Prometheus that scrapes the node's pods, and checks the alerts a platform team relies on:
+// none fires while the agent traces; ReconscopeAgentDown fires while the agent's process is
+// stopped (an agent stuck: its pod runs, its metrics do not answer) and clears when it runs
+// again; ReconscopeAgentsAbsent fires once the DaemonSet's pod is deleted and none replaces it
+// (scheduled nowhere) and clears when its pod is back. It returns the agent's pod then.
+func checkAgentAlerts(t *testing.T, env *testenv.Env, cs *kubernetes.Clientset, rel release, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	helm := testenv.ToolDir(t, "build-helm.sh")
+	out, err := exec.Command(helm, "template", "reconscope", rel.chart, "--namespace", helmNamespace, "--show-only", "templates/prometheusrule.yaml",
+		"--set", "prometheusRule.enabled=true", "--set", "prometheusRule.for.ReconscopeAgentDown=3s",
+		"--set", "prometheusRule.for.ReconscopeAgentsAbsent=3s").CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm template of the chart's PrometheusRule: %v\n%s", err, out)
+	}
+	var rule struct {
+		Spec struct {
+			Groups []any `json:"groups"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(out, &rule); err != nil || len(rule.Spec.Groups) == 0 {
+		t.Fatalf("the chart's PrometheusRule: %v, %d groups\n%s", err, len(rule.Spec.Groups), out)
+	}
+	groups, err := yaml.Marshal(map[string]any{"groups": rule.Spec.Groups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rules, groups, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prom := startRulesPrometheus(t, cs, rules)
+	waitScraped(t, prom, pod)
+	health := `ALERTS{alertname=~"ReconscopeAgentDown|ReconscopeAgentsAbsent|ReconscopeAgentNotTracing"}`
+	// The rules evaluated a few times with the agent up: no agent-health alert, pending or firing.
+	time.Sleep(5 * time.Second)
+	if s, err := promQuery(prom, health); err != nil || len(s) > 0 {
+		t.Errorf("agent-health alerts while the agent traces: %v %v, want none", s, err)
+	}
+	alert := func(what, q string, firing bool) {
+		t.Helper()
+		testkit.WaitFor(t, what, 90*time.Second, func() (bool, string) {
+			s, err := promQuery(prom, q)
+			if err != nil {
+				return false, err.Error()
+			}
+			return (len(s) > 0) == firing, fmt.Sprintf("%s: %v", q, s)
+		})
+		t.Logf("alerts: %s", what)
+	}
+
+	// An agent stuck: its process stopped, its pod Running. Shorter than the liveness probe's
+	// failures (3 × 20 s) allow, so the kubelet does not restart it.
+	pid := startUsage(t, pod).pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}()
+	down := fmt.Sprintf(`ALERTS{alertname="ReconscopeAgentDown",alertstate="firing",pod=%q}`, pod.Name)
+	alert("ReconscopeAgentDown fires for "+pod.Name+", its process stopped", down, true)
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	alert("ReconscopeAgentDown clears, the agent running again", `ALERTS{alertname="ReconscopeAgentDown"}`, false)
+
+	// No agent at all: the DaemonSet scheduled nowhere, its pod deleted.
+	ds, err := cs.AppsV1().DaemonSets(helmNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil || len(ds.Items) != 1 {
+		t.Fatalf("the chart's DaemonSet: %v (%d)", err, len(ds.Items))
+	}
+	name := ds.Items[0].Name
+	kubectl(t, env, "-n", helmNamespace, "patch", "daemonset", name, "--type", "merge", "-p", `{"spec":{"template":{"spec":{"nodeSelector":{"reconscope.test/nowhere":"true"}}}}}`)
+	waitGonePod(t, cs, pod)
+	alert("ReconscopeAgentsAbsent fires, no agent scheduled", `ALERTS{alertname="ReconscopeAgentsAbsent",alertstate="firing"}`, true)
+	kubectl(t, env, "-n", helmNamespace, "patch", "daemonset", name, "--type", "json", "-p", `[{"op":"remove","path":"/spec/template/spec/nodeSelector/reconscope.test~1nowhere"}]`)
+	back := waitDaemonSetPod(t, cs, helmNamespace, pod.Name, 120*time.Second)
+	waitScraped(t, prom, back)
+	alert("ReconscopeAgentsAbsent clears, the agent's pod back", `ALERTS{alertname="ReconscopeAgentsAbsent"}`, false)
+	if s, err := promQuery(prom, `ALERTS{alertname="ReconscopeAgentNotTracing"}`); err != nil || len(s) > 0 {
+		t.Errorf("ReconscopeAgentNotTracing: %v %v, want none (the agent traced throughout)", s, err)
+	}
+	return back
 }
