@@ -21,7 +21,6 @@ import (
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/metricsauth"
 	"github.com/reconscope/reconscope/pkg/probes"
-	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
 // exportFlags are the flags shared by trace and run that say where spans and metrics go.
@@ -95,12 +94,14 @@ type exporters struct {
 	handlers map[string]http.Handler
 	// spanExporters names where spans go (otlp, console); none: no span export.
 	spanExporters []string
-	// tracer is the tracer whose statistics the self-metrics report, once it exists (setTracer).
-	tracer atomic.Pointer[tracer.Tracer]
+	// selfStats fills in, at each scrape, the self-metrics the exporters do not count
+	// themselves (the tracer's: agent.SelfStats), once they exist (addSelfStats).
+	selfStats atomic.Pointer[func(*exporter.AgentStats)]
 }
 
-// setTracer gives the self-metrics the tracer to read at each scrape.
-func (e *exporters) setTracer(t *tracer.Tracer) { e.tracer.Store(t) }
+// addSelfStats gives the self-metrics the figures of the stages built after the exporters:
+// fill is called at each scrape.
+func (e *exporters) addSelfStats(fill func(*exporter.AgentStats)) { e.selfStats.Store(&fill) }
 
 // spanExporters says where spans go: the exporters named by OTEL_TRACES_EXPORTER (none when
 // OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none). Without OTEL_TRACES_EXPORTER, spans go
@@ -119,8 +120,8 @@ func (f *exportFlags) spanExporters() ([]string, error) {
 // build makes the exporters. output, when not nil, writes the agent's own output (tree or
 // JSON lines on standard output): it goes first, behind a queue, so that an output nobody
 // reads drops spans (counted) instead of stalling the tracer; local writers (the exit summary)
-// follow. The tracer, made with the exporters' writer, is given to them afterwards
-// (setTracer); until then the self-metrics say nothing of it.
+// follow. The tracer, made with the exporters' writer, fills in its part of the self-metrics
+// once it exists (addSelfStats); until then they say nothing of it.
 func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock ktime.Clock, output exporter.Writer, local ...exporter.Writer) (*exporters, error) {
 	// A bad pattern is a usage error found before anything is started (an OTLP exporter).
 	ro, err := f.redactOptions()
@@ -140,7 +141,7 @@ func (f *exportFlags) build(ctx context.Context, log *slog.Logger, clock ktime.C
 	if *f.metricsAddr != "" {
 		build := agentBuild()
 		e.metrics = exporter.NewMetrics(exporter.MetricsOptions{HotObjectsK: *f.hotK, BuildInfo: &build, AgentStats: func() exporter.AgentStats {
-			return e.agentStats(e.tracer.Load())
+			return e.agentStats()
 		}})
 		if *f.recentSpans > 0 {
 			e.stream = exporter.NewSpanStream(*f.recentSpans, clock)
@@ -213,17 +214,10 @@ func (f *exportFlags) redactOptions() (exporter.RedactOptions, error) {
 }
 
 // agentStats reads the self-metrics at a scrape.
-func (e *exporters) agentStats(t *tracer.Tracer) exporter.AgentStats {
+func (e *exporters) agentStats() exporter.AgentStats {
 	var a exporter.AgentStats
-	if t != nil {
-		st := t.Stats()
-		a.EventsLostRingBuffer, a.EventsLostState = st.Kernel.LostRingBuffer, st.Kernel.LostState
-		a.KernelProbeHits = st.Kernel.Hits
-		a.ProbesAttached, a.ProcessesTraced, a.ReconcilesInFlight = st.Sites, st.Processes, st.Open
-		a.ExcludedKernel, a.ExcludedAgent = st.Kernel.Excluded, st.Excluded
-		a.Handoffs, a.HandoffsLost = st.Assembler.Handoffs, st.Assembler.HandoffsLost
-		a.HeldForWriter = st.Assembler.HeldForWriter
-		a.GatedHits = st.Kernel.Gated
+	if fill := e.selfStats.Load(); fill != nil {
+		(*fill)(&a)
 	}
 	if e.otlp != nil {
 		o := e.otlp.Stats()

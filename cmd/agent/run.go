@@ -12,19 +12,16 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/reconscope/reconscope/pkg/agent"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/ktime"
-	"github.com/reconscope/reconscope/pkg/probes"
-	"github.com/reconscope/reconscope/pkg/proc"
-	"github.com/reconscope/reconscope/pkg/symbols"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
@@ -122,6 +119,8 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if err := tf.detailPolicy(*ef.slow, log, exp.detailSwitched); err != nil {
 		return usageError(stderr, "run", "%v", err)
 	}
+	// One decision on every process, found by the /proc scan or admitted at its exec.
+	admission := &agent.Admission{ProcRoot: *procRoot, Pods: index, Filter: filter}
 	t, err := tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) {
 		o.ProcRoot = *procRoot
 		// A new process of an executable already attached is traced from its exec, in the
@@ -131,18 +130,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		if o.Grace <= 0 {
 			o.Grace = -1 // detach with the last process
 		}
-		o.Admit = func(pid int) (tracer.ProcessMeta, bool) {
-			p, err := discovery.ReadProcess(*procRoot, pid)
-			if err != nil {
-				return tracer.ProcessMeta{}, filter == nil // gone already: kept unless rules must decide
-			}
-			target, ours := ownTarget(ctx, p, index)
-			if !ours {
-				log.Debug("not traced: its pod is not on this node", "pid", pid, "exe", p.Exe, "pod_uid", p.Container.PodUID)
-				return tracer.ProcessMeta{}, false
-			}
-			return metaOf(target, filter), filter.Match(target)
-		}
+		o.Admit = admission.AdmitExec
 	})
 	if errors.Is(err, collector.ErrBelowFloor) {
 		return waitBelowFloor(ctx, err, *ef.metricsAddr, sec, exp.metrics, log)
@@ -150,7 +138,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failed(log, "load eBPF programs", err)
 	}
-	exp.setTracer(t)
+	exp.addSelfStats(agent.SelfStats(t))
 	if exp.metrics != nil {
 		exp.metrics.SetTracing("")
 	}
@@ -172,13 +160,7 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		log.Warn("no exec notifications: new processes are found by the /proc scan only", "interval", *interval, "err", err)
 	}
-	watcher := discovery.NewWatcher(discovery.WatcherOptions{ProcRoot: *procRoot, Interval: *interval, Execs: execs, Logger: log})
-	go func() {
-		if err := watcher.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-			log.Error("process scan", "err", err)
-		}
-	}()
-	go attachLoop(ctx, t, watcher, index, filter, log)
+	go agent.NewLoop(agent.Options{Tracer: t, Admission: admission, Interval: *interval, Execs: execs, Logger: log}).Run(ctx)
 
 	log.Info("reconscope agent running", "version", agentBuild().Version, "revision", agentBuild().Revision, "node", *ef.nodeName, "metrics", *ef.metricsAddr, "span_exporters", exp.spanExporters)
 	if err := t.Run(ctx); err != nil {
@@ -188,168 +170,6 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	st := t.Stats()
 	log.Info("stopped", "reconciles", st.Assembler.Spans, "events", st.Reader.Events, "lost", st.Kernel.LostRingBuffer, "output_dropped", dropped)
 	return 0
-}
-
-// targetOf is what the filter decides on for process p: the process and its pod, when known.
-func targetOf(p discovery.Process, index *discovery.PodIndex) discovery.Target {
-	target := discovery.Target{Process: p}
-	if pod, ok := index.Lookup(p.Container.ID); ok {
-		target.Pod = &pod
-	} else if pod, ok := index.LookupPod(p.Container.PodUID); ok {
-		target.Pod = &pod
-	}
-	return target
-}
-
-// ownPodWait bounds how long a process admitted at exec whose pod the pod index does not hold
-// waits for the index to learn of it, before it is taken for another node's process.
-const ownPodWait = 2 * time.Second
-
-// ownTarget is targetOf for a process admitted at exec, and whether it is this node's: a
-// process in a pod the index does not hold is given ownPodWait for the index to learn of the
-// pod (the kubelet and the index hear of it from the same watch), then taken for another
-// node's (several nodes on one kernel: discovery.PodIndex.OtherNode).
-func ownTarget(ctx context.Context, p discovery.Process, index *discovery.PodIndex) (discovery.Target, bool) {
-	deadline := time.Now().Add(ownPodWait)
-	for {
-		target := targetOf(p, index)
-		if target.Pod != nil || !index.OtherNode(p.Container) {
-			return target, true
-		}
-		if time.Now().After(deadline) {
-			return target, false
-		}
-		select {
-		case <-ctx.Done():
-			return target, false
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// metaOf is what the spans of target carry, and the controllers of it the filter selects.
-func metaOf(target discovery.Target, filter *discovery.Filter) tracer.ProcessMeta {
-	m := processMeta(target.Pod, target.Process.Container)
-	if c := filter.ControllersOf(target); !c.All() {
-		m.Controllers = c
-	}
-	return m
-}
-
-// attached is the outcome of tracing one process the watcher found.
-type attached struct {
-	p    discovery.Process
-	meta tracer.ProcessMeta
-	plan *probes.Plan
-	err  error
-}
-
-// podIndexSyncWait bounds how long attachLoop waits for the pod index's first list of this
-// node's pods before it looks at processes, so that another node's pods (several nodes on one
-// kernel) are known for what they are from the first scan. Without API access it goes on after
-// this wait, and traces every process with host-only metadata.
-const podIndexSyncWait = 10 * time.Second
-
-// attachLoop traces the processes the watcher finds, when their binary has code the catalog
-// knows, they run outside Kubernetes or in a pod of this node, and the filter selects them.
-// Each process is traced on its own goroutine: one waits only for the inspection of its own
-// executable (the tracer bounds how many run at once), never for another's.
-func attachLoop(ctx context.Context, t *tracer.Tracer, w *discovery.Watcher, index *discovery.PodIndex, filter *discovery.Filter, log *slog.Logger) {
-	self := os.Getpid()
-	untraceable := map[proc.StatFileID]bool{} // executables with nothing to trace: skip quickly
-	// Traced processes whose container the pod index did not know yet (the kubelet writes a
-	// container's ID into the pod status after the container starts): looked up again.
-	unnamed := map[int]discovery.Process{}
-	// Processes in pods the index does not hold (another node's, on a shared kernel): looked
-	// up again, traced if their pod turns out to be this node's.
-	elsewhere := map[int]discovery.Process{}
-	results := make(chan attached)
-	trace := func(p discovery.Process, target discovery.Target) {
-		go func() {
-			plan, err := t.TracePID(p.PID)
-			select {
-			case results <- attached{p: p, meta: metaOf(target, filter), plan: plan, err: err}:
-			case <-ctx.Done():
-			}
-		}()
-	}
-	synced, cancel := context.WithTimeout(ctx, podIndexSyncWait)
-	index.WaitSynced(synced)
-	cancel()
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	for {
-		var ev discovery.Event
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			for pid, p := range unnamed {
-				if pod, ok := index.Lookup(p.Container.ID); ok {
-					// the pod decides the rules on it now, controllers' rules too
-					t.SetProcessMeta(pid, metaOf(discovery.Target{Process: p, Pod: &pod}, filter))
-					delete(unnamed, pid)
-				} else if index.OtherNode(p.Container) {
-					// traced before the index could tell (no API access at the start)
-					t.UntracePID(pid)
-					delete(unnamed, pid)
-					elsewhere[pid] = p
-					log.Info("stopped tracing: its pod is not on this node", "pid", pid, "exe", p.Exe, "pod_uid", p.Container.PodUID)
-				}
-			}
-			for pid, p := range elsewhere {
-				if index.OtherNode(p.Container) {
-					continue
-				}
-				delete(elsewhere, pid)
-				if target := targetOf(p, index); filter.Match(target) {
-					trace(p, target)
-				}
-			}
-			continue
-		case r := <-results:
-			p := r.p
-			if r.err != nil {
-				if errors.Is(r.err, symbols.ErrNotGo) || errors.Is(r.err, symbols.ErrNotELF) || errors.Is(r.err, probes.ErrNothingToTrace) || errors.Is(r.err, symbols.ErrUnsupportedGo) {
-					untraceable[p.ExeID] = true
-					log.Debug("not traced", "pid", p.PID, "exe", p.Exe, "reason", r.err)
-					continue
-				}
-				log.Warn("cannot trace", "pid", p.PID, "exe", p.Exe, "err", r.err)
-				continue
-			}
-			if p.Container.ID != "" && r.meta.Container == "" {
-				unnamed[p.PID] = p
-			}
-			t.SetProcessMeta(p.PID, r.meta)
-			log.Info("tracing", "pid", p.PID, "exe", p.Exe, "pod", r.meta.Pod, "container", r.meta.Container, "probes", r.plan.Probes())
-			continue
-		case ev = <-w.Events():
-		}
-		if exited, ok := ev.(discovery.Exited); ok {
-			delete(unnamed, exited.PID) // the tracer notices exits itself and closes their spans
-			delete(elsewhere, exited.PID)
-			continue
-		}
-		started, ok := ev.(discovery.Started)
-		if !ok {
-			continue
-		}
-		p := started.Process
-		if p.PID == self || untraceable[p.ExeID] {
-			continue
-		}
-		target := targetOf(p, index)
-		if target.Pod == nil && index.OtherNode(p.Container) {
-			elsewhere[p.PID] = p
-			log.Debug("not traced: its pod is not on this node", "pid", p.PID, "exe", p.Exe, "pod_uid", p.Container.PodUID)
-			continue
-		}
-		if !filter.Match(target) {
-			continue
-		}
-		trace(p, target)
-	}
 }
 
 // kubeClient returns a client for the pod informer, or nil (host-only metadata) when there is

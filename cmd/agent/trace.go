@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/reconscope/reconscope/pkg/agent"
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/ktime"
@@ -107,7 +107,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failed(log, "load eBPF programs", err)
 	}
-	exp.setTracer(t)
+	exp.addSelfStats(agent.SelfStats(t))
 	defer t.Close()
 	if err := exp.serve(*ef.metricsAddr, nil, log); err != nil {
 		return failed(log, "serve metrics", err)
@@ -157,7 +157,10 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			log.Warn("no exec notifications: processes that start later are traced once found, within half a second", "err", err)
 		}
-		go traceExe(ctx, t, want, execs, log)
+		// The loop run uses, deciding by executable alone: every process running it, now and as
+		// they start, found by the /proc scan every half second and at each exec.
+		admission := &agent.Admission{Exe: &want}
+		go agent.NewLoop(agent.Options{Tracer: t, Admission: admission, Interval: 500 * time.Millisecond, Execs: execs, Logger: log}).Run(ctx)
 	}
 
 	err = t.Run(ctx)
@@ -186,25 +189,4 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 		return failed(log, "read events", err)
 	}
 	return 0
-}
-
-// traceExe traces every process running the executable want (as stat identifies it), now and
-// as they start: the discovery watcher that run uses finds them, scanning /proc every half
-// second and at each exec.
-func traceExe(ctx context.Context, t *tracer.Tracer, want proc.StatFileID, execs <-chan int, log *slog.Logger) {
-	w := discovery.NewWatcher(discovery.WatcherOptions{Interval: 500 * time.Millisecond, Execs: execs, Logger: log})
-	go func() {
-		if err := w.Run(ctx); err != nil {
-			log.Error("process scan", "err", err)
-		}
-	}()
-	for ev := range w.Events() {
-		s, ok := ev.(discovery.Started)
-		if !ok || s.Process.ExeID != want {
-			continue
-		}
-		if _, err := t.TracePID(s.Process.PID); err != nil {
-			log.Error("cannot trace", "pid", s.Process.PID, "err", err)
-		}
-	}
 }

@@ -123,6 +123,15 @@ type Plan struct {
 // ErrNothingToTrace means no probe of the catalog applies to the binary.
 var ErrNothingToTrace = errors.New("no probe applies: the binary has no controller code reconscope knows")
 
+// Untraceable says whether err, from inspecting an executable or planning its probes, is a
+// property of the file: not ELF, not Go, a Go too old, or nothing of the catalog in it. Another
+// process of the same file fails the same way, so the agent remembers it rather than inspecting
+// the file again; any other failure is of the moment (the process exited mid-inspection).
+func Untraceable(err error) bool {
+	return errors.Is(err, symbols.ErrNotGo) || errors.Is(err, symbols.ErrNotELF) ||
+		errors.Is(err, ErrNothingToTrace) || errors.Is(err, symbols.ErrUnsupportedGo)
+}
+
 // NewPlan matches the catalog against bin. It returns ErrNothingToTrace (with the plan, whose
 // Missing says why) when no site was found. It only reads bin and catalog.
 func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {

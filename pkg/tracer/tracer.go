@@ -477,10 +477,7 @@ func (t *Tracer) TracePID(pid int) (*probes.Plan, error) {
 
 // permanent says whether an inspection failure is a property of the file (remembered, so the
 // file is not inspected again) rather than of the moment.
-func permanent(err error) bool {
-	return errors.Is(err, symbols.ErrNotGo) || errors.Is(err, symbols.ErrNotELF) ||
-		errors.Is(err, probes.ErrNothingToTrace) || errors.Is(err, symbols.ErrUnsupportedGo)
-}
+func permanent(err error) bool { return probes.Untraceable(err) }
 
 // acquire returns the attached executable key, inspecting and attaching it first unless done
 // or under way; the caller then holds a reference (release it with unref). On failure the
