@@ -48,7 +48,11 @@ func attachFakectl(t *testing.T) (*Collector, *Attachment, string, *probes.Plan)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	a, err := c.Attach(bin, plan)
+	id, err := c.FileID(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Attach(bin, id, plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +99,7 @@ func TestAttachFailureLeavesNothing(t *testing.T) {
 			t.Fatalf("fill err_layouts: %v", err)
 		}
 	}
-	if _, err := c.Attach(bin, plan); err == nil {
+	if _, err := c.Attach(bin, a.ID(), plan); err == nil {
 		t.Fatal("Attach succeeded with err_layouts full")
 	} else {
 		t.Logf("Attach: %v", err)

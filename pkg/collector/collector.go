@@ -316,10 +316,11 @@ type Attachment struct {
 }
 
 // Attach attaches plan's sites to the executable at path (for a process, /proc/PID/exe works
-// and survives the file being replaced on disk). Processes are traced only once Trace names
-// them.
-func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) {
-	return c.attach(path, plan, false)
+// and survives the file being replaced on disk), whose identity as the kernel sees it is id
+// (FileID, computed once by the caller, which keys its executables by it). Processes are
+// traced only once Trace names them.
+func (c *Collector) Attach(path string, id proc.KernelFileID, plan *probes.Plan) (*Attachment, error) {
+	return c.attach(path, id, plan, false)
 }
 
 // AttachCalls attaches plan's sites gated: its call sites (and goroutine probes) record only
@@ -328,11 +329,11 @@ func (c *Collector) Attach(path string, plan *probes.Plan) (*Attachment, error) 
 // whose own plan (Attach) is at detail reconcile (probes.NewCallsPlan); it is attached and
 // closed (Attachment.Close) at run time while the executable's processes are traced, without
 // touching the spans in flight: a span keeps the detail it began with.
-func (c *Collector) AttachCalls(path string, plan *probes.Plan) (*Attachment, error) {
-	return c.attach(path, plan, true)
+func (c *Collector) AttachCalls(path string, id proc.KernelFileID, plan *probes.Plan) (*Attachment, error) {
+	return c.attach(path, id, plan, true)
 }
 
-func (c *Collector) attach(path string, plan *probes.Plan, gated bool) (*Attachment, error) {
+func (c *Collector) attach(path string, id proc.KernelFileID, plan *probes.Plan, gated bool) (*Attachment, error) {
 	if len(plan.Sites) == 0 {
 		return nil, probes.ErrNothingToTrace
 	}
@@ -340,11 +341,8 @@ func (c *Collector) attach(path string, plan *probes.Plan, gated bool) (*Attachm
 	if err != nil {
 		return nil, fmt.Errorf("open executable: %w", err)
 	}
-	id, err := c.FileID(path)
-	if err != nil {
-		return nil, err
-	}
-	base, err := firstSegment(path)
+	// The program headers the plan's binary read when it was opened: not read again here.
+	base, err := plan.Binary.FirstSegment()
 	if err != nil {
 		return nil, err
 	}

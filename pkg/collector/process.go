@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"debug/elf"
 	"fmt"
 	"os"
 	"strings"
@@ -218,22 +217,6 @@ func ShortTypeName(name string) string {
 		start = i + 1
 	}
 	return b.String()
-}
-
-// firstSegment returns the page-aligned address of the executable's first PT_LOAD segment (the
-// one at file offset 0): a PIE's load bias is where that segment is mapped minus it.
-func firstSegment(path string) (uint64, error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("read program headers of %s: %w", path, err)
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_LOAD && p.Off == 0 {
-			return p.Vaddr &^ (p.Align - 1), nil
-		}
-	}
-	return 0, fmt.Errorf("read program headers of %s: no PT_LOAD segment at file offset 0", path)
 }
 
 // loadBias is where the process mapped its executable minus where the ELF file asks to be:

@@ -551,6 +551,18 @@ func (b *Binary) FileOffset(addr uint64) (uint64, error) {
 	return 0, fmt.Errorf("map address %#x of %s to a file offset: %w: no loadable segment holds it in the file (is it a run-time address of a PIE? subtract the load bias first)", addr, b.name(), ErrNotMapped)
 }
 
+// FirstSegment returns the page-aligned virtual address of the PT_LOAD segment at file offset
+// 0: a running PIE's load bias is where the process mapped that segment minus this address.
+// It needs only the program headers Open read, so it works after Release and Close too.
+func (b *Binary) FirstSegment() (uint64, error) {
+	for _, p := range b.loads {
+		if p.Off == 0 {
+			return p.Vaddr &^ (p.Align - 1), nil
+		}
+	}
+	return 0, fmt.Errorf("read program headers of %s: no PT_LOAD segment at file offset 0", b.name())
+}
+
 // readVA reads n bytes at virtual address addr; they must lie in one segment's file image.
 func (b *Binary) readVA(addr, n uint64) ([]byte, error) {
 	for _, p := range b.loads {

@@ -152,7 +152,7 @@ func (t *Tracer) attachCalls(e *exe, pid int) {
 	if pid > 0 {
 		path = t.proc.ExeLink(pid)
 	}
-	a, err := t.col.AttachCalls(path, e.callsPlan)
+	a, err := t.col.AttachCalls(path, e.key, e.callsPlan)
 	if err == nil {
 		if id, ierr := t.col.FileID(path); ierr != nil || id != e.key {
 			_ = a.Close() // the process exec'd: the path names another file now

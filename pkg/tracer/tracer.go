@@ -516,12 +516,12 @@ func (t *Tracer) acquire(key proc.KernelFileID, path string, open func() (*symbo
 // attach inspects and attaches e, at most Options.Inspections at once, then closes e.ready.
 func (t *Tracer) attach(e *exe, open func() (*symbols.Binary, error), attachPath string) {
 	t.inspect <- struct{}{}
-	plan, att, callsPlan, err := t.inspectAndAttach(open, attachPath)
+	plan, att, callsPlan, err := t.inspectAndAttach(e.key, open, attachPath)
 	<-t.inspect
 	var calls *collector.Attachment
 	if err == nil && callsPlan != nil && t.opts.Detail.CallsAhead() {
 		// A controller to trace at detail calls may be in it: its first reconciles have their calls.
-		if calls, err = t.col.AttachCalls(attachPath, callsPlan); err != nil {
+		if calls, err = t.col.AttachCalls(attachPath, e.key, callsPlan); err != nil {
 			t.log.Warn("attach the calls probes: spans come at detail reconcile", "exe", e.path, "err", err)
 			calls, err = nil, nil
 		}
@@ -580,7 +580,7 @@ func (t *Tracer) sameFile(e *exe, attachPath string, att, calls *collector.Attac
 	return errFileChanged
 }
 
-func (t *Tracer) inspectAndAttach(open func() (*symbols.Binary, error), attachPath string) (*probes.Plan, *collector.Attachment, *probes.Plan, error) {
+func (t *Tracer) inspectAndAttach(id proc.KernelFileID, open func() (*symbols.Binary, error), attachPath string) (*probes.Plan, *collector.Attachment, *probes.Plan, error) {
 	bin, err := open()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("inspect: %w", err)
@@ -602,9 +602,9 @@ func (t *Tracer) inspectAndAttach(open func() (*symbols.Binary, error), attachPa
 			t.log.Warn("field offset unknown: spans come without the fields that need it", "exe", bin.Path, "type", o.Type, "field", o.Path, "err", o.Err)
 		}
 	}
-	att, err := t.col.Attach(attachPath, plan)
+	att, err := t.col.Attach(attachPath, id, plan)
 	for errors.Is(err, collector.ErrSiteTableFull) && t.detachIdlest() {
-		att, err = t.col.Attach(attachPath, plan)
+		att, err = t.col.Attach(attachPath, id, plan)
 	}
 	if err != nil {
 		bin.Close()

@@ -280,7 +280,12 @@ func attachCollector(catalog []*probes.Probe, only *probes.Probe, exe string, pi
 	if only != nil {
 		plan.Sites = slices.DeleteFunc(plan.Sites, func(s probes.Site) bool { return s.Probe != only })
 	}
-	att, err := col.Attach(exe, plan)
+	id, err := col.FileID(exe)
+	if err != nil {
+		col.Close()
+		return nil, err
+	}
+	att, err := col.Attach(exe, id, plan)
 	if err != nil {
 		col.Close()
 		return nil, fmt.Errorf("attach: %w", err)
