@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"testing"
+
+	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/discovery"
+	"github.com/reconscope/reconscope/pkg/proc"
+)
+
+// TestAdmissionDecide: one decision for run (a pod index, the config's rules) and trace --exe
+// (one executable, no pod metadata): whether a process is traced, what its spans carry, and
+// whether its pod is looked up again later.
+func TestAdmissionDecide(t *testing.T) {
+	hostOnly, err := discovery.NewPodIndex(discovery.PodIndexOptions{Logger: testkit.Quiet()}) // no API: no pod is known
+	if err != nil {
+		t.Fatal(err)
+	}
+	filter := func(cfg discovery.Config) *discovery.Filter {
+		t.Helper()
+		f, err := discovery.NewFilter(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	want := proc.StatFileID{Dev: 1, Ino: 2}
+	container := discovery.Container{PodUID: "pod-uid", ID: "0123abcd"}
+	manager := discovery.Process{PID: 10, Exe: "/manager", ExeID: want, Container: container}
+	shell := discovery.Process{PID: 11, Exe: "/bin/sh", ExeID: proc.StatFileID{Dev: 1, Ino: 3}}
+	tests := []struct {
+		name        string
+		a           Admission
+		p           discovery.Process
+		traced      bool
+		workload    bool // spans carry the container's identity
+		controllers bool // spans of some controllers only
+		unnamed     bool // its pod is looked up again
+	}{
+		{"trace --exe: its executable", Admission{Exe: &want}, manager, true, false, false, false},
+		{"trace --exe: another executable", Admission{Exe: &want}, shell, false, false, false, false},
+		{"run: no config, pod not known yet", Admission{Pods: hostOnly}, manager, true, true, false, true},
+		{"run: no config, no container", Admission{Pods: hostOnly}, shell, true, false, false, false},
+		{"run: excluded executable", Admission{Pods: hostOnly, Filter: filter(discovery.Config{Exclude: []discovery.Rule{{Executables: []string{"sh"}}}})},
+			shell, false, false, false, false},
+		{"run: some controllers", Admission{Pods: hostOnly, Filter: filter(discovery.Config{Include: []discovery.Rule{{Executables: []string{"manager"}, Controllers: []string{"deployment"}}}})},
+			manager, true, true, true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			meta, ok := tt.a.Decide(tt.p)
+			if ok != tt.traced {
+				t.Fatalf("traced: %v, want %v", ok, tt.traced)
+			}
+			if got := meta.Workload != nil && meta.Workload.ContainerID == container.ID; got != tt.workload {
+				t.Errorf("workload %+v: container's identity %v, want %v", meta.Workload, got, tt.workload)
+			}
+			if got := meta.Controllers != nil; got != tt.controllers {
+				t.Errorf("controllers chosen: %v, want %v", got, tt.controllers)
+			}
+			if got := ok && tt.a.unnamed(tt.p, meta); got != tt.unnamed {
+				t.Errorf("looked up again: %v, want %v", got, tt.unnamed)
+			}
+		})
+	}
+}
+
+// TestAdmissionAdmitExecGone: a process admitted at exec and gone before it is read is kept
+// without rules (its spans go out as they are), dropped when rules must decide on it.
+func TestAdmissionAdmitExecGone(t *testing.T) {
+	root := t.TempDir() // no process in it
+	if _, ok := (&Admission{ProcRoot: root}).AdmitExec(4242); !ok {
+		t.Error("without rules: dropped")
+	}
+	f, err := discovery.NewFilter(discovery.Config{Include: []discovery.Rule{{Executables: []string{"manager"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := (&Admission{ProcRoot: root, Filter: f}).AdmitExec(4242); ok {
+		t.Error("with rules: kept")
+	}
+}
