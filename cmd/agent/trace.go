@@ -149,7 +149,7 @@ func runTrace(args []string, stdout, stderr io.Writer) int {
 			return failed(log, "--exe", err)
 		}
 		// Attached now, before any process runs it: each process that execs it is traced
-		// from its first instruction; those running it already are found by traceExe.
+		// from its first instruction; those running it already are found by the loop below.
 		if _, err := t.AttachExe(path); err != nil {
 			return failed(log, "--exe", err)
 		}
