@@ -6,9 +6,9 @@ import (
 )
 
 // SelfStats returns what fills in the tracer's part of the agent's self-metrics at a scrape
-// (exporter.AgentStats: events lost, probe hits, probes attached, processes traced,
-// reconciles in flight, exclusions, hand-offs, spans held for a writer, gated hits); the exporters count the rest
-// themselves.
+// (exporter.AgentStats: events lost, probe hits, probes attached, processes traced, reconciles
+// in flight, exclusions, hand-offs, spans held for a writer, gated hits); the exporters count
+// the rest themselves.
 func SelfStats(t *tracer.Tracer) func(*exporter.AgentStats) {
 	return func(a *exporter.AgentStats) {
 		st := t.Stats()
