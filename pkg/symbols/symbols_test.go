@@ -44,6 +44,44 @@ func twinOf(fx fixture) string {
 	return fx.name
 }
 
+// openFixtureELF opens fixture name twice: with Open, and with debug/elf to compare with.
+func openFixtureELF(t *testing.T, name string) (*Binary, *elf.File) {
+	t.Helper()
+	b := openFixture(t, name)
+	f, err := elf.Open(b.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return b, f
+}
+
+// TestFirstSegment: a PIE's base, which the collector subtracts from a process's mapping, is
+// the page-aligned address of the PT_LOAD segment at file offset 0, as debug/elf reads the file
+// on its own; from the headers Open read, so after Close too.
+func TestFirstSegment(t *testing.T) {
+	for _, fx := range fixtures {
+		t.Run(fx.name, func(t *testing.T) {
+			b, f := openFixtureELF(t, fx.name)
+			want, found := uint64(0), false
+			for _, p := range f.Progs {
+				if p.Type == elf.PT_LOAD && p.Off == 0 {
+					want, found = p.Vaddr&^(p.Align-1), true
+					break
+				}
+			}
+			if !found {
+				t.Fatal("debug/elf: no PT_LOAD segment at file offset 0")
+			}
+			b.Close()
+			got, err := b.FirstSegment()
+			if err != nil || got != want {
+				t.Errorf("FirstSegment() = %#x, %v; want %#x", got, err, want)
+			}
+		})
+	}
+}
+
 func TestOpenFacts(t *testing.T) {
 	for _, fx := range fixtures {
 		t.Run(fx.name, func(t *testing.T) {
@@ -547,12 +585,7 @@ func TestGenericMatch(t *testing.T) {
 func TestFileOffset(t *testing.T) {
 	for _, fx := range fixtures {
 		t.Run(fx.name, func(t *testing.T) {
-			b := openFixture(t, fx.name)
-			f, err := elf.Open(b.Path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
+			b, f := openFixtureELF(t, fx.name)
 			text := f.Section(".text")
 			fn, err := b.Lookup("main.main")
 			if err != nil {
