@@ -124,7 +124,11 @@ func TestSecretSpansCarryNamesNotData(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = drop.Process.Kill(); _ = drop.Wait() })
-	waitLogged(t, &logs2, "trace to attach the executable again", func() bool { return strings.Contains(logs2.String(), "attached") })
+	// The fixture runs already: attached, its executable; traced, once the /proc scan found it
+	// (an error reconcile before that was not traced: seen in CI).
+	waitLogged(t, &logs2, "trace to trace the running fixture", func() bool {
+		return strings.Contains(logs2.String(), fmt.Sprintf("msg=tracing pid=%d ", ctl.PID()))
+	})
 	const dropped = "token-z9k4"
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: dropped,
 		Annotations: map[string]string{"scripted.reconscope.io/script": "times:1;error-status"}},
