@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -144,16 +145,23 @@ type PodIndex struct {
 	log      *slog.Logger
 	informer cache.SharedIndexInformer // nil without a client
 
-	mu       sync.Mutex
-	degraded bool
+	mu        sync.Mutex
+	degraded  bool
+	recovered time.Time // when the API server last answered again after failing
+	now       func() time.Time
 }
+
+// resyncSettle is how long after the API server answers again the index is still taken not to
+// know every pod of its node: the list that answered is stored a moment after it returned, and
+// a pod that started during the outage is in it.
+const resyncSettle = 5 * time.Second
 
 // NewPodIndex returns a PodIndex. Start it with Run.
 func NewPodIndex(opts PodIndexOptions) (*PodIndex, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	x := &PodIndex{opts: opts, log: opts.Logger}
+	x := &PodIndex{opts: opts, log: opts.Logger, now: time.Now}
 	if opts.Client == nil {
 		return x, nil
 	}
@@ -284,10 +292,13 @@ func (x *PodIndex) LookupPod(uid string) (PodInfo, bool) {
 // it). On a node of its own that is a pod the index has not heard of yet (it learns of a pod
 // from the same watch as the kubelet, before its containers start); where several nodes share
 // one kernel and one PID namespace (kind-like clusters, the test bed's two nodes) it is a pod of
-// another node, whose agent traces it. OtherNode is false for a process outside Kubernetes and
-// while the index has not synced (no API access: every process is this node's).
+// another node, whose agent traces it. OtherNode is false for a process outside Kubernetes,
+// while the index has not synced (no API access: every process is this node's), and while the
+// API server is unreachable and for resyncSettle after it answers again: a pod that started
+// meanwhile is not in the index, and is far more likely this node's than another's (its
+// process is traced with host metadata, and named or let go once the index has listed again).
 func (x *PodIndex) OtherNode(c Container) bool {
-	if c.PodUID == "" || !x.Synced() {
+	if c.PodUID == "" || !x.Synced() || x.Unreachable() {
 		return false
 	}
 	if _, ok := x.podBy(byContainerID, c.ID); ok {
@@ -295,6 +306,14 @@ func (x *PodIndex) OtherNode(c Container) bool {
 	}
 	_, ok := x.podBy(byPodUID, c.PodUID)
 	return !ok
+}
+
+// Unreachable reports whether the index cannot tell what pods its node has now: a list or watch
+// of pods failed and none has succeeded since, or one did less than resyncSettle ago.
+func (x *PodIndex) Unreachable() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.degraded || (!x.recovered.IsZero() && x.now().Sub(x.recovered) < resyncSettle)
 }
 
 // report records the outcome of one list or watch call: the first failure after success is
@@ -314,6 +333,7 @@ func (x *PodIndex) report(ctx context.Context, err error) {
 		x.log.Debug("list or watch pods", "err", err)
 	case x.degraded:
 		x.degraded = false
+		x.recovered = x.now()
 		x.log.Info("kubernetes metadata available again", "node", x.opts.NodeName)
 	}
 }

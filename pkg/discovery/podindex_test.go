@@ -369,3 +369,33 @@ func TestPodIndexOtherNode(t *testing.T) {
 		t.Errorf("LookupPod(kubelet's UID of the static pod) = %+v, %v; want its mirror pod", got, ok)
 	}
 }
+
+// TestPodIndexOtherNodeWhileUnreachable: while the API server does not answer, and for a
+// moment after it answers again (the new list is not stored yet), a pod the index does not
+// hold is not taken for another node's: it may have started during the outage on this node.
+func TestPodIndexOtherNodeWhileUnreachable(t *testing.T) {
+	x := syncedIndex(t, fake.NewClientset(testPod("ns1", "ctl", "uid-1", "node-a", '1')))
+	now := time.Now()
+	x.mu.Lock()
+	x.now = func() time.Time { return now }
+	x.mu.Unlock()
+	c := Container{ID: strings.Repeat("8a", 32), PodUID: "uid-started-meanwhile"}
+	ctx := context.Background()
+	for _, step := range []struct {
+		what string
+		do   func()
+		want bool
+	}{
+		{"reachable", func() {}, true},
+		{"a list fails", func() { x.report(ctx, errors.New("connection refused")) }, false},
+		{"still failing a minute later", func() { now = now.Add(time.Minute); x.report(ctx, errors.New("connection refused")) }, false},
+		{"a list answers", func() { x.report(ctx, nil) }, false},
+		{"just before the settle time", func() { now = now.Add(resyncSettle - time.Millisecond) }, false},
+		{"after it", func() { now = now.Add(time.Millisecond) }, true},
+	} {
+		step.do()
+		if got := x.OtherNode(c); got != step.want {
+			t.Errorf("%s: OtherNode = %v, want %v", step.what, got, step.want)
+		}
+	}
+}

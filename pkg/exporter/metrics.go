@@ -139,6 +139,7 @@ type Metrics struct {
 	switches   *prometheus.CounterVec
 	hot        *hotObjects
 	tracing    *prometheus.GaugeVec
+	unnamed    prometheus.Counter
 
 	// seenMu guards seen: the controllers (with their workload labels, the values of
 	// workloadValues) whose reconscope_reconcile_total series of every result exist.
@@ -229,6 +230,10 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 			Name: "reconscope_tracing",
 			Help: "1 when the agent's eBPF programs are loaded and it traces this node; 0 when it does not, with the reason (kernel_below_floor: /readyz and the log name the missing kernel feature). No series before the agent has tried to load its programs.",
 		}, []string{"reason"}),
+		unnamed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "reconscope_spans_unnamed_total",
+			Help: "Reconciles of processes in a Kubernetes pod (their cgroup names a pod or container) whose pod the agent did not know when they finished: their spans and series carry no pod, container nor workload, only the pod UID and container ID (the API server unreachable when the pod started, or the pod not listed yet).",
+		}),
 	}
 	if b := opts.BuildInfo; b != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -242,7 +247,7 @@ func NewMetrics(opts MetricsOptions) *Metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.conflicts, m.hotLoops, m.staleReads, m.hits, m.switches, m.hot, m.tracing,
+		m.reconciles, m.duration, m.phases, m.api, m.noops, m.queueWait, m.triggerLag, m.fights, m.conflicts, m.hotLoops, m.staleReads, m.hits, m.switches, m.hot, m.tracing, m.unnamed,
 	)
 	if opts.AgentStats != nil {
 		reg.MustRegister(newAgentCollector(opts.AgentStats))
@@ -338,6 +343,9 @@ func (m *Metrics) Write(s *span.Span) error {
 	}
 	m.reconciles.WithLabelValues(lv(result)...).Inc()
 	m.initResults(s.Controller, wv)
+	if Unnamed(s) {
+		m.unnamed.Inc()
+	}
 	if s.Noop {
 		m.noops.WithLabelValues(lv()...).Inc()
 	}
@@ -409,6 +417,12 @@ func (m *Metrics) Write(s *span.Span) error {
 	}
 	m.hot.observe(hotController{controller: s.Controller, namespace: wv[0], workload: wv[4]}, s.Namespace, s.Name)
 	return nil
+}
+
+// Unnamed reports whether s is a reconcile of a process in a Kubernetes pod whose pod was not
+// known: the process's cgroup gave a pod UID or container ID, the pod index had no pod for it.
+func Unnamed(s *span.Span) bool {
+	return s.Pod == "" && s.Workload != nil && (s.Workload.PodUID != "" || s.Workload.ContainerID != "")
 }
 
 // workloadLabels name the traced workload on every per-controller series.

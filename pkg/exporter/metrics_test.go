@@ -697,3 +697,34 @@ func TestMetricsHotLoopsAndStaleReads(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsSpansUnnamed: reconscope_spans_unnamed_total counts the reconciles of processes in
+// a pod the agent could not name (a pod UID or container ID, no pod), not those of named pods
+// nor of processes outside Kubernetes; it is there at 0 before any.
+func TestMetricsSpansUnnamed(t *testing.T) {
+	m, srv, _ := newTestMetrics(t, MetricsOptions{})
+	unnamed := func() float64 {
+		t.Helper()
+		fams, _ := scrape(t, srv.URL+"/metrics", "text/plain")
+		f, ok := fams["reconscope_spans_unnamed_total"]
+		if !ok || len(f.GetMetric()) != 1 {
+			t.Fatalf("reconscope_spans_unnamed_total: %v", f)
+		}
+		return f.GetMetric()[0].GetCounter().GetValue()
+	}
+	if n := unnamed(); n != 0 {
+		t.Errorf("before any span: %v, want 0", n)
+	}
+	for _, s := range []*span.Span{
+		{Controller: "c", Name: "host", Result: span.ResultSuccess},
+		{Controller: "c", Name: "named", Result: span.ResultSuccess, Pod: "ns/p", Container: "manager",
+			Workload: &span.Workload{PodUID: "u1", ContainerID: "abc"}},
+		{Controller: "c", Name: "no-pod-1", Result: span.ResultSuccess, Workload: &span.Workload{PodUID: "u2", ContainerID: "def"}},
+		{Controller: "c", Name: "no-pod-2", Result: span.ResultError, Workload: &span.Workload{PodUID: "u2"}},
+	} {
+		_ = m.Write(s)
+	}
+	if n := unnamed(); n != 2 {
+		t.Errorf("after 2 reconciles of a pod not known, 1 of a named pod, 1 of a host process: %v, want 2", n)
+	}
+}
