@@ -23,11 +23,11 @@ import (
 // fixtureOnNode runs the fixture controller as container "manager" of pod default/podName on
 // node, its process in the pod's cgroup (named the way containerd's cgroupfs driver names it)
 // from before its exec, as runc puts a container's process: a shell waits on its input, joins
-// the cgroup, then execs the fixture once release is called.
-func fixtureOnNode(t *testing.T, env *testenv.Env, fixture, node, podName, containerID string) (p *testenv.Process, release func()) {
+// the cgroup, then execs the fixture (with --kubeconfig and args) once release is called.
+func fixtureOnNode(t *testing.T, env *testenv.Env, fixture, node, podName, containerID string, args ...string) (p *testenv.Process, release func()) {
 	t.Helper()
 	pod := podWithContainer(t, env, node, podName, containerID)
-	cmd := exec.Command("/bin/sh", "-c", `read -r _ && exec "$1" --kubeconfig "$2"`, "sh", fixture, env.Kubeconfig)
+	cmd := exec.Command("/bin/sh", append([]string{"-c", `read -r _ && exec "$@"`, "sh", fixture, "--kubeconfig", env.Kubeconfig}, args...)...)
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

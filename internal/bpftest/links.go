@@ -146,3 +146,40 @@ func LinksHeldBy(pid int) ([]ProbeLink, error) {
 	}
 	return out, err
 }
+
+// LinkHolders returns, for each BPF link some live process holds a file descriptor of, one such
+// process (as /proc/PID/fdinfo says, link_id). A uprobe link no process holds and no pin keeps
+// is gone from the kernel; one that LinksOn lists and no process holds was pinned or leaked.
+func LinkHolders() (map[link.ID]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, fmt.Errorf("list processes: %w", err)
+	}
+	held := map[link.ID]int{}
+	for _, e := range entries {
+		var pid int
+		if _, err := fmt.Sscan(e.Name(), &pid); err != nil || pid <= 0 {
+			continue
+		}
+		dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue // exited meanwhile, or a kernel thread
+		}
+		for _, fd := range fds {
+			b, err := os.ReadFile(dir + "/" + fd.Name())
+			if err != nil {
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "link_id:"); ok {
+					var id uint32
+					if _, err := fmt.Sscan(strings.TrimSpace(v), &id); err == nil {
+						held[link.ID(id)] = pid
+					}
+				}
+			}
+		}
+	}
+	return held, nil
+}
