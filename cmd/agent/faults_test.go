@@ -634,3 +634,68 @@ func TestRunAgentOOMKilled(t *testing.T) {
 		t.Errorf("fixture exit: %v", err)
 	}
 }
+
+// TestCompareTruth: the comparison the node-fault tests rest on, without a kernel: a reconcile
+// of the window without a span, with two, or with a span of another object or result is
+// counted; reconciles outside the window are not; the first traced reconcile is the earliest.
+func TestCompareTruth(t *testing.T) {
+	at := func(s int) time.Time { return time.Unix(1000+int64(s), 0) }
+	rec := func(id string, s int) groundtruth.Record {
+		return groundtruth.Record{ReconcileID: id, Namespace: "default", Name: "tick", Outcome: groundtruth.OutcomeRequeueAfter, Start: at(s), End: at(s)}
+	}
+	span := func(id string) exporter.JSONSpan {
+		return exporter.JSONSpan{ReconcileID: id, Namespace: "default", Name: "tick", Result: "requeue_after"}
+	}
+	truths := []groundtruth.Record{rec("r0", 0), rec("r1", 1), rec("r2", 2), rec("r3", 3), rec("r4", 4)}
+	wrong := span("r3")
+	wrong.Result = "success"
+	for _, tt := range []struct {
+		name                           string
+		spans                          []exporter.JSONSpan
+		from, to                       time.Time
+		checked, missing, twice, wrong int
+		first                          string
+	}{
+		{name: "all, one each", spans: []exporter.JSONSpan{span("r0"), span("r1"), span("r2"), span("r3"), span("r4")}, checked: 5, first: "r0"},
+		{name: "traced from r2, window from r2", spans: []exporter.JSONSpan{span("r3"), span("r2"), span("r4")}, from: at(2), checked: 3, first: "r2"},
+		{name: "traced from r2, whole truth", spans: []exporter.JSONSpan{span("r2"), span("r3"), span("r4")}, checked: 5, missing: 2, first: "r2"},
+		{name: "a gap", spans: []exporter.JSONSpan{span("r1"), span("r3")}, from: at(1), to: at(4), checked: 3, missing: 1, first: "r1"},
+		{name: "twice", spans: []exporter.JSONSpan{span("r1"), span("r1"), span("r2")}, from: at(1), to: at(3), checked: 2, twice: 1, first: "r1"},
+		{name: "wrong result", spans: []exporter.JSONSpan{span("r2"), wrong}, from: at(2), to: at(4), checked: 2, wrong: 1, first: "r2"},
+		{name: "no span", checked: 5, missing: 5},
+	} {
+		c := compareTruth(truths, tt.spans, tt.from, tt.to)
+		first := ""
+		if c.first != nil {
+			first = c.first.ReconcileID
+		}
+		if c.checked != tt.checked || c.missing != tt.missing || c.twice != tt.twice || c.wrong != tt.wrong || first != tt.first {
+			t.Errorf("%s: checked %d missing %d twice %d wrong %d first %q; want %d %d %d %d %q", tt.name,
+				c.checked, c.missing, c.twice, c.wrong, first, tt.checked, tt.missing, tt.twice, tt.wrong, tt.first)
+		}
+		if want := tt.missing+tt.twice+tt.wrong == 0; c.ok() != want {
+			t.Errorf("%s: ok() = %v", tt.name, c.ok())
+		}
+	}
+}
+
+// TestSpanStream: spans split across writes are whole once their line ends; other lines are
+// left out.
+func TestSpanStream(t *testing.T) {
+	s := newSpanStream()
+	for _, chunk := range []string{`{"reconcile_id":"a","pid":7}` + "\n" + `{"reconcile_`, `id":"b","pid":7}` + "\nnot json\n" + `{"reconcile_id":"c","pid":8}`} {
+		if _, err := s.Write([]byte(chunk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []string
+	for _, sp := range s.of(7) {
+		got = append(got, sp.ReconcileID)
+	}
+	if strings.Join(got, ",") != "a,b" || len(s.of(8)) != 0 {
+		t.Errorf("pid 7: %v, pid 8: %d spans; want a,b and none before its line ends", got, len(s.of(8)))
+	}
+	if p := percentile([]time.Duration{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 90); p != 9 {
+		t.Errorf("p90 of 1..10 = %v, want 9", p)
+	}
+}
