@@ -34,7 +34,8 @@ by its processes; a new process of an attached executable is traced from its exe
 also one that restarts within --keep-attached of its executable's last process), names their pod and container from a pod informer limited to this node
 (needs get/list/watch on pods; without API access it keeps tracing with host-only metadata
 and says so once; a process in a pod the informer does not hold is another node's, where
-nodes share one kernel as on kind, and left to that node's agent), serves Prometheus metrics, health and its last spans (GET /spans,
+nodes share one kernel as on kind, and left to that node's agent, except while the API server
+does not answer: then it is traced with host-only metadata and named once the pod is listed), serves Prometheus metrics, health and its last spans (GET /spans,
 --recent-spans: what kubectl reconscope tail reads) on --metrics-addr (with
 --metrics-secure: HTTPS, /metrics and /spans only for bearer tokens the API server allows to
 get them), and sends spans
