@@ -35,6 +35,9 @@ type ImageSpec struct {
 	Spec, Dir string
 }
 
+// mkimage is the mkimage binary built for the test binary's tests, rebuilt once the test that
+// built it has ended: its TempDir is gone then (TestDaemonSetTwoNodes after TestDaemonSetOnNode
+// found no mkimage at the path kept).
 var mkimage struct {
 	sync.Mutex
 	path string
@@ -44,7 +47,7 @@ var mkimage struct {
 func BuildImage(t testing.TB, spec ImageSpec) string {
 	t.Helper()
 	mkimage.Lock()
-	if mkimage.path == "" {
+	if _, err := os.Stat(mkimage.path); mkimage.path == "" || err != nil {
 		mkimage.path = testkit.Build(t, "./internal/cmd/mkimage")
 	}
 	bin := mkimage.path
