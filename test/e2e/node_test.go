@@ -284,6 +284,11 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// and the traced processes are unharmed.
 	checkNodeFaults(t, cs, node, src, truthPath, fixturePod, newAgent, traced)
 
+	// The agent OOM-killed by a memory limit set too low: reported and restarted by the
+	// kubelet, no link left, the traced processes unharmed; tracing again once the limit is
+	// restored.
+	newAgent = checkAgentOOM(t, env, cs, node, src, fixturePod, newAgent, traced)
+
 	// kubectl delete -k: no agent left, no link left, namespaces it does not own stay.
 	checkLinks(t, tracedExes)
 	kubectl(t, env, "delete", "-k", overlay, "--wait=true", "--timeout=120s")
@@ -1357,5 +1362,97 @@ func checkAgentAlerts(t *testing.T, env *testenv.Env, cs *kubernetes.Clientset, 
 	if s, err := promQuery(prom, `ALERTS{alertname="ReconscopeAgentNotTracing"}`); err != nil || len(s) > 0 {
 		t.Errorf("ReconscopeAgentNotTracing: %v %v, want none (the agent traced throughout)", s, err)
 	}
+	return back
+}
+
+// checkAgentOOM gives the agent's DaemonSet a memory limit far below what the agent needs
+// (24Mi: it runs at 55-60 MiB on this node), as a user who sets limits.memory too low does:
+// the kernel OOM-kills the agent, the kubelet reports it (last state OOMKilled) and restarts
+// it, to be killed again. Meanwhile no uprobe link is left once a killed agent is gone, and the
+// traced processes are unharmed (same PIDs, no restart). With the limit restored, the
+// DaemonSet's next pod traces the fixture again. It returns that pod.
+func checkAgentOOM(t *testing.T, env *testenv.Env, cs *kubernetes.Clientset, node *testenv.Node, src spanSource, fixturePod, agent *corev1.Pod, traced []*corev1.Pod) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	ds, err := cs.AppsV1().DaemonSets(agent.Namespace).Get(ctx, "reconscope-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore, err := json.Marshal(ds.Spec.Template.Spec.Containers[0].Resources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidsBefore, restartsBefore := podPIDs(traced...), podRestarts(t, cs, traced...)
+	linked := checkLinks(t, tracedExes)
+	setResources := func(v string) {
+		kubectl(t, env, "-n", agent.Namespace, "patch", "daemonset", ds.Name, "--type", "json",
+			"-p", `[{"op":"replace","path":"/spec/template/spec/containers/0/resources","value":`+v+`}]`)
+	}
+	setResources(`{"requests":{"memory":"24Mi"},"limits":{"memory":"24Mi"}}`)
+	restored := false
+	defer func() {
+		if !restored {
+			setResources(string(restore))
+		}
+	}()
+
+	// The DaemonSet's new pod: killed, reported OOMKilled, restarted by the kubelet, then in
+	// CrashLoopBackOff's wait (its process gone) at some point.
+	var oomPod *corev1.Pod
+	testkit.WaitFor(t, "the agent's pod under a 24Mi limit OOM-killed, restarted and waiting to start again", 240*time.Second, func() (bool, string) {
+		pods, err := cs.CoreV1().Pods(agent.Namespace).List(ctx, metav1.ListOptions{LabelSelector: agentSelector})
+		if err != nil {
+			return false, err.Error()
+		}
+		var states []string
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Name == agent.Name || len(p.Status.ContainerStatuses) == 0 {
+				states = append(states, p.Name+" "+podState(p))
+				continue
+			}
+			c := p.Status.ContainerStatuses[0]
+			last := c.LastTerminationState.Terminated
+			states = append(states, fmt.Sprintf("%s restarts %d, last %+v, now %+v", p.Name, c.RestartCount, last, c.State))
+			if last != nil && last.Reason == "OOMKilled" && c.RestartCount >= 1 && c.State.Waiting != nil {
+				oomPod = p
+				return true, ""
+			}
+		}
+		return false, strings.Join(states, "; ")
+	})
+	c := oomPod.Status.ContainerStatuses[0]
+	t.Logf("agent pod %s under a 24Mi limit: %d restarts, last state %s (exit code %d), now waiting (%s)",
+		oomPod.Name, c.RestartCount, c.LastTerminationState.Terminated.Reason, c.LastTerminationState.Terminated.ExitCode, c.State.Waiting.Reason)
+	checkNoLinks(t, tracedExes)
+	if pids := podPIDs(traced...); !reflect.DeepEqual(pids, pidsBefore) {
+		t.Errorf("traced processes before the agent's OOM kills %v, after %v: want the same", pidsBefore, pids)
+	}
+	if r := podRestarts(t, cs, traced...); !reflect.DeepEqual(r, restartsBefore) {
+		t.Errorf("restarts of the traced pods' containers before the agent's OOM kills %v, after %v: want the same", restartsBefore, r)
+	}
+
+	// The limit restored: the DaemonSet rolls its pod, and the new one traces again.
+	setResources(string(restore))
+	restored = true
+	back := waitDaemonSetPod(t, cs, agent.Namespace, oomPod.Name, 180*time.Second)
+	fixturePID := 0
+	for _, pid := range pidsBefore[fixturePod.Name] {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); strings.HasSuffix(exe, "/scripted-controller") {
+			fixturePID = pid
+		}
+	}
+	waitAgentTracing(t, node.PodLogsDir, back, fixturePID)
+	relinked := checkLinks(t, tracedExes)
+	for exe, n := range linked {
+		if relinked[exe] < n {
+			t.Errorf("uprobe sites on %s: %d before the agent's OOM kills, %d with the limit restored", exe, n, relinked[exe])
+		}
+	}
+	before := len(fixtureRoots(src, fixturePod))
+	createUntil(t, cs, "the agent's pod with its limit restored traces the fixture's reconciles", "after-oom", func(int) (bool, string) {
+		n := len(fixtureRoots(src, fixturePod))
+		return n > before, fmt.Sprintf("%d spans of the fixture, %d before", n, before)
+	})
 	return back
 }
