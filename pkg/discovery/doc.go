@@ -8,7 +8,7 @@
 //     process of the same binary), comm, start time and the container ID from the cgroup file.
 //   - [Watcher] rescans /proc at an interval and sends one [Started] per process and one
 //     [Exited] when it is gone.
-//   - [ParseCgroup] and [ContainerID] turn a /proc/PID/cgroup file (cgroup v1 or v2;
+//   - [cgroup.Parse] and [cgroup.ContainerID] (package cgroup) turn a /proc/PID/cgroup file (cgroup v1 or v2;
 //     containerd, CRI-O, Docker, Podman; cgroupfs or systemd drivers) into a container ID and
 //     pod UID. Pure.
 //   - [PodIndex] maps container IDs to pods (namespace, name, UID, container, labels) from a

@@ -23,6 +23,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/discovery/cgroup"
 )
 
 // testPod is a pod on node with one container of each kind, whose IDs start with the digit d.
@@ -357,7 +358,7 @@ func TestPodIndexOtherNode(t *testing.T) {
 		{"another node's pod", x, Container{ID: strings.Repeat("8a", 32), PodUID: "uid-of-node-b"}, true},
 		{"another node's pod, no container ID in its path", x, Container{PodUID: "uid-of-node-b"}, true},
 		{"a host process", x, Container{}, false},
-		{"a container outside Kubernetes", x, Container{Runtime: RuntimeDocker, ID: strings.Repeat("9a", 32)}, false},
+		{"a container outside Kubernetes", x, Container{Runtime: cgroup.RuntimeDocker, ID: strings.Repeat("9a", 32)}, false},
 		{"no API access", noClient, Container{ID: strings.Repeat("8a", 32), PodUID: "uid-of-node-b"}, false},
 	} {
 		if got := tt.index.OtherNode(tt.c); got != tt.want {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/reconscope/reconscope/pkg/discovery/cgroup"
 	"github.com/reconscope/reconscope/pkg/proc"
 )
 
@@ -83,7 +84,7 @@ func ReadProcess(procRoot string, pid int) (Process, error) {
 	}
 	p := Process{PID: pid, StartTime: st.StartTime, Comm: st.Comm, Exe: exe, ExeID: id}
 	if b, err := pfs.ReadFile(pid, "cgroup"); err == nil {
-		p.Container, _ = ParseCgroup(b)
+		p.Container, _ = cgroup.Parse(b)
 	}
 	return p, nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/pkg/discovery/cgroup"
 	"github.com/reconscope/reconscope/pkg/proc"
 )
 
@@ -129,7 +130,7 @@ func TestScan(t *testing.T) {
 		Comm:      "manager",
 		Exe:       filepath.Join(f.bins, "manager"),
 		ExeID:     fileID(t, filepath.Join(f.bins, "manager")),
-		Container: Container{Runtime: RuntimeContainerd, ID: testCID, PodUID: testPodUID},
+		Container: Container{Runtime: cgroup.RuntimeContainerd, ID: testCID, PodUID: testPodUID},
 	}
 	if m != want {
 		t.Errorf("process 4242:\n got %+v\nwant %+v", m, want)

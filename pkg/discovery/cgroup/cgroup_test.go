@@ -1,4 +1,4 @@
-package discovery
+package cgroup
 
 import (
 	"strings"
@@ -29,7 +29,7 @@ func itoa(i int) string {
 	return string(rune('0'+i/10)) + string(rune('0'+i%10))
 }
 
-func TestParseCgroup(t *testing.T) {
+func TestParse(t *testing.T) {
 	tests := []struct {
 		name string
 		in   string
@@ -199,9 +199,9 @@ func TestParseCgroup(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := ParseCgroup([]byte(tt.in))
+			got, ok := Parse([]byte(tt.in))
 			if ok != tt.ok || got != tt.want {
-				t.Errorf("ParseCgroup() = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
+				t.Errorf("Parse() = %+v, %v; want %+v, %v", got, ok, tt.want, tt.ok)
 			}
 			rt, id, ok := ContainerID([]byte(tt.in))
 			if ok != tt.ok || rt != tt.want.Runtime || id != tt.want.ID {
@@ -230,10 +230,10 @@ func FuzzContainerID(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, ok := ParseCgroup(b)
+		c, ok := Parse(b)
 		rt, id, ok2 := ContainerID(b)
 		if ok != ok2 || rt != c.Runtime || id != c.ID {
-			t.Fatalf("ContainerID and ParseCgroup disagree: %q %q %v vs %+v %v", rt, id, ok2, c, ok)
+			t.Fatalf("ContainerID and Parse disagree: %q %q %v vs %+v %v", rt, id, ok2, c, ok)
 		}
 		if ok != (c.ID != "") {
 			t.Fatalf("ok = %v with ID %q", ok, c.ID)
