@@ -126,7 +126,7 @@ func (s jaegerSpans) all() ([]recvSpan, int) {
 						continue
 					}
 					seen[id] = true
-					out = append(out, recvSpan{resource: res, span: sp})
+					out = append(out, recvSpan{Resource: res, Span: sp})
 				}
 			}
 		}
@@ -150,11 +150,11 @@ func checkJaegerTrace(t *testing.T, j *testenv.Jaeger, src spanSource, pod *core
 	}
 	var roots []recvSpan
 	for _, s := range fixtureRoots(src, pod) {
-		if attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name") == name {
+		if attrStr(attrMap(s.Span.GetAttributes()), "k8s.object.name") == name {
 			roots = append(roots, s)
 		}
 	}
-	slices.SortFunc(roots, func(a, b recvSpan) int { return int(a.span.GetStartTimeUnixNano() - b.span.GetStartTimeUnixNano()) })
+	slices.SortFunc(roots, func(a, b recvSpan) int { return int(a.Span.GetStartTimeUnixNano() - b.Span.GetStartTimeUnixNano()) })
 	if len(roots) != wantReconciles {
 		t.Errorf("jaeger: %d reconcile spans of %s, want %d", len(roots), name, wantReconciles)
 		return
@@ -162,7 +162,7 @@ func checkJaegerTrace(t *testing.T, j *testenv.Jaeger, src spanSource, pod *core
 	totalCalls := 0
 	var callNames []string
 	for i, r := range roots {
-		tid := hex.EncodeToString(r.span.GetTraceId())
+		tid := hex.EncodeToString(r.Span.GetTraceId())
 		rss, err := j.GetTrace(tid)
 		if err != nil {
 			t.Errorf("jaeger: trace %s of %s: %v", tid, name, err)
@@ -174,8 +174,8 @@ func checkJaegerTrace(t *testing.T, j *testenv.Jaeger, src spanSource, pod *core
 			for _, ss := range rs.GetScopeSpans() {
 				for _, sp := range ss.GetSpans() {
 					switch {
-					case bytes.Equal(sp.GetSpanId(), r.span.GetSpanId()):
-					case bytes.Equal(sp.GetParentSpanId(), r.span.GetSpanId()):
+					case bytes.Equal(sp.GetSpanId(), r.Span.GetSpanId()):
+					case bytes.Equal(sp.GetParentSpanId(), r.Span.GetSpanId()):
 						calls++
 						callNames = append(callNames, sp.GetName())
 					default:
@@ -191,9 +191,9 @@ func checkJaegerTrace(t *testing.T, j *testenv.Jaeger, src spanSource, pod *core
 		if i == 0 {
 			continue
 		}
-		prev := roots[i-1].span
+		prev := roots[i-1].Span
 		var linked bool
-		for _, l := range r.span.GetLinks() {
+		for _, l := range r.Span.GetLinks() {
 			if bytes.Equal(l.GetTraceId(), prev.GetTraceId()) && bytes.Equal(l.GetSpanId(), prev.GetSpanId()) &&
 				attrStr(attrMap(l.GetAttributes()), "reconscope.link.type") == "previous_reconcile" {
 				linked = true
@@ -201,7 +201,7 @@ func checkJaegerTrace(t *testing.T, j *testenv.Jaeger, src spanSource, pod *core
 		}
 		if !linked {
 			t.Errorf("jaeger: reconcile %d of %s (trace %s) has no previous_reconcile link to reconcile %d (trace %s): links %v",
-				i+1, name, tid, i, hex.EncodeToString(prev.GetTraceId()), r.span.GetLinks())
+				i+1, name, tid, i, hex.EncodeToString(prev.GetTraceId()), r.Span.GetLinks())
 		}
 	}
 	if totalCalls != wantCalls {
@@ -450,11 +450,11 @@ func checkLifelineInJaeger(t *testing.T, j *testenv.Jaeger, src spanSource, kcmP
 		all, _ := src.all()
 		writers := map[string]map[string]string{} // link type -> resourceVersion -> its lifeline span's writer
 		for _, s := range all {
-			if attrStr(s.resource, "k8s.pod.name") != kcmPod || s.span.GetName() != "reconcile replicaset" ||
-				attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name") != rs.Name {
+			if attrStr(s.Resource, "k8s.pod.name") != kcmPod || s.Span.GetName() != "reconcile replicaset" ||
+				attrStr(attrMap(s.Span.GetAttributes()), "k8s.object.name") != rs.Name {
 				continue
 			}
-			for _, l := range s.span.GetLinks() {
+			for _, l := range s.Span.GetLinks() {
 				typ := attrStr(attrMap(l.GetAttributes()), "reconscope.link.type")
 				if typ != "read_version" && typ != "trigger" {
 					continue

@@ -315,11 +315,11 @@ func checkLinkedInJaeger(t *testing.T, j *testenv.Jaeger, began time.Time, reade
 		lifelines := map[string]recvSpan{} // span ID → lifeline span of uid
 		byID := map[string][]recvSpan{}    // reconcile ID → the reader's reconcile spans
 		for _, s := range all {
-			a := attrMap(s.span.GetAttributes())
-			if bytes.Equal(s.span.GetTraceId(), traceID[:]) && s.span.GetKind() == tracepb.Span_SPAN_KIND_PRODUCER {
-				lifelines[hex.EncodeToString(s.span.GetSpanId())] = s
+			a := attrMap(s.Span.GetAttributes())
+			if bytes.Equal(s.Span.GetTraceId(), traceID[:]) && s.Span.GetKind() == tracepb.Span_SPAN_KIND_PRODUCER {
+				lifelines[hex.EncodeToString(s.Span.GetSpanId())] = s
 			}
-			if attrInt(s.resource, "process.pid") == int64(readerPID) && s.span.GetName() == "reconcile reader" {
+			if attrInt(s.Resource, "process.pid") == int64(readerPID) && s.Span.GetName() == "reconcile reader" {
 				id := attrStr(a, "reconscope.reconcile_id")
 				byID[id] = append(byID[id], s)
 			}
@@ -333,16 +333,16 @@ func checkLinkedInJaeger(t *testing.T, j *testenv.Jaeger, began time.Time, reade
 				continue
 			}
 			s := found[0]
-			a := attrMap(s.span.GetAttributes())
+			a := attrMap(s.Span.GetAttributes())
 			if got := attrStr(a, "k8s.object.uid") + "@" + attrStr(a, "k8s.object.resource_version"); got != uid+"@"+rv {
 				problems = append(problems, fmt.Sprintf("reader reconcile %s: span in Jaeger of %s, the reader read %s@%s", r.ReconcileID, got, uid, rv))
 			}
-			if node := attrStr(s.resource, "k8s.node.name"); node != readerNode {
+			if node := attrStr(s.Resource, "k8s.node.name"); node != readerNode {
 				problems = append(problems, fmt.Sprintf("reader reconcile %s of target@%s from node %q, want %q", r.ReconcileID, rv, node, readerNode))
 			}
 			want := lifeline.SpanID(uid, rv)
 			read := 0
-			for _, l := range s.span.GetLinks() {
+			for _, l := range s.Span.GetLinks() {
 				if attrStr(attrMap(l.GetAttributes()), "reconscope.link.type") != "read_version" {
 					continue
 				}
@@ -356,8 +356,8 @@ func checkLinkedInJaeger(t *testing.T, j *testenv.Jaeger, began time.Time, reade
 					problems = append(problems, fmt.Sprintf("reader reconcile %s of target@%s: link to %s, no such span in Jaeger", r.ReconcileID, rv, want))
 					continue
 				}
-				la := attrMap(ls.span.GetAttributes())
-				writer, wnode := attrStr(la, "reconscope.lifeline.writer"), attrStr(ls.resource, "k8s.node.name")
+				la := attrMap(ls.Span.GetAttributes())
+				writer, wnode := attrStr(la, "reconscope.lifeline.writer"), attrStr(ls.Resource, "k8s.node.name")
 				if _, made := writeOf(writes, attrStr(la, "k8s.object.resource_version")); writer != "writer" || wnode != writerNode || attrStr(la, "k8s.object.resource_version") != rv || !made {
 					problems = append(problems, fmt.Sprintf("the lifeline span target@%s links to was written by %q on %q (version %s), want writer on %s, a version of the writer's ground truth", rv, writer, wnode, attrStr(la, "k8s.object.resource_version"), writerNode))
 					continue

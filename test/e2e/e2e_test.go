@@ -124,7 +124,8 @@ func TestEndToEnd(t *testing.T) {
 	// The agent, as the DaemonSet runs it, limited to this test's three executables, exporting
 	// to a real OTLP/gRPC receiver. Nothing has been reconciled yet: the agent attaches before
 	// the story starts, so every reconcile the controllers count, it sees.
-	rx, otlpAddr := startOTLPReceiver(t)
+	rx := testkit.StartOTLPReceiver(t)
+	otlpAddr := rx.Addr
 	agent, metricsAddr := startRunAgent(t, agentBin, env.Kubeconfig, node, otlpAddr, fixtureBin, builtinsPath, env.ControllerManagerPath)
 	pids := map[int]string{fixture.PID(): "scripted-controller", builtins.PID(): "builtins", env.ControllerManagerPID: "kube-controller-manager"}
 	waitTracing(t, agent, pids)

@@ -123,7 +123,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	// seconds until a span names both.
 	createUntil(t, cs, "the agent traces the fixture's pod", "warm-up", func(warmups int) (bool, string) {
 		for _, s := range fixtureRoots(src, fixturePod) {
-			if attrStr(s.resource, "k8s.container.name") != "" {
+			if attrStr(s.Resource, "k8s.container.name") != "" {
 				return true, ""
 			}
 		}
@@ -249,7 +249,7 @@ func TestDaemonSetOnNode(t *testing.T) {
 	checkTruth(t, "the reconcile flow across the agent pod's deletion", required, truthPath, func() []recvSpan { return spansOfObjects(src, fixturePod, isFlow) }, 60*time.Second)
 	spanned := map[string]bool{}
 	for _, s := range spansOfObjects(src, fixturePod, isFlow) {
-		spanned[attrStr(attrMap(s.span.GetAttributes()), "reconscope.reconcile_id")] = true
+		spanned[attrStr(attrMap(s.Span.GetAttributes()), "reconscope.reconcile_id")] = true
 	}
 	untraced := 0
 	for _, r := range lost {
@@ -779,7 +779,7 @@ func fixtureRoots(src spanSource, pod *corev1.Pod) []recvSpan {
 	all, _ := src.all()
 	var out []recvSpan
 	for _, s := range all {
-		if len(s.span.GetParentSpanId()) == 0 && strings.HasPrefix(s.span.GetName(), "reconcile ") && attrStr(s.resource, "k8s.pod.name") == pod.Name {
+		if len(s.Span.GetParentSpanId()) == 0 && strings.HasPrefix(s.Span.GetName(), "reconcile ") && attrStr(s.Resource, "k8s.pod.name") == pod.Name {
 			out = append(out, s)
 		}
 	}
@@ -791,15 +791,15 @@ func fixtureRoots(src spanSource, pod *corev1.Pod) []recvSpan {
 func checkPodIdentity(t *testing.T, src spanSource, pod *corev1.Pod, objects map[string]bool) {
 	t.Helper()
 	for _, s := range fixtureRoots(src, pod) {
-		if objects != nil && !objects[attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name")] {
+		if objects != nil && !objects[attrStr(attrMap(s.Span.GetAttributes()), "k8s.object.name")] {
 			continue
 		}
 		for k, want := range map[string]string{
 			"k8s.namespace.name": pod.Namespace, "k8s.pod.name": pod.Name, "k8s.container.name": "manager",
 			"k8s.pod.uid": string(pod.UID), "k8s.node.name": nodeName,
 		} {
-			if got := attrStr(s.resource, k); got != want {
-				t.Errorf("span %s: resource %s = %q, want %q", s.span.GetName(), k, got, want)
+			if got := attrStr(s.Resource, k); got != want {
+				t.Errorf("span %s: resource %s = %q, want %q", s.Span.GetName(), k, got, want)
 			}
 		}
 	}

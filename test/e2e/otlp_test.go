@@ -4,80 +4,25 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"path/filepath"
 	"sort"
-	"sync"
 	"testing"
 
-	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-	"google.golang.org/grpc"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
 )
 
-// otlpReceiver is a real OTLP/gRPC trace service that keeps every span it is sent.
-type otlpReceiver struct {
-	coltracepb.UnimplementedTraceServiceServer
-	mu       sync.Mutex
-	spans    []recvSpan
-	requests int
-}
+// recvSpan is one received span with its resource's attributes: from the agent's OTLP export
+// (testkit's receiver) or from Jaeger.
+type recvSpan = testkit.ReceivedSpan
 
-// recvSpan is one received span with its resource's attributes.
-type recvSpan struct {
-	resource map[string]*commonpb.AnyValue
-	span     *tracepb.Span
-}
-
-func (r *otlpReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.requests++
-	for _, rs := range req.GetResourceSpans() {
-		res := attrMap(rs.GetResource().GetAttributes())
-		for _, ss := range rs.GetScopeSpans() {
-			for _, s := range ss.GetSpans() {
-				r.spans = append(r.spans, recvSpan{resource: res, span: s})
-			}
-		}
-	}
-	return &coltracepb.ExportTraceServiceResponse{}, nil
-}
-
-func (r *otlpReceiver) all() ([]recvSpan, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]recvSpan(nil), r.spans...), r.requests
-}
-
-// startOTLPReceiver serves OTLP/gRPC on a free loopback port and returns it with its address.
-func startOTLPReceiver(t *testing.T) (*otlpReceiver, string) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &otlpReceiver{}
-	srv := grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(srv, r)
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(srv.Stop)
-	return r, l.Addr().String()
-}
-
-func attrMap(kvs []*commonpb.KeyValue) map[string]*commonpb.AnyValue {
-	m := make(map[string]*commonpb.AnyValue, len(kvs))
-	for _, kv := range kvs {
-		m[kv.GetKey()] = kv.GetValue()
-	}
-	return m
-}
+// attrMap indexes OTLP attributes by key.
+var attrMap = testkit.AttrMap
 
 func attrStr(m map[string]*commonpb.AnyValue, k string) string { return m[k].GetStringValue() }
 func attrInt(m map[string]*commonpb.AnyValue, k string) int64  { return m[k].GetIntValue() }
@@ -131,23 +76,23 @@ type otlpSummary struct {
 // result, reconcile ID, UID and times, and one child span per call, each the child of the root
 // (depth 0) or of the call enclosing it (depth d-1); the root links to the previous reconcile of
 // the same object; the resource names the traced process and the node.
-func compareOTLP(t *testing.T, spans []exporter.JSONSpan, rx *otlpReceiver, node string) otlpSummary {
+func compareOTLP(t *testing.T, spans []exporter.JSONSpan, rx *testkit.OTLPReceiver, node string) otlpSummary {
 	t.Helper()
-	got, requests := rx.all()
+	got, requests := rx.Received()
 	sum := otlpSummary{requests: requests}
 	traces := map[string][]recvSpan{}
 	for _, s := range got {
-		if s.span.GetKind() == tracepb.Span_SPAN_KIND_PRODUCER {
+		if s.Span.GetKind() == tracepb.Span_SPAN_KIND_PRODUCER {
 			continue // a lifeline span (docs/lifelines.md): in its object's trace, not a reconcile's
 		}
-		id := hex.EncodeToString(s.span.GetTraceId())
+		id := hex.EncodeToString(s.Span.GetTraceId())
 		traces[id] = append(traces[id], s)
 	}
 	roots := map[rootKey]recvSpan{}
 	for id, tr := range traces {
 		var rs []recvSpan
 		for _, s := range tr {
-			if len(s.span.GetParentSpanId()) == 0 {
+			if len(s.Span.GetParentSpanId()) == 0 {
 				rs = append(rs, s)
 			}
 		}
@@ -156,9 +101,9 @@ func compareOTLP(t *testing.T, spans []exporter.JSONSpan, rx *otlpReceiver, node
 			continue
 		}
 		r := rs[0]
-		a := attrMap(r.span.GetAttributes())
-		k := rootKey{attrInt(r.resource, "process.pid"), attrStr(a, "reconscope.controller"), attrStr(a, "k8s.object.namespace"),
-			attrStr(a, "k8s.object.name"), int64(r.span.GetStartTimeUnixNano())}
+		a := attrMap(r.Span.GetAttributes())
+		k := rootKey{attrInt(r.Resource, "process.pid"), attrStr(a, "reconscope.controller"), attrStr(a, "k8s.object.namespace"),
+			attrStr(a, "k8s.object.name"), int64(r.Span.GetStartTimeUnixNano())}
 		if _, dup := roots[k]; dup {
 			t.Errorf("two OTLP root spans for %s", k)
 		}
@@ -178,33 +123,33 @@ func compareOTLP(t *testing.T, spans []exporter.JSONSpan, rx *otlpReceiver, node
 		sum.roots++
 		obj := fmt.Sprintf("%d|%s|%s|%s", j.PID, j.Controller, j.Namespace, j.Name)
 		byObject[obj] = append(byObject[obj], j)
-		a := attrMap(r.span.GetAttributes())
+		a := attrMap(r.Span.GetAttributes())
 		var bad []string
 		check := func(what string, got, want any) {
 			if fmt.Sprint(got) != fmt.Sprint(want) {
 				bad = append(bad, fmt.Sprintf("%s %v, JSON says %v", what, got, want))
 			}
 		}
-		check("name", r.span.GetName(), "reconcile "+j.Controller)
+		check("name", r.Span.GetName(), "reconcile "+j.Controller)
 		check("result", attrStr(a, "reconscope.result"), j.Result)
 		check("reconcile_id", attrStr(a, "reconscope.reconcile_id"), j.ReconcileID)
 		check("uid", attrStr(a, "k8s.object.uid"), j.UID)
 		check("requeue_after_ns", attrInt(a, "reconscope.requeue_after_ns"), j.RequeueAfterNS)
-		check("duration", int64(r.span.GetEndTimeUnixNano()-r.span.GetStartTimeUnixNano()), j.DurationNS)
+		check("duration", int64(r.Span.GetEndTimeUnixNano()-r.Span.GetStartTimeUnixNano()), j.DurationNS)
 		check("call_count", attrInt(a, "reconscope.call_count"), len(j.Calls))
 		wantType := j.ErrorType
 		if wantType == "unknown" {
 			wantType = "_OTHER" // the exporter's word for a type it could not name
 		}
 		check("error.type", attrStr(a, "error.type"), wantType)
-		check("resource process.pid", attrInt(r.resource, "process.pid"), j.PID)
-		check("resource service.name", attrStr(r.resource, "service.name"), filepath.Base(j.Exe))
-		check("resource k8s.node.name", attrStr(r.resource, "k8s.node.name"), node)
-		check("kind", r.span.GetKind(), tracepb.Span_SPAN_KIND_INTERNAL)
-		if (j.Result == "error") != (r.span.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR) {
-			bad = append(bad, fmt.Sprintf("status %v for result %s", r.span.GetStatus().GetCode(), j.Result))
+		check("resource process.pid", attrInt(r.Resource, "process.pid"), j.PID)
+		check("resource service.name", attrStr(r.Resource, "service.name"), filepath.Base(j.Exe))
+		check("resource k8s.node.name", attrStr(r.Resource, "k8s.node.name"), node)
+		check("kind", r.Span.GetKind(), tracepb.Span_SPAN_KIND_INTERNAL)
+		if (j.Result == "error") != (r.Span.GetStatus().GetCode() == tracepb.Status_STATUS_CODE_ERROR) {
+			bad = append(bad, fmt.Sprintf("status %v for result %s", r.Span.GetStatus().GetCode(), j.Result))
 		}
-		bad = append(bad, compareCalls(j, r, traces[hex.EncodeToString(r.span.GetTraceId())])...)
+		bad = append(bad, compareCalls(j, r, traces[hex.EncodeToString(r.Span.GetTraceId())])...)
 		sum.calls += len(j.Calls)
 		if len(bad) > 0 {
 			t.Errorf("OTLP reconcile %s: %v", k, bad)
@@ -220,7 +165,7 @@ func compareOTLP(t *testing.T, spans []exporter.JSONSpan, rx *otlpReceiver, node
 	for _, list := range byObject {
 		sort.Slice(list, func(a, b int) bool { return list[a].Start.Before(list[b].Start) })
 		for i := 1; i < len(list); i++ {
-			prev, cur := roots[jsonKey(list[i-1])].span, roots[jsonKey(list[i])].span
+			prev, cur := roots[jsonKey(list[i-1])].Span, roots[jsonKey(list[i])].Span
 			if prev == nil || cur == nil {
 				continue
 			}
@@ -251,12 +196,12 @@ func compareCalls(j exporter.JSONSpan, root recvSpan, trace []recvSpan) []string
 	}
 	children := map[callKey]int{}
 	for _, s := range trace {
-		byID[hex.EncodeToString(s.span.GetSpanId())] = s.span
-		if s.span == root.span {
+		byID[hex.EncodeToString(s.Span.GetSpanId())] = s.Span
+		if s.Span == root.Span {
 			continue
 		}
-		a := attrMap(s.span.GetAttributes())
-		children[callKey{s.span.GetName(), int64(s.span.GetStartTimeUnixNano()), attrInt(a, "http.response.status_code")}]++
+		a := attrMap(s.Span.GetAttributes())
+		children[callKey{s.Span.GetName(), int64(s.Span.GetStartTimeUnixNano()), attrInt(a, "http.response.status_code")}]++
 	}
 	if n := len(trace) - 1; n != len(j.Calls) {
 		bad = append(bad, fmt.Sprintf("%d call spans for %d JSON calls", n, len(j.Calls)))
@@ -269,12 +214,12 @@ func compareCalls(j exporter.JSONSpan, root recvSpan, trace []recvSpan) []string
 		}
 		children[k]--
 	}
-	rootID := hex.EncodeToString(root.span.GetSpanId())
+	rootID := hex.EncodeToString(root.Span.GetSpanId())
 	for _, s := range trace {
-		if s.span == root.span {
+		if s.Span == root.Span {
 			continue
 		}
-		sp := s.span
+		sp := s.Span
 		a := attrMap(sp.GetAttributes())
 		depth := attrInt(a, "reconscope.call.depth")
 		parentID := hex.EncodeToString(sp.GetParentSpanId())

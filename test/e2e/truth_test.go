@@ -41,7 +41,7 @@ func truthProblems(required, all []groundtruth.Record, spans []recvSpan) []strin
 	seen := map[string]int{}
 	var out []string
 	for _, s := range spans {
-		a := attrMap(s.span.GetAttributes())
+		a := attrMap(s.Span.GetAttributes())
 		id := attrStr(a, "reconscope.reconcile_id")
 		seen[id]++
 		r, ok := byID[id]
@@ -146,7 +146,7 @@ func waitTruthSettled(t *testing.T, path, what string, keep func(string) bool) [
 func spansOfObjects(src spanSource, pod *corev1.Pod, keep func(string) bool) []recvSpan {
 	var out []recvSpan
 	for _, s := range fixtureRoots(src, pod) {
-		if keep(attrStr(attrMap(s.span.GetAttributes()), "k8s.object.name")) {
+		if keep(attrStr(attrMap(s.Span.GetAttributes()), "k8s.object.name")) {
 			out = append(out, s)
 		}
 	}

@@ -92,7 +92,7 @@ func TestDaemonSetTwoNodes(t *testing.T) {
 	createUntil(t, cs, "each node's agent traces its node's fixture", "warm-up", func(int) (bool, string) {
 		var waiting []string
 		for _, f := range fixtures {
-			if !slices.ContainsFunc(fixtureRoots(src, f.pod), func(s recvSpan) bool { return attrStr(s.resource, "k8s.container.name") != "" }) {
+			if !slices.ContainsFunc(fixtureRoots(src, f.pod), func(s recvSpan) bool { return attrStr(s.Resource, "k8s.container.name") != "" }) {
 				waiting = append(waiting, f.pod.Name)
 			}
 		}
@@ -236,17 +236,17 @@ func checkSpanNodes(t *testing.T, src spanSource, fixtures []nodeFixture) {
 	all, _ := src.all()
 	perID, perNode := map[string]int{}, map[string]int{}
 	for _, s := range all {
-		if len(s.span.GetParentSpanId()) != 0 || !strings.HasPrefix(s.span.GetName(), "reconcile ") {
+		if len(s.Span.GetParentSpanId()) != 0 || !strings.HasPrefix(s.Span.GetName(), "reconcile ") {
 			continue
 		}
-		id := attrStr(attrMap(s.span.GetAttributes()), "reconscope.reconcile_id")
+		id := attrStr(attrMap(s.Span.GetAttributes()), "reconscope.reconcile_id")
 		f, ok := owner[id]
 		if !ok {
 			continue
 		}
 		perID[id]++
 		perNode[f.node.Name]++
-		if n, p := attrStr(s.resource, "k8s.node.name"), attrStr(s.resource, "k8s.pod.name"); n != f.node.Name || p != f.pod.Name {
+		if n, p := attrStr(s.Resource, "k8s.node.name"), attrStr(s.Resource, "k8s.pod.name"); n != f.node.Name || p != f.pod.Name {
 			t.Errorf("reconcile %s of %s's fixture: span names node %q pod %q, want %q %q", id, f.node.Name, n, p, f.node.Name, f.pod.Name)
 		}
 	}
