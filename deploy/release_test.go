@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/test/testenv"
 )
@@ -401,10 +402,7 @@ func TestChartNotes(t *testing.T) {
 // agentRunFlags builds the agent and returns the flags `reconscope-agent run --help` lists.
 func agentRunFlags(t *testing.T) map[string]bool {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "reconscope-agent")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/agent").CombinedOutput(); err != nil {
-		t.Fatalf("go build ../cmd/agent: %v\n%s", err, out)
-	}
+	bin := testkit.Build(t, "./cmd/agent")
 	out, err := exec.Command(bin, "run", "--help").Output()
 	if err != nil {
 		t.Fatalf("reconscope-agent run --help: %v", err)

@@ -184,22 +184,17 @@ func createWeb(t *testing.T, c client.Client, ns string) *appsv1.Deployment {
 
 func waitPods(t *testing.T, c client.Client, ns string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var names []string
-	for time.Now().Before(deadline) {
+	testkit.WaitFor(t, fmt.Sprintf("%d pods in %s", n, ns), 30*time.Second, func() (bool, string) {
 		var pods corev1.PodList
-		if err := c.List(context.Background(), &pods, client.InNamespace(ns)); err == nil {
-			if len(pods.Items) == n {
-				return
-			}
-			names = names[:0]
-			for _, p := range pods.Items {
-				names = append(names, p.Name)
-			}
+		if err := c.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("no %d pods in %s after 30s; there are %d: %v", n, ns, len(names), names)
+		var names []string
+		for _, p := range pods.Items {
+			names = append(names, p.Name)
+		}
+		return len(pods.Items) == n, fmt.Sprintf("there are %d: %v", len(names), names)
+	})
 }
 
 // cooperating fails t for each span that reported a fight, and returns the spans of objects in
@@ -340,19 +335,15 @@ func TestKubeControllerManagerWorkloads(t *testing.T) {
 		}
 	}
 	// Each controller reconciles its object at least once, and the first syncs' writes settle.
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	testkit.WaitFor(t, "a span of each controller's object", 30*time.Second, func() (bool, string) {
 		got := map[string]bool{}
 		for _, sp := range s.Snapshot() {
 			if sp.Namespace == ns && sp.UID != "" {
 				got[sp.Controller] = true
 			}
 		}
-		if len(got) == len(objs) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(got) == len(objs), fmt.Sprintf("spans of %d of %d controllers", len(got), len(objs))
+	})
 	time.Sleep(1500 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)

@@ -239,12 +239,10 @@ func TestDetailSwitchAtRunTime(t *testing.T) {
 // waitCount waits until count() reaches n, at most a minute.
 func waitCount(t *testing.T, count func() int, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if count() >= n {
-			return
-		}
-	}
-	t.Fatalf("the fixture made %d reconciles, not %d, in a minute", count(), n)
+	testkit.WaitFor(t, fmt.Sprintf("%d reconciles of the fixture", n), time.Minute, func() (bool, string) {
+		c := count()
+		return c >= n, fmt.Sprintf("it made %d", c)
+	})
 }
 
 // TestDetailSwitchOnSlowReconcile: a reconcile at the slow threshold (a script that sleeps
@@ -276,17 +274,15 @@ func TestDetailSwitchOnSlowReconcile(t *testing.T) {
 	waitCount(t, count, 50)
 	createScriptedIn(t, f.env, ns, map[string]string{"slow": "times:1;sleep:150ms"})
 	var slowEnd time.Time
-	for deadline := time.Now().Add(time.Minute); slowEnd.IsZero() && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	testkit.Eventually(t, "the slow object's reconcile", time.Minute, func() bool {
 		recs, _ := groundtruth.ReadFile(f.truth)
 		for _, r := range recs {
 			if r.Name == "slow" {
 				slowEnd = r.End
 			}
 		}
-	}
-	if slowEnd.IsZero() {
-		t.Fatal("the slow object was not reconciled in a minute")
-	}
+		return !slowEnd.IsZero()
+	})
 	waitCount(t, count, count()+150)
 	for n := range flowing {
 		if err := f.env.Client.Delete(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}}); err != nil {

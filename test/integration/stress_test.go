@@ -30,18 +30,11 @@ func TestStressFixture(t *testing.T) {
 	}
 	createScripted(t, f.env, "stress", scripts)
 
-	deadline := time.Now().Add(5 * time.Minute)
 	var recs []groundtruth.Record
-	for time.Now().Before(deadline) {
+	testkit.WaitFor(t, fmt.Sprintf("%d reconciles of the fixture", objects*each), 5*time.Minute, func() (bool, string) {
 		recs, _ = groundtruth.ReadFile(f.truth)
-		if len(recs) >= objects*each {
-			break
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	if len(recs) < objects*each {
-		t.Fatalf("the fixture did %d of %d reconciles in 5 minutes", len(recs), objects*each)
-	}
+		return len(recs) >= objects*each, fmt.Sprintf("it did %d", len(recs))
+	})
 	time.Sleep(time.Second) // nothing more is queued; let the ring buffer drain
 	if err := f.ctl.Stop(); err != nil {
 		t.Errorf("the fixture did not exit cleanly: %v", err)

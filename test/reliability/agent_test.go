@@ -18,36 +18,37 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/internal/testproc"
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
 // busyFakectl copies fakectl into dir (copyRelctl) and starts the copy reconciling until
 // stopFile (dir/stop) exists: workers goroutines, a pause of interval after each reconcile.
-func busyFakectl(t *testing.T, dir string, workers int, interval string) (bin, stopFile string, ctl *proc) {
+func busyFakectl(t *testing.T, dir string, workers int, interval string) (bin, stopFile string, ctl *testproc.Process) {
 	t.Helper()
 	bin, stopFile = copyRelctl(t, dir), filepath.Join(dir, "stop")
-	ctl = start(t, "fakectl", exec.Command(bin, "-n", "1000000000", "-workers", strconv.Itoa(workers), "-interval", interval, "-stop", stopFile))
+	ctl = testproc.Start(t, "fakectl", exec.Command(bin, "-n", "1000000000", "-workers", strconv.Itoa(workers), "-interval", interval, "-stop", stopFile))
 	return bin, stopFile, ctl
 }
 
 // stopFakectl ends fakectl cleanly and checks it never crashed and reconciled every object
 // exactly once (obj-0 .. obj-(n-1)): the probes did not disturb it.
-func stopFakectl(t *testing.T, p *proc, stopFile string) int {
+func stopFakectl(t *testing.T, p *testproc.Process, stopFile string) int {
 	t.Helper()
 	if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	<-p.done
-	if p.err != nil {
-		t.Fatalf("fakectl failed while traced: %v", p.err)
+	<-p.Done()
+	if p.Wait() != nil {
+		t.Fatalf("fakectl failed while traced: %v", p.Wait())
 	}
-	return fakectltest.CheckEachOnce(t, readTruths(t, p.output(t)))
+	return fakectltest.CheckEachOnce(t, readTruths(t, output(t, p)))
 }
 
 // startAgent runs the agent's trace command on pid, printing JSON lines.
-func startAgent(t *testing.T, agent, bin string, pid int, extra ...string) *proc {
+func startAgent(t *testing.T, agent, bin string, pid int, extra ...string) *testproc.Process {
 	t.Helper()
-	return start(t, "agent", agentCommand(t, agent, bin, pid, extra...))
+	return testproc.Start(t, "agent", agentCommand(t, agent, bin, pid, extra...))
 }
 
 // agentCommand is the agent's trace command on pid, printing JSON lines.
@@ -58,19 +59,19 @@ func agentCommand(t *testing.T, agent, bin string, pid int, extra ...string) *ex
 }
 
 // waitSpans waits until the agent has printed at least n spans of process pid.
-func waitSpans(t *testing.T, a *proc, pid, n int, what string) int {
+func waitSpans(t *testing.T, a *testproc.Process, pid, n int, what string) int {
 	t.Helper()
 	return waitSpansFrom(t, a, pid, 0, n, what)
 }
 
 // waitSpansFrom waits until the agent has printed at least n spans of process pid for
 // objects numbered from first on (fakectl numbers its reconciles in order).
-func waitSpansFrom(t *testing.T, a *proc, pid, first, n int, what string) int {
+func waitSpansFrom(t *testing.T, a *testproc.Process, pid, first, n int, what string) int {
 	t.Helper()
 	got := 0
 	testkit.Eventually(t, fmt.Sprintf("%d spans %s", n, what), 2*time.Minute, func() bool {
-		if a.exited() {
-			t.Fatalf("agent exited (%v) while waiting for spans %s", a.err, what)
+		if a.Exited() {
+			t.Fatalf("agent exited (%v) while waiting for spans %s", a.Wait(), what)
 		}
 		got = 0
 		for _, s := range agentSpans(t, a) {
@@ -97,8 +98,8 @@ func TestAgentKilled(t *testing.T) {
 	bin, stop, ctl := busyFakectl(t, dir, 2, "2ms")
 
 	for round := range 3 {
-		a := startAgent(t, agent, bin, ctl.pid())
-		n := waitSpans(t, a, ctl.pid(), 20, fmt.Sprintf("(agent %d)", round+1))
+		a := startAgent(t, agent, bin, ctl.PID())
+		n := waitSpans(t, a, ctl.PID(), 20, fmt.Sprintf("(agent %d)", round+1))
 		links := bpftest.LinksOn(t, bin)
 		if len(links) == 0 {
 			t.Fatalf("agent %d traces, but the kernel lists no uprobe link on %s", round+1, bin)
@@ -108,10 +109,10 @@ func TestAgentKilled(t *testing.T) {
 				t.Fatalf("agent %d made a return probe: %+v", round+1, l)
 			}
 		}
-		a.kill(t)
+		kill(t, a)
 		testkit.Eventually(t, "the kernel to drop the killed agent's links", time.Minute, func() bool { return len(bpftest.LinksOn(t, bin)) == 0 })
-		if ctl.exited() {
-			t.Fatalf("fakectl died (%v) after agent %d was killed", ctl.err, round+1)
+		if ctl.Exited() {
+			t.Fatalf("fakectl died (%v) after agent %d was killed", ctl.Wait(), round+1)
 		}
 		t.Logf("agent %d: %d spans, %d links (%s), SIGKILL, links left: 0", round+1, n, len(links), links[0].Kind)
 	}
@@ -165,21 +166,21 @@ func TestBinaryDeletedOrReplaced(t *testing.T) {
 			if tc.before {
 				tc.change(t, bin)
 			}
-			a := start(t, "agent", exec.Command(agent, "trace", "--pid", strconv.Itoa(ctl.pid()), "--output", "json", "--probe", probe))
-			n := waitSpans(t, a, ctl.pid(), 20, "before the change")
+			a := testproc.Start(t, "agent", exec.Command(agent, "trace", "--pid", strconv.Itoa(ctl.PID()), "--output", "json", "--probe", probe))
+			n := waitSpans(t, a, ctl.PID(), 20, "before the change")
 			if !tc.before {
 				tc.change(t, bin)
 			}
 			// Reconciles that began after the change: numbered past what fakectl had printed.
-			after := len(ctl.lines(t)) + 8
-			m := waitSpansFrom(t, a, ctl.pid(), after, 100, "of reconciles begun after the change")
+			after := len(lines(t, ctl)) + 8
+			m := waitSpansFrom(t, a, ctl.PID(), after, 100, "of reconciles begun after the change")
 			exe := agentSpans(t, a)[0].Exe
-			if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			if err := a.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			<-a.done
-			if a.err != nil {
-				t.Errorf("agent exited with %v", a.err)
+			<-a.Done()
+			if a.Wait() != nil {
+				t.Errorf("agent exited with %v", a.Wait())
 			}
 			total := stopFakectl(t, ctl, stop)
 			t.Logf("%d spans before the change, %d of reconciles from obj-%d on (exe reported as %q); fakectl: %d reconciles, exit 0", n, m, after, exe, total)
@@ -250,7 +251,7 @@ func TestOTLPUnreachable(t *testing.T) {
 	dir := t.TempDir()
 	bin, stop, ctl := busyFakectl(t, dir, 4, "100us")
 	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	a := startAgent(t, agent, bin, ctl.pid(),
+	a := startAgent(t, agent, bin, ctl.PID(),
 		"--otlp-endpoint", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--otlp-protocol", "grpc", "--metrics-addr", metrics)
 
 	const limitKiB = 200 << 10
@@ -260,7 +261,7 @@ func TestOTLPUnreachable(t *testing.T) {
 	for i := range 4 {
 		// Each step: thousands more spans printed, and more dropped on the way to OTLP.
 		want := (i + 1) * 3000
-		waitSpans(t, a, ctl.pid(), want, fmt.Sprintf("(step %d)", i+1))
+		waitSpans(t, a, ctl.PID(), want, fmt.Sprintf("(step %d)", i+1))
 		var d float64
 		testkit.Eventually(t, "reconscope_spans_dropped_total to rise", 2*time.Minute, func() bool {
 			v, ok := scrape(t, metrics, "reconscope_spans_dropped_total")
@@ -268,7 +269,7 @@ func TestOTLPUnreachable(t *testing.T) {
 			return ok && v > 0 && (len(dropped) == 0 || v > dropped[len(dropped)-1])
 		})
 		dropped = append(dropped, d)
-		rss = append(rss, vmRSS(t, a.pid()))
+		rss = append(rss, vmRSS(t, a.PID()))
 		if rss[i] > limitKiB {
 			t.Errorf("agent RSS %d KiB, more than %d KiB", rss[i], limitKiB)
 		}
@@ -285,12 +286,12 @@ func TestOTLPUnreachable(t *testing.T) {
 	if exported != 0 {
 		t.Errorf("%v spans exported to a port nothing listens on", exported)
 	}
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := a.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	<-a.done
-	if a.err != nil {
-		t.Errorf("agent exited with %v", a.err)
+	<-a.Done()
+	if a.Wait() != nil {
+		t.Errorf("agent exited with %v", a.Wait())
 	}
 	stopFakectl(t, ctl, stop)
 	t.Logf("printed %d spans; spans_dropped_total at each step %v; success reconciles counted %v; VmRSS (KiB) %v", lines, dropped, reconciles, rss)

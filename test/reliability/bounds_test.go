@@ -30,7 +30,7 @@ func TestLongStringsTruncated(t *testing.T) {
 		t.Fatalf("tracer run: %v", err)
 	}
 
-	truths := readTruths(t, ctl.output(t))
+	truths := readTruths(t, output(t, ctl))
 	if len(truths) != n {
 		t.Fatalf("fakectl reported %d reconciles, want %d", len(truths), n)
 	}

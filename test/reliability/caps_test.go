@@ -19,6 +19,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/internal/testproc"
 )
 
 // Linux capability numbers (include/uapi/linux/capability.h) of the capabilities the
@@ -187,7 +188,7 @@ func TestLeastPrivilege(t *testing.T) {
 	probe := agentProbe(t, bin)
 	cmd := exec.Command(bin, "-n", "1000000000", "-interval", "5ms")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: ctlUID, Gid: ctlUID}}
-	ctl := start(t, "manager", cmd)
+	ctl := testproc.Start(t, "manager", cmd)
 
 	without := func(drop string) []string {
 		return slices.DeleteFunc(slices.Clone(caps), func(c string) bool { return c == drop })
@@ -225,32 +226,32 @@ func TestLeastPrivilege(t *testing.T) {
 			if eff != want {
 				t.Fatalf("agent would run with CapEff %#x, want %#x", eff, want)
 			}
-			a := start(t, "agent", exec.Command(setpriv, append(args, agent, "trace", "--pid", strconv.Itoa(ctl.pid()), "--duration", "3s", "--output", "json", "--probe", probe)...))
-			<-a.done
-			stderr, _ := os.ReadFile(a.stderr)
+			a := testproc.Start(t, "agent", exec.Command(setpriv, append(args, agent, "trace", "--pid", strconv.Itoa(ctl.PID()), "--duration", "3s", "--output", "json", "--probe", probe)...))
+			<-a.Done()
+			stderr, _ := os.ReadFile(a.StderrPath())
 			var spans int
 			for _, s := range agentSpans(t, a) {
-				if s.PID == ctl.pid() {
+				if s.PID == ctl.PID() {
 					spans++
 				}
 			}
 			switch {
-			case r.traces && (a.err != nil || spans == 0):
-				t.Errorf("with %v (uid %d): exit %v, %d spans; want it to trace:\n%s", r.caps, r.uid, a.err, spans, stderr)
-			case !r.traces && a.err == nil:
+			case r.traces && (a.Wait() != nil || spans == 0):
+				t.Errorf("with %v (uid %d): exit %v, %d spans; want it to trace:\n%s", r.caps, r.uid, a.Wait(), spans, stderr)
+			case !r.traces && a.Wait() == nil:
 				t.Errorf("with %v (uid %d): traced (%d spans); want a failure naming %s", r.caps, r.uid, spans, r.mention)
 			case !r.traces && !bytes.Contains(stderr, []byte(r.mention)):
 				t.Errorf("with %v (uid %d): the error does not name %s:\n%s", r.caps, r.uid, r.mention, stderr)
 			}
 			msg := fmt.Sprintf("%d spans", spans)
-			if a.err != nil {
+			if a.Wait() != nil {
 				msg = firstError(stderr)
 			}
-			t.Logf("CapEff %#x, uid %d: exit %v: %s", eff, r.uid, a.err, msg)
+			t.Logf("CapEff %#x, uid %d: exit %v: %s", eff, r.uid, a.Wait(), msg)
 		})
 	}
-	if ctl.exited() {
-		t.Fatalf("the controller died: %v", ctl.err)
+	if ctl.Exited() {
+		t.Fatalf("the controller died: %v", ctl.Wait())
 	}
 }
 

@@ -11,11 +11,11 @@ import (
 	"regexp"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/internal/testproc"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
@@ -76,92 +76,28 @@ func copyRelctl(t *testing.T, dir string) string {
 	return dst
 }
 
-// proc is a program a test started: its own process group, killed with the test binary.
-type proc struct {
-	cmd    *exec.Cmd
-	stdout string // file holding its stdout
-	stderr string
-	done   chan struct{}
-	err    error
-}
-
-func start(t *testing.T, name string, cmd *exec.Cmd) *proc {
+// kill kills p (SIGKILL) and waits for it to be reaped.
+func kill(t *testing.T, p *testproc.Process) {
 	t.Helper()
-	dir := t.TempDir()
-	p := &proc{cmd: cmd, stdout: filepath.Join(dir, name+".stdout"), stderr: filepath.Join(dir, name+".stderr"), done: make(chan struct{})}
-	out, err := os.Create(p.stdout)
-	if err != nil {
+	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	errf, err := os.Create(p.stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cmd.Stdout == nil { // a test may give its own (a pipe nobody reads)
-		cmd.Stdout = out
-	}
-	cmd.Stderr = errf
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Setpgid = true
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		out.Close()
-		errf.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-		if t.Failed() {
-			b, _ := os.ReadFile(p.stderr)
-			if len(b) > 4000 {
-				b = b[len(b)-4000:]
-			}
-			t.Logf("%s stderr (tail):\n%s", name, b)
-		}
-	})
-	return p
 }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill sends SIGKILL and waits for the process to be reaped.
-func (p *proc) kill(t *testing.T) {
+// output returns what p has written to stdout so far.
+func output(t *testing.T, p *testproc.Process) []byte {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !p.exited() {
-		t.Fatal(err)
-	}
-	<-p.done
-}
-
-func (p *proc) output(t *testing.T) []byte {
-	t.Helper()
-	b, err := os.ReadFile(p.stdout)
+	b, err := os.ReadFile(p.StdoutPath())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
-// lines returns the complete lines the process has written to stdout so far.
-func (p *proc) lines(t *testing.T) [][]byte {
+// lines returns the complete lines p has written to stdout so far.
+func lines(t *testing.T, p *testproc.Process) [][]byte {
 	t.Helper()
-	b := p.output(t)
+	b := output(t, p)
 	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
 		b = b[:i]
 	} else {
@@ -185,21 +121,21 @@ func newTracer(t *testing.T, c collector.Options) (tr *tracer.Tracer, out *testk
 
 // runTraced runs fakectl bin with args under tr, traced from before its first reconcile, and
 // waits for it to exit cleanly and for tr to notice; dir holds its start file.
-func runTraced(t *testing.T, tr *tracer.Tracer, bin, dir string, args ...string) *proc {
+func runTraced(t *testing.T, tr *tracer.Tracer, bin, dir string, args ...string) *testproc.Process {
 	t.Helper()
 	startFile := filepath.Join(dir, "start")
-	ctl := start(t, "fakectl", exec.Command(bin, append([]string{"-start", startFile}, args...)...))
-	if _, err := tr.TracePID(ctl.pid()); err != nil {
+	ctl := testproc.Start(t, "fakectl", exec.Command(bin, append([]string{"-start", startFile}, args...)...))
+	if _, err := tr.TracePID(ctl.PID()); err != nil {
 		t.Fatalf("trace fakectl: %v", err)
 	}
 	if err := os.WriteFile(startFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	<-ctl.done
-	if ctl.err != nil {
-		t.Fatalf("fakectl failed while traced: %v", ctl.err)
+	<-ctl.Done()
+	if ctl.Wait() != nil {
+		t.Fatalf("fakectl failed while traced: %v", ctl.Wait())
 	}
-	testkit.Eventually(t, "the tracer to notice the exit", time.Minute, func() bool { return !slices.Contains(tr.PIDs(), ctl.pid()) })
+	testkit.Eventually(t, "the tracer to notice the exit", time.Minute, func() bool { return !slices.Contains(tr.PIDs(), ctl.PID()) })
 	return ctl
 }
 
@@ -258,10 +194,10 @@ type agentLine struct {
 }
 
 // agentSpans parses the agent's JSON lines written so far.
-func agentSpans(t *testing.T, p *proc) []agentLine {
+func agentSpans(t *testing.T, p *testproc.Process) []agentLine {
 	t.Helper()
 	var out []agentLine
-	for _, l := range p.lines(t) {
+	for _, l := range lines(t, p) {
 		var a agentLine
 		if err := json.Unmarshal(l, &a); err != nil {
 			t.Fatalf("agent wrote %q: %v", l, err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/internal/testproc"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/pkg/tracer"
@@ -33,9 +34,9 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 
 	// First life: obj-20 hangs inside Reconcile; the other worker goes on reconciling.
 	startFile, hanging := filepath.Join(dir, "start"), filepath.Join(dir, "hanging")
-	first := start(t, "fakectl-1", exec.Command(bin, "-start", startFile, "-hanging", hanging,
+	first := testproc.Start(t, "fakectl-1", exec.Command(bin, "-start", startFile, "-hanging", hanging,
 		"-n", "100000000", "-workers", "2", "-interval", "1ms", "-hang", "20"))
-	pid := first.pid()
+	pid := first.PID()
 	if _, err := tr.TracePID(pid); err != nil {
 		t.Fatalf("trace fakectl: %v", err)
 	}
@@ -51,7 +52,7 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 		t.Fatalf("kernel holds state for %d goroutines of fakectl mid-reconcile, want at least the hanging one", before)
 	}
 
-	first.kill(t)
+	kill(t, first)
 	testkit.Eventually(t, "the tracer to notice the exit", time.Minute, func() bool { return !slices.Contains(tr.PIDs(), pid) })
 	if n := kernelGoroutines(t, tr, pid); n != 0 {
 		t.Errorf("kernel still holds state for %d goroutines of the dead process", n)
@@ -59,7 +60,7 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 
 	// Every reconcile fakectl finished (and printed) has its exact span; the hanging one, and
 	// at most one more the kill interrupted, are abandoned.
-	truths := readTruths(t, first.output(t))
+	truths := readTruths(t, output(t, first))
 	spans := out.Snapshot()
 	byID := map[string]span.Span{}
 	var abandoned []span.Span
@@ -104,8 +105,8 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 
 	// Second life: the same binary, traced again from scratch.
 	stopFile, startFile2 := filepath.Join(dir, "stop"), filepath.Join(dir, "start2")
-	second := start(t, "fakectl-2", exec.Command(bin, "-n", "100000000", "-workers", "2", "-interval", "1ms", "-stop", stopFile, "-start", startFile2))
-	pid2 := second.pid()
+	second := testproc.Start(t, "fakectl-2", exec.Command(bin, "-n", "100000000", "-workers", "2", "-interval", "1ms", "-stop", stopFile, "-start", startFile2))
+	pid2 := second.PID()
 	if _, err := tr.TracePID(pid2); err != nil {
 		t.Fatalf("trace fakectl again: %v", err)
 	}
@@ -117,12 +118,12 @@ func TestTargetKilledMidReconcile(t *testing.T) {
 	if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	<-second.done
-	if second.err != nil {
-		t.Fatalf("restarted fakectl failed while traced: %v", second.err)
+	<-second.Done()
+	if second.Wait() != nil {
+		t.Fatalf("restarted fakectl failed while traced: %v", second.Wait())
 	}
 	testkit.Eventually(t, "the tracer to notice the second exit", time.Minute, func() bool { return !slices.Contains(tr.PIDs(), pid2) })
-	truths2 := readTruths(t, second.output(t))
+	truths2 := readTruths(t, output(t, second))
 	got := map[string]span.Span{}
 	for _, s := range out.Snapshot()[n0:] {
 		if s.PID != uint32(pid2) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/internal/testproc"
 )
 
 // TestAgentOutputNotRead: the agent's standard output is a pipe nobody reads (a reader that
@@ -29,35 +30,35 @@ func TestAgentOutputNotRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() }) // open, never read: writes block once the pipe is full
-	cmd := agentCommand(t, agent, bin, ctl.pid())
+	cmd := agentCommand(t, agent, bin, ctl.PID())
 	cmd.Stdout = w
-	a := start(t, "agent", cmd)
+	a := testproc.Start(t, "agent", cmd)
 	w.Close() // the agent holds the only write end
 
-	stderr := func() string { b, _ := os.ReadFile(a.stderr); return string(b) }
+	stderr := func() string { b, _ := os.ReadFile(a.StderrPath()); return string(b) }
 	// A pipe holds 64 KiB, about a hundred spans, and the output queue 4096 more: 10000
 	// reconciles after the attach fill both.
 	testkit.Eventually(t, "the agent to attach", 2*time.Minute, func() bool { return strings.Contains(stderr(), "attached") })
-	before := len(ctl.lines(t))
+	before := len(lines(t, ctl))
 	testkit.Eventually(t, "10000 more reconciles", 2*time.Minute, func() bool {
-		if a.exited() {
-			t.Fatalf("agent exited (%v):\n%s", a.err, stderr())
+		if a.Exited() {
+			t.Fatalf("agent exited (%v):\n%s", a.Wait(), stderr())
 		}
-		return len(ctl.lines(t)) >= before+10000
+		return len(lines(t, ctl)) >= before+10000
 	})
 	if !strings.Contains(stderr(), "output does not keep up") {
 		t.Errorf("the agent did not say at once that its output drops spans:\n%s", stderr())
 	}
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := a.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-a.done:
+	case <-a.Done():
 	case <-time.After(time.Minute):
 		t.Fatalf("the agent did not stop within a minute of SIGTERM while its output was blocked:\n%s", stderr())
 	}
-	if a.err != nil {
-		t.Fatalf("agent exit: %v\n%s", a.err, stderr())
+	if a.Wait() != nil {
+		t.Fatalf("agent exit: %v\n%s", a.Wait(), stderr())
 	}
 	m := regexp.MustCompile(`output: (\d+) spans not written`).FindStringSubmatch(stderr())
 	if m == nil {
@@ -67,8 +68,8 @@ func TestAgentOutputNotRead(t *testing.T) {
 	if n == 0 {
 		t.Fatalf("0 spans dropped reported, yet the output was blocked:\n%s", stderr())
 	}
-	if ctl.exited() {
-		t.Fatalf("fakectl died while traced: %v", ctl.err)
+	if ctl.Exited() {
+		t.Fatalf("fakectl died while traced: %v", ctl.Wait())
 	}
 	total := stopFakectl(t, ctl, stop)
 	t.Logf("agent stopped on SIGTERM with its output blocked, %d spans dropped; fakectl: %d reconciles, each once", n, total)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/internal/testproc"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/span"
 )
@@ -38,8 +39,8 @@ func TestRingBufferOverflow(t *testing.T) {
 
 	// The agent keeps going: a second, slow process is traced completely.
 	stop, start2 := filepath.Join(dir, "stop"), filepath.Join(dir, "start2")
-	slow := start(t, "fakectl-slow", exec.Command(bin, "-start", start2, "-stop", stop, "-n", "1000000", "-interval", "5ms"))
-	if _, err := tr.TracePID(slow.pid()); err != nil {
+	slow := testproc.Start(t, "fakectl-slow", exec.Command(bin, "-start", start2, "-stop", stop, "-n", "1000000", "-interval", "5ms"))
+	if _, err := tr.TracePID(slow.PID()); err != nil {
 		t.Fatalf("trace the second fakectl: %v", err)
 	}
 	if err := os.WriteFile(start2, nil, 0o644); err != nil {
@@ -50,18 +51,18 @@ func TestRingBufferOverflow(t *testing.T) {
 	if err := os.WriteFile(stop, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	<-slow.done
+	<-slow.Done()
 	testkit.Eventually(t, "the tracer to notice the second exit", time.Minute, func() bool { return len(tr.PIDs()) == 0 })
 	if err := stopTracer(); err != nil {
 		t.Fatalf("tracer run: %v", err)
 	}
 
 	// Both processes' reconciles against the spans of each (reconcile IDs repeat across them).
-	truths := readTruths(t, ctl.output(t))
+	truths := readTruths(t, output(t, ctl))
 	if len(truths) != n {
 		t.Fatalf("fakectl reported %d reconciles, want %d", len(truths), n)
 	}
-	slowTruths := readTruths(t, slow.output(t))
+	slowTruths := readTruths(t, output(t, slow))
 	type key struct {
 		pid int
 		id  string
@@ -107,11 +108,11 @@ func TestRingBufferOverflow(t *testing.T) {
 		}
 	}
 	for _, tt := range truths {
-		check(ctl.pid(), tt)
+		check(ctl.PID(), tt)
 	}
 	burstExact, burstMarked, burstMissing := exact, marked, missing
 	for _, tt := range slowTruths {
-		check(slow.pid(), tt)
+		check(slow.PID(), tt)
 	}
 	total := len(truths) + len(slowTruths)
 	st := tr.Stats() // final: Run has returned

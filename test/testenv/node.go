@@ -33,6 +33,7 @@ import (
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/internal/testproc"
 )
 
 // nodeReadyTimeout bounds the wait for the node to register and report Ready.
@@ -124,7 +125,7 @@ type Node struct {
 	bindDone  chan struct{}
 	apiProxy  net.Listener
 	proxyDone sync.WaitGroup
-	stopper   *stopper
+	stopper   *testproc.Stopper
 	downOnce  sync.Once
 	// cleanup tears the node down (once); a daemon restarted later registers it again, so that
 	// it runs before the new process's own cleanup stops it (cleanups run last-in first-out).
@@ -195,7 +196,7 @@ func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 	// kubelet and containerd still run. Both run before the control plane stops.
 	teardown := func() {
 		if n.stopper != nil {
-			removeStopper(n.stopper)
+			testproc.RemoveStopper(n.stopper)
 		}
 		n.teardown(t.Errorf, t.Logf, true)
 	}
@@ -249,7 +250,7 @@ func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 	start := time.Now()
 	n.Containerd = StartProcess(t, "containerd", n.containerdCommand())
 	if err := n.waitContainerd(30 * time.Second); err != nil {
-		logTail(t, "containerd stderr", n.Containerd.StderrPath())
+		testproc.LogTail(t, "containerd stderr", n.Containerd.StderrPath())
 		t.Fatalf("testenv: start containerd: %v", err)
 	}
 	for _, tar := range append([]string{pauseTar}, opts.Images...) {
@@ -258,8 +259,8 @@ func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 
 	n.Kubelet = StartProcess(t, "kubelet", n.kubeletCommand())
 	if err := n.waitReady(nodeReadyTimeout); err != nil {
-		logTail(t, "kubelet stderr", n.Kubelet.StderrPath())
-		logTail(t, "containerd stderr", n.Containerd.StderrPath())
+		testproc.LogTail(t, "kubelet stderr", n.Kubelet.StderrPath())
+		testproc.LogTail(t, "containerd stderr", n.Containerd.StderrPath())
 		t.Fatalf("testenv: node %s: %v", n.Name, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -269,7 +270,7 @@ func StartNode(t testing.TB, env *Env, opts NodeOptions) *Node {
 	// kubelet's and containerd's own stoppers run, then the test binary dies: no test to fail,
 	// so what is left is said on stderr.
 	stderrf := func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
-	n.stopper = addStopper("node "+n.Name, func() { n.teardown(stderrf, stderrf, false) })
+	n.stopper = testproc.AddStopper("node "+n.Name, func() { n.teardown(stderrf, stderrf, false) })
 	t.Cleanup(teardown)
 	t.Logf("testenv: node %s Ready in %s (containerd 2, kubelet, pods on %s via bridge %s)", n.Name,
 		time.Since(start).Round(time.Millisecond), n.PodCIDR, nn.bridge)
@@ -656,24 +657,24 @@ func (n *Node) removeSandboxes(errorf func(string, ...any)) {
 // node's folder, and removes them.
 func (n *Node) checkLeftovers(errorf func(string, ...any)) {
 	for _, pid := range cgroupProcs(n.CgroupRoot) {
-		s, err := readStat(pid)
-		if err != nil || !s.alive() {
+		s, err := testproc.ReadStat(pid)
+		if err != nil || !s.Alive() {
 			continue
 		}
-		errorf("testenv: node %s left process %d in its cgroups: %s", n.Name, pid, cmdline(s))
+		errorf("testenv: node %s left process %d in its cgroups: %s", n.Name, pid, testproc.Cmdline(s))
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	if procs, err := allProcs(); err == nil {
+	if procs, err := testproc.AllProcs(); err == nil {
 		for _, s := range procs {
-			if !s.alive() {
+			if !s.Alive() {
 				continue
 			}
 			// Its shims name its socket (-address), under its folder; another node's shims run
 			// the same binary.
-			args, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.pid), "cmdline"))
-			if strings.Contains(string(args), n.dir+"/") && s.pid != os.Getpid() {
-				errorf("testenv: node %s left process %d behind: %s", n.Name, s.pid, cmdline(s))
-				_ = syscall.Kill(s.pid, syscall.SIGKILL)
+			args, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.PID), "cmdline"))
+			if strings.Contains(string(args), n.dir+"/") && s.PID != os.Getpid() {
+				errorf("testenv: node %s left process %d behind: %s", n.Name, s.PID, testproc.Cmdline(s))
+				_ = syscall.Kill(s.PID, syscall.SIGKILL)
 			}
 		}
 	}

@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/reconscope/reconscope/internal/testproc"
 )
 
 // RestartKubelet stops the node's kubelet as a service manager restarting it does (SIGTERM)
@@ -18,13 +20,13 @@ import (
 func (n *Node) RestartKubelet(t testing.TB) {
 	t.Helper()
 	began := time.Now()
-	if err := n.Kubelet.Stop(); err != nil && !killedBy(err, syscall.SIGTERM) {
+	if err := n.Kubelet.Stop(); err != nil && !testproc.KilledBy(err, syscall.SIGTERM) {
 		t.Logf("testenv: kubelet stopped: %v", err)
 	}
 	n.Kubelet = StartProcess(t, "kubelet", n.kubeletCommand())
 	t.Cleanup(n.cleanup) // the node drains through this kubelet before it stops
 	if err := n.waitReadySince(began, nodeReadyTimeout); err != nil {
-		logTail(t, "kubelet stderr", n.Kubelet.StderrPath())
+		testproc.LogTail(t, "kubelet stderr", n.Kubelet.StderrPath())
 		t.Fatalf("testenv: node %s after kubelet's restart: %v", n.Name, err)
 	}
 	t.Logf("testenv: kubelet of node %s restarted, Ready again in %s", n.Name, time.Since(began).Round(time.Millisecond))
@@ -36,13 +38,13 @@ func (n *Node) RestartKubelet(t testing.TB) {
 func (n *Node) RestartContainerd(t testing.TB) {
 	t.Helper()
 	began := time.Now()
-	if err := n.Containerd.Stop(); err != nil && !killedBy(err, syscall.SIGTERM) {
+	if err := n.Containerd.Stop(); err != nil && !testproc.KilledBy(err, syscall.SIGTERM) {
 		t.Logf("testenv: containerd stopped: %v", err)
 	}
 	n.Containerd = StartProcess(t, "containerd", n.containerdCommand())
 	t.Cleanup(n.cleanup) // the node drains before this containerd stops
 	if err := n.waitContainerd(30 * time.Second); err != nil {
-		logTail(t, "containerd stderr", n.Containerd.StderrPath())
+		testproc.LogTail(t, "containerd stderr", n.Containerd.StderrPath())
 		t.Fatalf("testenv: node %s: containerd after its restart: %v", n.Name, err)
 	}
 	t.Logf("testenv: containerd of node %s restarted, answering again in %s", n.Name, time.Since(began).Round(time.Millisecond))

@@ -36,6 +36,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/reconscope/reconscope/internal/testproc"
 )
 
 // controllerManagerReadyTimeout bounds the wait for kube-controller-manager's /healthz.
@@ -110,11 +112,11 @@ func Start(t testing.TB, opts Options) *Env {
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
-	installSignalHandler()
-	armWatchdog(t)
+	testproc.InstallSignalHandler()
+	testproc.ArmWatchdog(t)
 
 	// Checked last, after everything below has been stopped (cleanups run last-in first-out).
-	t.Cleanup(func() { reportLeftovers(t, t, false) })
+	t.Cleanup(func() { testproc.ReportLeftovers(t, t, false) })
 
 	logf.SetLogger(logr.Discard()) // envtest's own client logs nothing worth reading here
 	te := &envtest.Environment{
@@ -142,7 +144,7 @@ func Start(t testing.TB, opts Options) *Env {
 			Set("service-cluster-ip-range", nodeNet.serviceCIDR.String()).
 			Disable("disable-admission-plugins")
 	}
-	stopControlPlane := addStopper("kube-apiserver and etcd", func() { _ = te.Stop() })
+	stopControlPlane := testproc.AddStopper("kube-apiserver and etcd", func() { _ = te.Stop() })
 	t.Cleanup(func() {
 		// envtest stops kube-apiserver, waits for it, then stops etcd.
 		began := time.Now()
@@ -157,7 +159,7 @@ func Start(t testing.TB, opts Options) *Env {
 			}
 		}
 		t.Logf("testenv: control plane stopped in %s", time.Since(began).Round(time.Millisecond))
-		removeStopper(stopControlPlane)
+		testproc.RemoveStopper(stopControlPlane)
 	})
 	start := time.Now()
 	if _, err := te.Start(); err != nil {
@@ -207,18 +209,18 @@ func trackControlPlane(t testing.TB, te *envtest.Environment) {
 		}
 		want[path] = name
 	}
-	procs, err := allProcs()
+	procs, err := testproc.AllProcs()
 	if err != nil {
 		t.Errorf("testenv: find control plane processes: %v", err)
 		return
 	}
 	for _, s := range procs {
-		if s.ppid != os.Getpid() || !s.alive() {
+		if s.PPID != os.Getpid() || !s.Alive() {
 			continue
 		}
-		exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(s.pid), "exe"))
+		exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(s.PID), "exe"))
 		if name, ok := want[exe]; err == nil && ok {
-			track(t, name, s.pid)
+			testproc.Track(t, name, s.PID)
 		}
 	}
 }
@@ -259,7 +261,7 @@ func startControllerManager(t testing.TB, env *Env, opts Options) {
 
 	healthz := env.ControllerManagerURL + "/healthz"
 	if err := waitHealthy(p, healthz, controllerManagerReadyTimeout); err != nil {
-		logTail(t, "kube-controller-manager stderr", p.StderrPath())
+		testproc.LogTail(t, "kube-controller-manager stderr", p.StderrPath())
 		t.Fatalf("testenv: start %s: %v", name, err)
 	}
 	t.Logf("testenv: %s (pid %d, controllers %s) healthy in %s", name, p.PID(),

@@ -1,4 +1,4 @@
-package testenv
+package testproc
 
 import (
 	"fmt"
@@ -13,17 +13,17 @@ import (
 func TestParseStat(t *testing.T) {
 	tests := []struct {
 		name, line string
-		want       procStat
+		want       Stat
 	}{
 		{
 			name: "plain",
 			line: "42 (sleep) S 1 42 42 0 -1 4194304 100 0 0 0 0 0 0 0 20 0 1 0 123456 8192 100 18446744073709551615",
-			want: procStat{pid: 42, ppid: 1, pgrp: 42, state: 'S', start: 123456, comm: "sleep"},
+			want: Stat{PID: 42, PPID: 1, Pgrp: 42, State: 'S', Start: 123456, Comm: "sleep"},
 		},
 		{
 			name: "comm with spaces and parentheses",
 			line: "7 (a (b) c) Z 3 5 5 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99 0 0 0",
-			want: procStat{pid: 7, ppid: 3, pgrp: 5, state: 'Z', start: 99, comm: "a (b) c"},
+			want: Stat{PID: 7, PPID: 3, Pgrp: 5, State: 'Z', Start: 99, Comm: "a (b) c"},
 		},
 	}
 	for _, tt := range tests {
@@ -42,17 +42,17 @@ func TestParseStat(t *testing.T) {
 	}
 }
 
-// TestStartProcessStopsGroup starts a shell that leaves a child behind in its process group and
+// TestStartStopsGroup starts a shell that leaves a child behind in its process group and
 // checks Stop ends both and nothing is left.
-func TestStartProcessStopsGroup(t *testing.T) {
-	p := StartProcess(t, "shell", exec.Command("sh", "-c", "sleep 300 & echo started; wait"))
+func TestStartStopsGroup(t *testing.T) {
+	p := Start(t, "shell", exec.Command("sh", "-c", "sleep 300 & echo started; wait"))
 	waitForFile(t, p.StdoutPath(), "started")
 	kids := groupMembers(t, p.PID())
 	if len(kids) < 2 {
 		t.Fatalf("process group %d has %d live members, want the shell and its sleep", p.PID(), len(kids))
 	}
 	err := p.Stop()
-	if !killedBy(err, syscall.SIGTERM) {
+	if !KilledBy(err, syscall.SIGTERM) {
 		t.Errorf("Stop = %v, want the shell killed by SIGTERM", err)
 	}
 	waitGroupEmpty(t, p.PID())
@@ -61,9 +61,9 @@ func TestStartProcessStopsGroup(t *testing.T) {
 
 // TestLeftoversReported checks the leftover check sees a live started process (and kills it).
 func TestLeftoversReported(t *testing.T) {
-	p := StartProcess(t, "sleeper", exec.Command("sleep", "300"))
+	p := Start(t, "sleeper", exec.Command("sleep", "300"))
 	rec := &errRecorder{TB: t}
-	reportLeftovers(rec, t, false)
+	ReportLeftovers(rec, t, false)
 	if len(rec.errs) != 1 || !strings.Contains(rec.errs[0], "sleep 300") {
 		t.Fatalf("reportLeftovers reported %q, want the sleeper", rec.errs)
 	}
@@ -99,15 +99,15 @@ func waitForFile(t *testing.T, path, s string) {
 }
 
 // groupMembers returns the live processes of group pgid.
-func groupMembers(t *testing.T, pgid int) []procStat {
+func groupMembers(t *testing.T, pgid int) []Stat {
 	t.Helper()
-	procs, err := allProcs()
+	procs, err := AllProcs()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []procStat
+	var out []Stat
 	for _, s := range procs {
-		if s.pgrp == pgid && s.alive() {
+		if s.Pgrp == pgid && s.Alive() {
 			out = append(out, s)
 		}
 	}
