@@ -4,7 +4,6 @@ package exporter
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -219,24 +218,33 @@ func ToJSON(s *span.Span, clock ktime.Clock) JSONSpan {
 type JSONWriter struct {
 	mu    sync.Mutex
 	w     *bufio.Writer
-	enc   *json.Encoder
+	line  []byte // the line being written, kept from span to span
 	clock ktime.Clock
 }
 
 // NewJSONWriter returns a writer of JSON lines to w; each line is flushed as it is written.
 func NewJSONWriter(w io.Writer, clock ktime.Clock) *JSONWriter {
-	bw := bufio.NewWriter(w)
-	return &JSONWriter{w: bw, enc: json.NewEncoder(bw), clock: clock}
+	return &JSONWriter{w: bufio.NewWriter(w), clock: clock}
 }
 
 // Write implements Writer.
 func (j *JSONWriter) Write(s *span.Span) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if err := j.enc.Encode(ToJSON(s, j.clock)); err != nil {
-		return fmt.Errorf("write JSON span: %w", err)
+	if err := j.encode(s); err != nil {
+		return err
 	}
 	return j.w.Flush()
+}
+
+// encode writes s's line into the buffer. Callers hold j.mu.
+func (j *JSONWriter) encode(s *span.Span) error {
+	js := ToJSON(s, j.clock)
+	j.line = AppendJSON(j.line[:0], &js)
+	if _, err := j.w.Write(j.line); err != nil {
+		return fmt.Errorf("write JSON span: %w", err)
+	}
+	return nil
 }
 
 // WriteBuffered writes s as Write does, but leaves it in the buffer until Flush (or until the
@@ -244,10 +252,7 @@ func (j *JSONWriter) Write(s *span.Span) error {
 func (j *JSONWriter) WriteBuffered(s *span.Span) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if err := j.enc.Encode(ToJSON(s, j.clock)); err != nil {
-		return fmt.Errorf("write JSON span: %w", err)
-	}
-	return nil
+	return j.encode(s)
 }
 
 // Flush writes what WriteBuffered left in the buffer.
