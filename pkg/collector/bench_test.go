@@ -10,6 +10,7 @@ import (
 	rbpf "github.com/reconscope/reconscope/bpf"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
 // The agent's user-space cost per event, without a kernel: each ring-buffer record of a
@@ -224,4 +225,42 @@ func (c cpuClock) report(b *testing.B, events int) {
 	}
 	b.ReportMetric(ns/float64(events), "cpu-ns/event")
 	b.ReportMetric(float64(events)/(ns/1e9), "events/cpu-s")
+}
+
+// BenchmarkProcessWorker is the naming of a work-queue event's worker from its frames (every
+// Done of a queue without a name): once per distinct frames, then a look-up ("cached"), against
+// naming it at every event as decode did before ("each event").
+func BenchmarkProcessWorker(b *testing.B) {
+	frames := []string{
+		"k8s.io/client-go/util/workqueue.(*Typed[go.shape.string]).Done",
+		"k8s.io/kubernetes/pkg/controller/deployment.(*DeploymentController).processNextWorkItem",
+		"k8s.io/kubernetes/pkg/controller/deployment.(*DeploymentController).worker",
+		"k8s.io/apimachinery/pkg/util/wait.JitterUntilWithContext.func1",
+	}
+	p := &process{pid: benchPID, att: &Attachment{Plan: &probes.Plan{Binary: &symbols.Binary{}}}, funcs: map[uint32]string{}}
+	for i, f := range frames {
+		p.funcs[uint32(0x401000+i)] = f
+	}
+	vals := [2]uint64{0x401000 | 0x401001<<32, 0x401002 | 0x401003<<32}
+	const want = "deployment.DeploymentController.processNextWorkItem"
+	b.Run("cached", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if w := p.worker(vals); w != want {
+				b.Fatalf("worker %q, want %q", w, want)
+			}
+		}
+	})
+	b.Run("each event", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var fs [4]string
+			for i := range fs {
+				fs[i] = p.funcName(uint32(vals[i/2] >> (32 * (i % 2))))
+			}
+			if w := probes.Worker(fs[:]); w != want {
+				b.Fatalf("worker %q, want %q", w, want)
+			}
+		}
+	})
 }

@@ -21,6 +21,9 @@ type process struct {
 	mu    sync.Mutex
 	names map[uint64]string // run-time itab address -> concrete type name
 	funcs map[uint32]string // code address in the ELF file -> its function's name, "" if none
+	// workers: the frames' return addresses of a Done site's event (its values) -> the worker
+	// they name, so that an event costs a map look-up, not the naming of its worker.
+	workers map[[2]uint64]string
 
 	excluded map[uint64]bool // keys in the kernel's excluded map (Collector.Exclude; c.mu)
 	detail   map[uint64]bool // keys in the kernel's call_detail map (Collector.SetCallDetail; c.mu)
@@ -170,11 +173,26 @@ const maxFuncNames = 4096
 // worker names the worker function of a Done site's event from its frames' return addresses
 // (probes.Frames: four 32-bit ELF addresses, two per value, innermost first).
 func (p *process) worker(vals [2]uint64) string {
+	p.mu.Lock()
+	w, ok := p.workers[vals]
+	p.mu.Unlock()
+	if ok {
+		return w
+	}
 	var frames [4]string
 	for i := range frames {
 		frames[i] = p.funcName(uint32(vals[i/2] >> (32 * (i % 2))))
 	}
-	return probes.Worker(frames[:])
+	w = probes.Worker(frames[:])
+	p.mu.Lock()
+	if p.workers == nil {
+		p.workers = map[[2]uint64]string{}
+	}
+	if len(p.workers) < maxFuncNames {
+		p.workers[vals] = w
+	}
+	p.mu.Unlock()
+	return w
 }
 
 // funcName is the name of the function whose code holds addr, "" when none (0: no address).

@@ -380,13 +380,16 @@ func WorkerName(fn string) string {
 	if i := strings.LastIndexByte(fn, '/'); i >= 0 {
 		fn = fn[i+1:]
 	}
-	fn = strings.NewReplacer("(*", "", "(", "", ")", "").Replace(fn)
+	fn = receiverParens.Replace(fn)
 	parts := strings.Split(fn, ".")
 	for len(parts) > 2 && closureSuffix.MatchString(parts[len(parts)-1]) {
 		parts = parts[:len(parts)-1]
 	}
 	return strings.Join(parts, ".")
 }
+
+// receiverParens takes the parentheses (and star) of a method's receiver out of its name.
+var receiverParens = strings.NewReplacer("(*", "", "(", "", ")", "")
 
 // closureSuffix is the last element the compiler adds to the name of a closure, a deferred or
 // a go statement's wrapper inside a function.
