@@ -78,10 +78,10 @@ type openSpan struct {
 	depth int // nested entries (recursion) not yet returned
 	// calls begun and not yet ended, innermost last, per goroutine: the span's own and those
 	// of goroutines it started (which the kernel lets join it).
-	calls map[goroutineKey][]openCall
+	calls map[goroutineKey][]openCall // nil until the first call
 	// last is, per goroutine, the index in span.Calls of the call that ended last, while no
 	// other call has begun since (the call a CallObject event describes).
-	last map[goroutineKey]int
+	last map[goroutineKey]int // nil until a call ended
 	// at is the span's entry time as the kernel knows it (byStart's key, the SpanStartTime of
 	// its events), which a handler inside a work-queue item moves span.Start from.
 	at uint64
@@ -271,6 +271,9 @@ func (a *Assembler) Add(e Event) {
 			a.stats.OrphanCalls++
 			return
 		}
+		if o.calls == nil {
+			o.calls = map[goroutineKey][]openCall{}
+		}
 		o.calls[k] = append(o.calls[k], openCall{info: e.Call, start: e.Time})
 		delete(o.last, k)
 	case CallEnd:
@@ -459,8 +462,6 @@ func (a *Assembler) newOpen(e Event) *openSpan {
 		at:    e.Time,
 		queue: e.Queue,
 		depth: 1,
-		calls: map[goroutineKey][]openCall{},
-		last:  map[goroutineKey]int{},
 		span: Span{
 			Controller:  e.Controller,
 			Namespace:   e.Namespace,
@@ -507,7 +508,7 @@ func (a *Assembler) end(k goroutineKey, e Event) {
 		}
 		// The entry event was lost, but the kernel kept its time: a span without the
 		// entry's fields, marked incomplete.
-		o = &openSpan{depth: 1, calls: map[goroutineKey][]openCall{}, last: map[goroutineKey]int{}, span: Span{PID: e.PID, Goid: e.Goid, Start: e.SpanStartTime, Incomplete: true}}
+		o = &openSpan{depth: 1, span: Span{PID: e.PID, Goid: e.Goid, Start: e.SpanStartTime, Incomplete: true}}
 		o.span.ProbeHits.add(&e)
 		a.finish(o, e)
 		return
@@ -654,6 +655,9 @@ func (a *Assembler) callEnd(k goroutineKey, e Event) {
 	o.span.Calls = append(o.span.Calls, Call{CallInfo: info, Start: c.start, Duration: d, Depth: len(o.calls[k]), Goroutine: k.goid})
 	if call := &o.span.Calls[len(o.span.Calls)-1]; call.Kind == CallAPI && call.IsWrite() && call.Status == 409 {
 		call.ConflictWriter = a.latest.conflictWriter(&o.span, call)
+	}
+	if o.last == nil {
+		o.last = map[goroutineKey]int{}
 	}
 	o.last[k] = len(o.span.Calls) - 1
 	o.learnObject(info)
