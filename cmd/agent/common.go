@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/reconscope/reconscope/pkg/agent"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/detail"
 	"github.com/reconscope/reconscope/pkg/discovery"
@@ -84,7 +85,17 @@ func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock ktim
 	if configure != nil {
 		configure(&opts)
 	}
-	return tracer.New(opts)
+	t, err := tracer.New(opts)
+	if err != nil {
+		return nil, err
+	}
+	// Start-up is done: the executable's pages it touched need not stay resident (issue 28, item 4).
+	if n, err := agent.ReleaseExecutablePages(); err != nil {
+		log.Debug("keep the executable's pages resident", "err", err)
+	} else {
+		log.Debug("released the executable's pages", "bytes", n)
+	}
+	return t, nil
 }
 
 // detailPolicy makes the per-controller detail of the flags (--detail, --detail-for,
