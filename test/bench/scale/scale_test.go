@@ -223,9 +223,9 @@ func BenchmarkAtScale(b *testing.B) {
 			for i := range n {
 				v := w.variants[(i+r)%n]
 				res := runCycle(b, env, cfg, w, r, v)
-				b.Logf("%s, round %d, %s: %d reconciles, CPU %s, %d goroutines created; idle CPU %s in %s; agent CPU %s, spans %d, goroutines inherited %d",
+				b.Logf("%s, round %d, %s: %d reconciles, CPU %s, %d goroutines created; idle CPU %s in %s; agent CPU %s (%s of it idle), spans %d, goroutines inherited %d",
 					w.title, r, v.name, res.churn.reconciles, res.churn.cpu, res.churn.goroutines, res.idle.cpu, res.idle.wall.Round(time.Millisecond),
-					res.churn.agentCPU+res.idle.agentCPU, res.churn.spans+res.idle.spans, res.inherited)
+					res.churn.agentCPU+res.idle.agentCPU, res.idle.agentCPU, res.churn.spans+res.idle.spans, res.inherited)
 				results = append(results, res)
 			}
 		}
