@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/reconscope/reconscope/pkg/span"
 )
@@ -36,34 +37,74 @@ type Queue struct {
 // NewQueue starts a queue of at most size spans (DefaultQueueSize when size <= 0) in front
 // of w; what w returns as an error, and the first drop, are logged to log.
 func NewQueue(w Writer, size int, log *slog.Logger) *Queue {
+	return newQueue(w, size, log, BatchDelay)
+}
+
+// BatchDelay is how long a Queue that has written every span it had waits for more before it
+// flushes its writer and sleeps on its channel. The tracer hands spans over in bursts (those
+// of the events of one read of the ring buffer, BENCHMARKS.md section 5): waiting on the
+// channel after each span, the queue's goroutine was woken once per span, and wrote once per
+// span, which cost the agent more CPU than writing the spans (BenchmarkQueue). A span waits
+// at most this long longer to be written.
+const BatchDelay = 5 * time.Millisecond
+
+func newQueue(w Writer, size int, log *slog.Logger, delay time.Duration) *Queue {
 	if size <= 0 {
 		size = DefaultQueueSize
 	}
 	q := &Queue{w: w, log: log, ch: make(chan *span.Span, size), done: make(chan struct{})}
-	go q.run()
+	go q.run(delay)
 	return q
 }
 
-func (q *Queue) run() {
+// run writes the spans as they come; once none waits it gives the writer's producer delay to
+// add more (no wakeup while it sleeps), and only when none came meanwhile it flushes and waits
+// on the channel.
+func (q *Queue) run(delay time.Duration) {
 	defer close(q.done)
 	bw, batch := q.w.(batchWriter)
-	for s := range q.ch {
+	write := func(s *span.Span) {
 		var err error
-		switch {
-		case !batch:
+		if batch {
+			err = bw.WriteBuffered(s) // flushed once the burst is written
+		} else {
 			err = q.w.Write(s)
-		case len(q.ch) > 0:
-			err = bw.WriteBuffered(s) // more to come: written with them
-		default:
-			if err = bw.WriteBuffered(s); err == nil {
-				err = bw.Flush()
-			}
 		}
-		if err != nil {
-			if q.failed.Add(1) == 1 {
-				q.log.Warn("write span", "err", err)
-			}
+		q.fail(err)
+	}
+	flush := func() {
+		if batch {
+			q.fail(bw.Flush())
 		}
+	}
+	for s := range q.ch {
+		write(s)
+		for waited := false; ; {
+			select {
+			case next, ok := <-q.ch:
+				if !ok {
+					flush()
+					return
+				}
+				write(next)
+				waited = false
+				continue
+			default:
+			}
+			if waited || delay <= 0 {
+				break
+			}
+			time.Sleep(delay)
+			waited = true
+		}
+		flush()
+	}
+}
+
+// fail counts a writer's error and logs the first.
+func (q *Queue) fail(err error) {
+	if err != nil && q.failed.Add(1) == 1 {
+		q.log.Warn("write span", "err", err)
 	}
 }
 

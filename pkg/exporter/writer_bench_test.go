@@ -2,10 +2,16 @@ package exporter
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
+	"os"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/span"
@@ -55,4 +61,72 @@ func BenchmarkJSONWriter(b *testing.B) {
 			}
 		})
 	}
+}
+
+// countingWriter is a JSONWriter that counts the spans written.
+type countingWriter struct {
+	*JSONWriter
+	n atomic.Int64
+}
+
+func (c *countingWriter) WriteBuffered(s *span.Span) error {
+	c.n.Add(1)
+	return c.JSONWriter.WriteBuffered(s)
+}
+
+// BenchmarkQueue is a Queue in front of a JSONWriter on /dev/null, fed as the tracer feeds it:
+// bursts of 32 spans (one read of the ring buffer), each after a little work (decoding its
+// events), a millisecond apart. cpu-ns/span is the process's CPU time (the producer's, the
+// queue goroutine's, the runtime's waking and parking them) per span: "batched" waits
+// BatchDelay for the rest of a burst; "flush-when-empty" flushes and waits on the channel
+// whenever it is empty, as the queue did before.
+func BenchmarkQueue(b *testing.B) {
+	const burst = 32
+	s := benchSpans()["reconcile"]
+	for _, bc := range []struct {
+		name  string
+		delay time.Duration
+	}{{"batched", BatchDelay}, {"flush-when-empty", 0}} {
+		b.Run(bc.name, func(b *testing.B) {
+			null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer null.Close()
+			w := &countingWriter{JSONWriter: NewJSONWriter(null, ktime.ClockAt(time.Unix(1_700_000_000, 0)))}
+			q := newQueue(w, 0, slog.New(slog.DiscardHandler), bc.delay)
+			var sink uint64
+			spans := 0
+			start := processCPU(b)
+			for b.Loop() {
+				for range burst {
+					for i := range 2000 { // the events' decoding, about a microsecond
+						sink += uint64(i) * sink
+					}
+					if err := q.Write(s); err != nil {
+						b.Fatal(err)
+					}
+					spans++
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if err := q.Close(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			cpu := processCPU(b) - start
+			if got := w.n.Load(); got != int64(spans) || q.Dropped() != 0 {
+				b.Fatalf("%d spans written, %d dropped, of %d", got, q.Dropped(), spans)
+			}
+			b.ReportMetric(float64(cpu)/float64(spans), "cpu-ns/span")
+			_ = sink
+		})
+	}
+}
+
+func processCPU(b *testing.B) int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts); err != nil {
+		b.Fatal(err)
+	}
+	return ts.Nano()
 }
