@@ -410,8 +410,9 @@ static __always_inline int handle(struct go_regs *regs)
 		count(COUNTER_CALL_OUTSIDE);
 		return 0;
 	}
-	/* A call site attached for some controllers only, in a span of another one. */
-	if ((cfg->flags & SITE_F_GATED) && cfg->role == ROLE_CALL && !(live && gs->calls)) {
+	/* A call site (or a nested span's: a sync handler) attached for some controllers only, in
+	 * a span of another one. */
+	if ((cfg->flags & SITE_F_GATED) && (cfg->role == ROLE_CALL || cfg->role == ROLE_SPAN) && !(live && gs->calls)) {
 		count(COUNTER_GATED);
 		return 0;
 	}

@@ -137,7 +137,10 @@ enum site_flag {
 	/* A site of the probes only `calls` detail attaches (API calls, cache and lister reads,
 	 * goroutine creation), attached for some controller instances only: it records inside
 	 * spans whose instance has call detail (g_state.calls, from `call_detail`), nothing in
-	 * the others. Sites without it record as their role says. */
+	 * the others. A gated span site (a sync handler inside a work-queue item, which enriches
+	 * it at call detail) is the same: its entry and return record only inside a span at call
+	 * detail, whose detail does not change before either. Sites without it record as their
+	 * role says. */
 	SITE_F_GATED = 4,
 };
 

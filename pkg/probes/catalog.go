@@ -172,6 +172,15 @@ type Probe struct {
 	// ID, whose spans already cover the functions' work at a lower cost (controller-runtime's
 	// Reconcile covers the items of its reconcile.Request queue).
 	SupersededBy string
+	// Enriches, when set, names the span probe inside whose spans this span probe's function
+	// runs (a kube-controller-manager sync handler inside its work queue's item:
+	// client-go/workqueue), whose spans have the controller, the object and the result without
+	// it. At DetailCalls the two make one span, with the handler's start, error type and
+	// message. At DetailReconcile the probe is left out of a plan where that one has sites (its
+	// return sites are RETs, which the kernel single-steps, for the handler's error alone) and
+	// kept where it has none (Detail.Catalog); a per-controller detail attaches it with the call
+	// probes (CallProbes), recording only in the spans of controllers at calls.
+	Enriches string
 	// ItemResult marks a call probe whose hits say what a work-queue item's worker did with it
 	// (a requeue, a retry): the span's result, kept at every Detail.
 	ItemResult bool
@@ -596,6 +605,7 @@ var syncProbes = func() []*Probe {
 	for _, h := range SyncHandlers {
 		p := SyncProbe(h.Controller, h.Symbol, h.Entry.key(0), h.Return) // key: the controller, the receiver
 		p.Module = kubernetes
+		p.Enriches = workQueueID // the work queue's item is the span at detail reconcile
 		out = append(out, p)
 	}
 	return out

@@ -3,6 +3,7 @@ package probes
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
@@ -22,7 +23,8 @@ const (
 	// queue adds that give its queue wait, and, in place of controller-runtime's cache read
 	// probe, its one-hit form (ReconcileReads): the reconciled object's UID and resourceVersion,
 	// and the trigger they give. No other call probe and no goroutine probe: a span has no
-	// calls or phases.
+	// calls or phases. A sync handler inside a work-queue item (Probe.Enriches) is left out
+	// where the item's probe attaches: the item is the span.
 	DetailReconcile
 )
 
@@ -65,14 +67,34 @@ func (d Detail) Catalog(catalog []*Probe) []*Probe {
 			}
 			continue
 		}
+		if p.Enriches != "" {
+			p = reconcileForm(p)
+		}
 		out = append(out, p)
 	}
 	return out
 }
 
+// reconcileForms holds the DetailReconcile form of each probe with Enriches (reconcileForm),
+// made once so that every catalog at that detail holds the same one.
+var reconcileForms sync.Map // *Probe -> *Probe
+
+// reconcileForm returns p as DetailReconcile keeps it: superseded by the span probe it enriches
+// (Probe.Enriches), so that the plan leaves it out where that probe has sites.
+func reconcileForm(p *Probe) *Probe {
+	if q, ok := reconcileForms.Load(p); ok {
+		return q.(*Probe)
+	}
+	q := *p
+	q.SupersededBy = p.Enriches
+	v, _ := reconcileForms.LoadOrStore(p, &q)
+	return v.(*Probe)
+}
+
 // CallProbes returns the probes of catalog that DetailCalls keeps and DetailReconcile does not:
 // what an executable planned at DetailReconcile needs besides to trace some of its controllers
-// at DetailCalls (the API call, cache and lister read probes, the goroutine probes).
+// at DetailCalls (the API call, cache and lister read probes, the goroutine probes, and the
+// span probes that enrich another's spans, Probe.Enriches, where that one attaches).
 // catalog itself is not changed.
 func CallProbes(catalog []*Probe) []*Probe {
 	kept := DetailReconcile.Catalog(catalog)
@@ -96,6 +118,10 @@ func NewCallsPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		return plan, err
 	}
 	calls := CallProbes(catalog)
+	// A probe that enriches the spans of one with no site here stays in the plan at
+	// DetailReconcile (reconcileForm is not superseded): not twice.
+	ids := plan.Probes()
+	calls = slices.DeleteFunc(calls, func(p *Probe) bool { return p.Enriches != "" && !slices.Contains(ids, p.Enriches) })
 	plan.Sites = slices.DeleteFunc(plan.Sites, func(s Site) bool { return !slices.Contains(calls, s.Probe) })
 	plan.Choices = slices.DeleteFunc(plan.Choices, func(c Choice) bool { return !slices.Contains(plan.Probes(), c.ProbeID) })
 	if len(plan.Sites) == 0 {

@@ -18,9 +18,28 @@ func TestDetail(t *testing.T) {
 		kept[p] = true
 	}
 	for _, p := range Catalog() {
+		if p.Enriches != "" {
+			// a sync handler: its reconcile form, left out where the work queue's item is the span
+			q := reconcileForm(p)
+			if !kept[q] || kept[p] || q.SupersededBy != p.Enriches || q.ID != p.ID {
+				t.Errorf("%s (%s): kept %v, its reconcile form kept %v superseded by %q; want the form, superseded by %s", p.ID, p.Symbol, kept[p], kept[q], q.SupersededBy, p.Enriches)
+			}
+			continue
+		}
 		if want := p.Role == RoleSpan || p.Role == RoleMark || p.ItemResult; kept[p] != want {
 			t.Errorf("%s (%s, %s): kept %v at detail reconcile, want %v", p.ID, p.Role, p.Symbol, kept[p], want)
 		}
+	}
+	deployment := func() *Probe {
+		for _, p := range DetailReconcile.Catalog(Catalog()) {
+			if p.ID == "sync/deployment" {
+				return p
+			}
+		}
+		return nil
+	}
+	if a, b := deployment(), deployment(); a == nil || a != b {
+		t.Errorf("two catalogs at detail reconcile hold sync/deployment as %p and %p, want one probe", a, b)
 	}
 	// ... and, in place of controller-runtime's cache Get, its one-hit forms: entry-only, the
 	// deferred read's strings read through the pointer its entry keeps.
@@ -63,11 +82,14 @@ func TestCallProbes(t *testing.T) {
 		if in(base, p) {
 			t.Errorf("%s (%s): in both plans", p.ID, p.Symbol)
 		}
-		if p.Role == RoleSpan || p.Role == RoleMark || p.ItemResult {
+		if (p.Role == RoleSpan && p.Enriches == "") || p.Role == RoleMark || p.ItemResult {
 			t.Errorf("%s (%s, %s): a span, mark or item-result probe among the call probes", p.ID, p.Role, p.Symbol)
 		}
 	}
 	for _, p := range DetailCalls.Catalog(Catalog()) {
+		if p.Enriches != "" && !in(calls, p) {
+			t.Errorf("%s (%s): a sync handler not among the call probes", p.ID, p.Symbol)
+		}
 		if !in(base, p) && !in(calls, p) {
 			t.Errorf("%s (%s): in neither plan", p.ID, p.Symbol)
 		}

@@ -295,8 +295,12 @@ func (p *Plan) supersede() {
 		return slices.ContainsFunc(fns, func(fn string) bool { return strings.HasPrefix(c.Sites, fn) })
 	})
 	for pr := range left {
-		p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: "none for the functions matching " + pr.Symbol.String(),
-			Why: pr.SupersededBy + " is attached: its spans are these queue items', at no extra probe hit"})
+		why := pr.SupersededBy + " is attached: its spans are these queue items', at no extra probe hit"
+		if pr.Enriches != "" {
+			why = "detail reconcile: " + pr.Enriches + " is attached, its item is the span (controller, object, result); " +
+				"the handler's start and error come at detail calls (its return sites are RETs, single-stepped)"
+		}
+		p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: "none for the functions matching " + pr.Symbol.String(), Why: why})
 	}
 	sort.SliceStable(p.Choices, func(i, j int) bool { return p.Choices[i].ProbeID < p.Choices[j].ProbeID })
 }

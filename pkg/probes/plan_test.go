@@ -266,6 +266,44 @@ func TestStrippedSitesKubeControllerManager(t *testing.T) {
 	if syncs < len(SyncHandlers)*2 {
 		t.Errorf("only %d sync-handler sites in the stripped kube-controller-manager", syncs)
 	}
+
+	// At detail reconcile (the default) the work queue's items are the spans: no sync handler
+	// is attached, and no site that a work item's worker reaches is single-stepped (only a
+	// queue's creation, once per queue, is read at its RETs). The handlers are with the calls
+	// probes, for the controllers a per-controller detail puts at calls.
+	bin, err := symbols.Open(filepath.Join(dir, "kube-controller-manager-stripped"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bin.Close()
+	recon, err := NewPlan(bin, DetailReconcile.Catalog(Catalog()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range recon.Sites {
+		if strings.HasPrefix(s.Probe.ID, "sync/") {
+			t.Errorf("detail reconcile: sync-handler site %s of %s", s.Where(), s.Probe.ID)
+		}
+		if s.Trap() != "emulated" && s.Probe.ID != "client-go/workqueue-name" {
+			t.Errorf("detail reconcile: %s site of %s at %s is %s (%s)", s.Kind, s.Probe.ID, s.Where(), s.Trap(), s.Insn)
+		}
+	}
+	if !slices.Contains(recon.Probes(), "client-go/workqueue") {
+		t.Errorf("detail reconcile: no work-queue site (%s)", recon)
+	}
+	calls, err := NewCallsPlan(bin, Catalog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var callSyncs int
+	for _, s := range calls.Sites {
+		if strings.HasPrefix(s.Probe.ID, "sync/") {
+			callSyncs++
+		}
+	}
+	if callSyncs != syncs {
+		t.Errorf("the calls plan holds %d sync-handler sites, the plan at detail calls %d", callSyncs, syncs)
+	}
 }
 
 // TestUnknownVersionExplained: a stripped controller of a Go release and a controller-runtime

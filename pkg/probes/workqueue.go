@@ -220,10 +220,13 @@ func except(p *Probe, shape string) *Probe {
 
 const workQueue = `^k8s\.io/client-go/util/workqueue\.`
 
+// workQueueID is the ID of the work-queue item's span probe (workQueueBracket).
+const workQueueID = "client-go/workqueue"
+
 // workQueueBracket is the span probe of one shape of the Typed queue: Get's direct call of the
 // runtime's map insert opens the span, Done's entry (recv, dict, item) ends it.
 func workQueueBracket(shape string, done Layout, decode Decoder) *Probe {
-	return &Probe{ID: "client-go/workqueue", Module: clientGo, MinVersion: "v0.31.0", Role: RoleSpan,
+	return &Probe{ID: workQueueID, Module: clientGo, MinVersion: "v0.31.0", Role: RoleSpan,
 		Symbol:  regexp.MustCompile(workQueue + `\(\*Typed\[go\.shape\.` + shape + `\]\)\.Get$`),
 		Bracket: &Bracket{Call: mapInsert, End: "Done"},
 		// key: the map the call inserts into (mapassign(type, map, key)), the queue's

@@ -28,46 +28,131 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/detail"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
-	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
 // TestKubeControllerManagerQueues traces the test bed's stripped kube-controller-manager with
-// all its default controllers from its exec, while a workload of namespaces, service accounts,
-// Deployments, Services, Jobs, CronJobs, StatefulSets, DaemonSets, PodDisruptionBudgets,
-// quotas, aggregated ClusterRoles, volumes, an autoscaler, a Node and owner references is
-// created and deleted. Its own workqueue_work_duration_seconds_count (one sample per item a
-// worker finished) is the ground truth: for every queue with work, the spans of the controller
-// of that name are exactly as many (but for the queues whose items are handed to another
-// goroutine: handedOff). At least 20 queues must have work, the garbage collector's
-// among them.
+// all its default controllers from its exec, at the default detail (reconcile), while a
+// workload of namespaces, service accounts, Deployments, Services, Jobs, CronJobs,
+// StatefulSets, DaemonSets, PodDisruptionBudgets, quotas, aggregated ClusterRoles, volumes, an
+// autoscaler, a Node and owner references is created and deleted. Its own
+// workqueue_work_duration_seconds_count (one sample per item a worker finished) is the ground
+// truth: for every queue with work, the spans of the controller of that name are exactly as
+// many (but for the queues whose items are handed to another goroutine: handedOff). At least
+// 20 queues must have work, the garbage collector's among them. No span may have cost a
+// single-stepped probe hit (issue 28: the sync handlers' RETs are not attached at detail
+// reconcile; the work queue's item is the span).
+//
+// Then, as `--detail-switch-max 1` and a switch of the deployment controller to calls would
+// (POST /detail), the deployment controller is put at detail calls while the other
+// controllers stay at reconcile, and the Deployment is scaled: the calls probes, the sync
+// handlers among them, are attached gated; the deployment spans after the switch have their
+// API calls, the other controllers' spans still no single-stepped hit (their handlers' hits
+// record nothing), and every queue still has as many spans as items.
 func TestKubeControllerManagerQueues(t *testing.T) {
 	bpftest.Require(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env, tr, sink, stop := traceControllerManager(t, ctx, tracer.Options{}, func(plan *probes.Plan) { t.Logf("attached %s", plan) })
+	// Switches allowed and none made: until the switch below the attached plan is the one of
+	// detail reconcile, no calls probe attached.
+	pol, err := detail.New(detail.Options{Default: probes.DetailReconcile, Switches: true, MaxSwitched: 1, Logger: testkit.Quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, tr, sink, stop := traceControllerManager(t, ctx, mixedOptions(pol), func(plan *probes.Plan) {
+		t.Logf("attached %s", plan)
+		for _, s := range plan.Sites {
+			if strings.HasPrefix(s.Probe.ID, "sync/") {
+				t.Errorf("detail reconcile: sync handler site %s of %s attached", s.Where(), s.Probe.ID)
+			}
+		}
+	})
 	defer tr.Close()
 
 	kcmWorkload(t, env.Client)
 
 	// The ground truth and the spans are compared when kube-controller-manager is quiet.
-	var spans map[string]int
 	var all []span.Span
 	counts := waitQueuesQuiet(t, "kube-controller-manager", env.ControllerManagerURL, 90*time.Second, func() error {
-		spans = map[string]int{}
 		all = spansOf(sink.Snapshot(), env.ControllerManagerPID)
-		for _, sp := range all {
-			spans[sp.Controller]++
+		return nil
+	})
+	checkQueueSpans(t, env.ControllerManagerURL, counts, all)
+	var hits [2]uint64
+	for _, sp := range all {
+		hits[0] += uint64(sp.ProbeHits.Emulated)
+		hits[1] += uint64(sp.ProbeHits.SingleStepped)
+		if sp.ProbeHits.SingleStepped != 0 {
+			t.Errorf("detail reconcile: %s span of %s/%s cost %d single-stepped probe hits (%d emulated)", sp.Controller, sp.Namespace, sp.Name, sp.ProbeHits.SingleStepped, sp.ProbeHits.Emulated)
 		}
+		if len(sp.Calls) != 0 {
+			t.Errorf("detail reconcile: %s span of %s/%s has %d calls", sp.Controller, sp.Namespace, sp.Name, len(sp.Calls))
+		}
+	}
+	t.Logf("detail reconcile: %d spans, probe hits %d emulated (%.2f per span), %d single-stepped", len(all), hits[0], float64(hits[0])/float64(max(len(all), 1)), hits[1])
+	before := len(all)
+
+	// The deployment controller at detail calls, the others at reconcile.
+	sites := tr.Stats().Sites
+	if err := pol.Switch("deployment", time.Hour, "the test", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, "the calls probes attached for the deployment controller", 30*time.Second, func() (bool, string) {
+		n := tr.Stats().Sites
+		return n > sites, fmt.Sprintf("%d sites attached, %d before the switch", n, sites)
+	})
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "wq-a", Name: "web"}}
+	if err := env.Client.Patch(context.Background(), dep, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":1}}`))); err != nil {
+		t.Fatal(err)
+	}
+	counts = waitQueuesQuiet(t, "kube-controller-manager", env.ControllerManagerURL, 90*time.Second, func() error {
+		all = spansOf(sink.Snapshot(), env.ControllerManagerPID)
 		return nil
 	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
+	checkQueueSpans(t, env.ControllerManagerURL, counts, all)
+	withCalls := 0
+	for _, sp := range all[before:] {
+		switch {
+		case sp.Controller == "deployment":
+			if len(sp.Calls) > 0 {
+				withCalls++
+			}
+		case sp.ProbeHits.SingleStepped != 0 || len(sp.Calls) != 0:
+			t.Errorf("after the deployment controller's switch to calls: %s span of %s/%s has %d calls, cost %d single-stepped probe hits", sp.Controller, sp.Namespace, sp.Name, len(sp.Calls), sp.ProbeHits.SingleStepped)
+		}
+	}
+	t.Logf("after the switch: %d spans, %d deployment spans with calls", len(all)-before, withCalls)
+	if withCalls == 0 {
+		t.Error("no deployment span with calls after its switch to detail calls")
+	}
 	st := tr.Stats()
-	t.Logf("items followed to another goroutine: %d paired, %d lost", st.Assembler.Handoffs, st.Assembler.HandoffsLost)
+	t.Logf("items followed to another goroutine: %d paired, %d lost; gated hits %d", st.Assembler.Handoffs, st.Assembler.HandoffsLost, st.Kernel.Gated)
+}
 
+// checkQueueSpans holds the spans of kube-controller-manager (all) to counts, its
+// workqueue_work_duration_seconds counts by queue: as many spans of each queue's controller
+// as items done (but for the queues of handedOff that are not followed), spans of queues
+// without a name named by their worker, at least 20 queues with work among which the
+// garbage collector's, the deployment and replicaset controllers'. It logs the queues'
+// retries (workqueue_retries_total, metrics url) beside their spans with result error.
+func checkQueueSpans(t *testing.T, url string, counts map[string]uint64, all []span.Span) {
+	t.Helper()
+	retried, err := queueCounts(url, retries)
+	if err != nil {
+		t.Logf("retries not read: %v", err)
+	}
+	spans, errs := map[string]int{}, map[string]int{}
+	for _, sp := range all {
+		spans[sp.Controller]++
+		if sp.Result == span.ResultError {
+			errs[sp.Controller]++
+		}
+	}
 	var busy, lines []string
 	for q, n := range counts {
 		if n == 0 {
@@ -89,7 +174,7 @@ func TestKubeControllerManagerQueues(t *testing.T) {
 				}
 			}
 		}
-		lines = append(lines, fmt.Sprintf("%-55s %6d items %6d spans%s", q, n, spans[q], mark))
+		lines = append(lines, fmt.Sprintf("%-55s %6d items %6d spans %4d retries %4d error spans%s", q, n, spans[q], retried[q], errs[q], mark))
 	}
 	var unnamed []string
 	for c, n := range spans {
