@@ -21,7 +21,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/detail"
 	"github.com/reconscope/reconscope/pkg/discovery"
+	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -434,7 +436,7 @@ sampling: {noopRate: 0.25, slowThreshold: 500ms}
 goroutineInheritance: "off"
 detail: reconcile
 detailFor: [{controller: "replica*", detail: calls}]
-detailSwitch: {max: 2, for: 10m}
+detailSwitch: {max: 2, for: 10m, when: p99}
 errorMessages: {mode: drop, redact: ['token=[^&\s]+', 'key: "?\w+']}
 extraArgs: ["--scan-interval=5s", "--keep-attached=2m"]
 serviceAccount: {create: false, name: platform-agents}
@@ -469,12 +471,41 @@ prometheusRule:
 	c := pod.Containers[0]
 
 	wantArgs := []string{"run", "--config=/etc/reconscope/config.yaml", "--log-level=debug", "--log-format=text", "--sample-noop-rate=0.25",
-		"--slow-threshold=500ms", "--goroutine-inheritance=off", "--detail=reconcile",
-		"--detail-for=replica*=calls", "--detail-switch-max=2", "--detail-switch-for=10m", "--error-messages=drop", `--redact-errors=token=[^&\s]+`, `--redact-errors=key: "?\w+`,
+		"--slow-threshold=500ms", "--goroutine-inheritance=off", "--detail-switch-max=2", "--detail-switch-for=10m", "--detail-switch-when=p99", "--error-messages=drop", `--redact-errors=token=[^&\s]+`, `--redact-errors=key: "?\w+`,
 		"--scan-interval=5s", "--keep-attached=2m"}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("args %q, want %q", c.Args, wantArgs)
 	}
+	// detail and detailFor are the config file's detail section, which the agents reload: in
+	// the ConfigMap as the agent reads it, and not in the checksum that rolls the pods.
+	var cfgMap corev1.ConfigMap
+	convert(t, objs["ConfigMap/reconscope/rs-config"], &cfgMap)
+	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfgMap.Data["config.yaml"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := discovery.LoadConfig(cfgPath)
+	if err != nil {
+		t.Fatalf("the chart's config.yaml:\n%s\n%v", cfgMap.Data["config.yaml"], err)
+	}
+	dc, err := detail.ParseConfig(cfg.Detail)
+	if err != nil {
+		t.Fatalf("the chart's config.yaml:\n%s\n%v", cfgMap.Data["config.yaml"], err)
+	}
+	if def, rules, err := dc.Levels(probes.DetailCalls, nil); err != nil || def != probes.DetailReconcile ||
+		!slices.Equal(rules, []detail.Rule{{Pattern: "replica*", Detail: probes.DetailCalls}}) {
+		t.Errorf("the config's detail: %s %v %v; want reconcile, replica*=calls:\n%s", def, rules, err, cfgMap.Data["config.yaml"])
+	}
+	other := filepath.Join(t.TempDir(), "other.yaml")
+	if err := os.WriteFile(other, []byte("detailFor: [{controller: deployment, detail: calls}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var ds2 appsv1.DaemonSet
+	convert(t, helmTemplate(t, helm, "--values", values, "--values", other)["DaemonSet/reconscope/rs"], &ds2)
+	if a, b := ds.Spec.Template.Annotations["checksum/config"], ds2.Spec.Template.Annotations["checksum/config"]; a == "" || a != b {
+		t.Errorf("checksum/config %q, with another detailFor %q: want one (the agents reload the detail, the pods stay)", a, b)
+	}
+
 	flags := agentRunFlags(t)
 	for _, a := range c.Args[1:] {
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")

@@ -35,7 +35,12 @@ type tracerFlags struct {
 	detailFor     detailRules
 	switchFor     *time.Duration
 	switchMax     *int
+	switchWhen    detail.SwitchWhen
 	policy        *detail.Policy // detailPolicy's
+	// file is the config file's detail section (run --config), whose fields win over the
+	// flags'; reload says the file is reloaded while the agent runs (watchDetailConfig).
+	file   *detail.Config
+	reload bool
 }
 
 func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
@@ -60,6 +65,9 @@ func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
 		"--detail-switch-for: automatically when one of their reconciles lasts --slow-threshold or more (and, in run with --metrics-secure, "+
 		"on demand: POST /detail on the metrics port); 0 (the default): no switch")
 	tf.switchFor = fs.Duration("detail-switch-for", detail.DefaultSwitchFor, "how long a switch to detail calls lasts (--detail-switch-max)")
+	fs.Var(&tf.switchWhen, "detail-switch-when", "what --slow-threshold is held to for an automatic switch (--detail-switch-max): `reconcile` (the "+
+		"default: one reconcile that lasts it) or p99 (the p99 of the controller's last 100 reconciles reaching it, taken once it has had 100: "+
+		"one outlier does not switch it, a slow spell does)")
 	fs.Var(&tf.extra, "probe", "trace a sync handler of your own: 'SYMBOL=controller:NAME[,key:SLOT][,err:SLOT]' (repeatable)")
 	return tf
 }
@@ -99,16 +107,26 @@ func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock ktim
 }
 
 // detailPolicy makes the per-controller detail of the flags (--detail, --detail-for,
-// --detail-switch-*), slow the --slow-threshold that switches a controller, onSwitch what
-// counts a switch. Call it before newTracer.
+// --detail-switch-*) and of the config file's detail section (tf.file, whose fields win), slow
+// the --slow-threshold that switches a controller, onSwitch what counts a switch. Call it
+// before newTracer.
 func (tf *tracerFlags) detailPolicy(slow time.Duration, log *slog.Logger, onSwitch func(controller string, to probes.Detail, why string)) error {
 	if *tf.switchMax < 0 {
 		return fmt.Errorf("--detail-switch-max %d: want 0 (no switch) or more", *tf.switchMax)
 	}
+	def, rules := tf.detail, []detail.Rule(tf.detailFor)
+	if tf.file != nil {
+		var err error
+		if def, rules, err = tf.file.Levels(def, rules); err != nil {
+			return err
+		}
+	}
 	p, err := detail.New(detail.Options{
-		Default:       tf.detail,
-		Rules:         tf.detailFor,
+		Default:       def,
+		Rules:         rules,
+		Reload:        tf.reload,
 		Switches:      *tf.switchMax > 0,
+		SwitchWhen:    tf.switchWhen,
 		SlowThreshold: slow,
 		SwitchFor:     *tf.switchFor,
 		MaxSwitched:   *tf.switchMax,

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +11,8 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/pkg/detail"
+	"github.com/reconscope/reconscope/pkg/discovery"
+	"github.com/reconscope/reconscope/pkg/probes"
 )
 
 // detailPath is where run serves on-demand detail switches, behind --metrics-secure only: a
@@ -69,4 +73,63 @@ func detailHandler(pol *detail.Policy, known func(controller string) bool, log *
 			log.Debug("answer "+detailPath, "err", err)
 		}
 	})
+}
+
+// detailReload is how often run reads its config file again for a change of its detail
+// section: a mounted ConfigMap changes within the kubelet's sync period (a minute or so) anyway.
+const detailReload = 2 * time.Second
+
+// loadDetailConfig reads the detail section of the config file at path (nil when it has none).
+func loadDetailConfig(path string) (*detail.Config, []byte, error) {
+	cfg, err := discovery.LoadConfig(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(cfg.Detail) == 0 || string(cfg.Detail) == "null" {
+		return nil, nil, nil
+	}
+	dc, err := detail.ParseConfig(cfg.Detail)
+	if err != nil {
+		return nil, nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return dc, cfg.Detail, nil
+}
+
+// watchDetailConfig reads the config file at path every detailReload until ctx ends and, when
+// its detail section changed (seen is the one in force), puts pol at its levels over the flags'
+// (def, rules): the reconciles in flight keep the level they began with. A file that does not
+// read or parse keeps the levels in force, said once per change.
+func watchDetailConfig(ctx context.Context, path string, seen []byte, def probes.Detail, rules []detail.Rule, pol *detail.Policy, log *slog.Logger) {
+	tick := time.NewTicker(detailReload)
+	defer tick.Stop()
+	var failed string
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		dc, raw, err := loadDetailConfig(path)
+		if err == nil && bytes.Equal(raw, seen) {
+			failed = ""
+			continue
+		}
+		d, r := def, rules
+		if err == nil && dc != nil {
+			d, r, err = dc.Levels(def, rules)
+		}
+		if err == nil {
+			err = pol.SetLevels(d, r, time.Now())
+		}
+		if err != nil {
+			if err.Error() != failed {
+				failed = err.Error()
+				log.Error("config not reloaded: the detail in force stays", "config", path, "err", err)
+			}
+			continue
+		}
+		seen, failed = raw, ""
+		dr := detailRules(r)
+		log.Info("config reloaded: detail", "config", path, "default", d.String(), "controllers", (&dr).String())
+	}
 }

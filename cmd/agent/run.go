@@ -50,7 +50,11 @@ Every flag can also be set in the environment as RECONSCOPE_<FLAG>, upper case w
 '-' (RECONSCOPE_METRICS_ADDR=:9464); a flag on the command line wins. Which processes are
 traced can be narrowed with --config, a YAML file of include/exclude rules on namespace, pod
 labels, container name and executable, and which of their controllers' spans are kept by
-controller name (docs/daemonset.md).`
+controller name (docs/daemonset.md). Its detail section (detail: {default: LEVEL,
+controllers: [{controller: GLOB, detail: LEVEL}]}) sets --detail and --detail-for, winning over
+them, and is reloaded while the agent runs (read every 2s): the reconciles in flight keep the
+level they began with (docs/probes.md, "Per-controller detail"); include and exclude are read
+at start.`
 
 func runRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("run", runSummary, stdout, stderr)
@@ -80,10 +84,16 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "run", "%v", err)
 	}
 	var filter *discovery.Filter
+	var detailSeen []byte
 	if *configPath != "" {
 		cfg, err := discovery.LoadConfig(*configPath)
 		if err == nil {
 			filter, err = discovery.NewFilter(cfg)
+		}
+		if err == nil {
+			// Its detail section wins over --detail and --detail-for, and is reloaded.
+			tf.file, detailSeen, err = loadDetailConfig(*configPath)
+			tf.reload = true
 		}
 		if err != nil {
 			return usageError(stderr, "run", "--config: %v", err)
@@ -157,6 +167,9 @@ func runRun(args []string, stdout, stderr io.Writer) int {
 	}
 
 	go func() { _ = index.Run(ctx) }()
+	if tf.reload {
+		go watchDetailConfig(ctx, *configPath, detailSeen, tf.detail, tf.detailFor, tf.policy, log)
+	}
 	execs, err := t.WatchExecs(ctx)
 	if err != nil {
 		log.Warn("no exec notifications: new processes are found by the /proc scan only", "interval", *interval, "err", err)

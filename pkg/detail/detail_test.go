@@ -2,6 +2,8 @@ package detail
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,5 +97,125 @@ func TestSwitches(t *testing.T) {
 	off.Observe("a", time.Hour, t0)
 	if off.Detail("a", t0) != probes.DetailReconcile || off.Switch("a", 0, "test", t0) == nil || off.Mixed() {
 		t.Errorf("switches off: a switch happened, or the policy is mixed")
+	}
+}
+
+// TestSetLevels: levels reloaded at a time apply to the reconciles begun from then on; one
+// begun before keeps the level it began with; the policy is mixed from the start when it may be
+// reloaded; a bad pattern changes nothing.
+func TestSetLevels(t *testing.T) {
+	p, err := New(Options{Default: probes.DetailReconcile, Reload: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Mixed() || p.CallsAhead() {
+		t.Errorf("reloadable, all at reconcile: Mixed %v, CallsAhead %v; want mixed, not ahead", p.Mixed(), p.CallsAhead())
+	}
+	t0 := time.Now()
+	reload := t0.Add(time.Minute)
+	if err := p.SetLevels(probes.DetailReconcile, []Rule{{"deploy*", probes.DetailCalls}}, reload); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		controller string
+		at         time.Time
+		want       probes.Detail
+	}{
+		{"deployment", t0, probes.DetailReconcile}, // began before the reload
+		{"deployment", reload, probes.DetailCalls},
+		{"job", reload, probes.DetailReconcile},
+	} {
+		if got := p.Detail(tt.controller, tt.at); got != tt.want {
+			t.Errorf("%s at %s: %s, want %s", tt.controller, tt.at.Sub(t0), got, tt.want)
+		}
+	}
+	if !p.CallsAhead() || p.Static("deployment") != probes.DetailCalls {
+		t.Errorf("after the reload: CallsAhead %v, deployment %s; want ahead, calls", p.CallsAhead(), p.Static("deployment"))
+	}
+	if err := p.SetLevels(probes.DetailCalls, []Rule{{"[x", probes.DetailCalls}}, reload.Add(time.Minute)); err == nil {
+		t.Error("a bad pattern: no error")
+	}
+	if p.Static("job") != probes.DetailReconcile {
+		t.Errorf("a refused reload changed the levels: job at %s", p.Static("job"))
+	}
+}
+
+// TestConfig: the config file's detail section over the flags: a field it sets wins, one it
+// does not set is the flag's; bad levels, globs and unknown fields are errors naming the field.
+func TestConfig(t *testing.T) {
+	flagRules := []Rule{{"job", probes.DetailCalls}}
+	for _, tt := range []struct {
+		in    string
+		def   probes.Detail
+		rules []Rule
+		bad   string
+	}{
+		{in: `{}`, def: probes.DetailReconcile, rules: flagRules},
+		{in: `{"default":"calls"}`, def: probes.DetailCalls, rules: flagRules},
+		{in: `{"controllers":[{"controller":"deploy*","detail":"calls"},{"controller":"*","detail":"reconcile"}]}`, def: probes.DetailReconcile,
+			rules: []Rule{{"deploy*", probes.DetailCalls}, {"*", probes.DetailReconcile}}},
+		{in: `{"controllers":[]}`, def: probes.DetailReconcile, rules: []Rule{}},
+		{in: `{"default":"all"}`, bad: "detail.default"},
+		{in: `{"controllers":[{"controller":"x","detail":"everything"}]}`, bad: "detail.controllers[0].detail"},
+		{in: `{"controllers":[{"controller":"[x","detail":"calls"}]}`, bad: "detail.controllers[0].controller"},
+		{in: `{"level":"calls"}`, bad: "unknown field"},
+	} {
+		c, err := ParseConfig([]byte(tt.in))
+		if tt.bad != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.bad) {
+				t.Errorf("%s: error %v, want one naming %s", tt.in, err, tt.bad)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tt.in, err)
+			continue
+		}
+		def, rules, err := c.Levels(probes.DetailReconcile, flagRules)
+		if err != nil || def != tt.def || !slices.Equal(rules, tt.rules) {
+			t.Errorf("%s over --detail reconcile --detail-for job=calls: %s %v %v; want %s %v", tt.in, def, rules, err, tt.def, tt.rules)
+		}
+	}
+}
+
+// TestSwitchWhenP99: with SwitchWhenP99 one slow reconcile among a controller's last 100 does not
+// switch it, a second one within them does; p99 is not taken before 100 reconciles.
+func TestSwitchWhenP99(t *testing.T) {
+	var got []string
+	p, err := New(Options{Default: probes.DetailReconcile, Switches: true, SwitchWhen: SwitchWhenP99, SlowThreshold: 100 * time.Millisecond,
+		Logger: testkit.Quiet(), OnSwitch: func(c string, to probes.Detail, _ string) { got = append(got, c+"="+to.String()) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	fast, slow := time.Millisecond, 150*time.Millisecond
+	p.Observe("a", slow, now)
+	p.Observe("a", slow, now) // two slow among fewer than 100: p99 not taken yet
+	for range P99Window - 3 {
+		p.Observe("a", fast, now)
+	}
+	if len(got) != 0 {
+		t.Fatalf("switched before 100 reconciles: %v", got)
+	}
+	p.Observe("a", fast, now) // 100 held, two slow: the second largest is slow
+	if !slices.Equal(got, []string{"a=calls"}) {
+		t.Fatalf("switches %v, want a=calls once 100 reconciles held two slow ones", got)
+	}
+
+	got = nil
+	for range P99Window {
+		p.Observe("b", fast, now)
+	}
+	p.Observe("b", slow, now) // one slow in the last 100
+	for range P99Window - 1 {
+		p.Observe("b", fast, now)
+	}
+	p.Observe("b", slow, now) // the first slow one just left the window: one slow again
+	if len(got) != 0 {
+		t.Fatalf("one slow reconcile in the last 100 switched: %v", got)
+	}
+	p.Observe("b", slow, now)
+	if !slices.Equal(got, []string{"b=calls"}) {
+		t.Errorf("switches %v, want b=calls at the second slow reconcile within 100", got)
 	}
 }

@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -37,6 +38,10 @@ type Config struct {
 	Include []Rule `json:"include,omitempty"`
 	// Exclude lists the rules of which a process must match none. Exclude wins over Include.
 	Exclude []Rule `json:"exclude,omitempty"`
+	// Detail is the file's detail section, not read here: how much of each reconcile the agent
+	// probes, per controller (the agent's pkg/detail reads and checks it, and reloads it while
+	// it runs).
+	Detail json.RawMessage `json:"detail,omitempty"`
 }
 
 // Rule matches a process when every field it sets matches (fields are ANDed; the items of one

@@ -89,6 +89,13 @@ func (t *Tracer) refreshDetail() {
 	}
 	t.mu.Unlock()
 	ahead := pol.CallsAhead()
+	if ahead != t.ahead { // the levels were reloaded (detail.Policy.SetLevels)
+		if err := t.col.SetCallDetailDefault(ahead); err != nil {
+			t.log.Warn("set the detail of controllers not known yet in the kernel", "err", err)
+		} else {
+			t.ahead = ahead
+		}
+	}
 	var drop []*exe
 	for _, e := range exes {
 		t.mu.Lock()

@@ -209,6 +209,7 @@ type Tracer struct {
 	// Run's goroutine only.
 	gates map[gateKey]gate
 	mixed bool // Options.Detail is set and mixed
+	ahead bool // what the kernel was told of controller instances it does not know (CallsAhead)
 	// controllers are the controllers whose spans were written with a per-controller detail
 	// (HasController; controllersMu).
 	controllersMu sync.Mutex
@@ -269,7 +270,8 @@ func New(opts Options) (*Tracer, error) {
 	t.controllers = map[string]bool{}
 	t.mixed = mixed
 	if t.mixed {
-		if err := col.SetCallDetailDefault(opts.Detail.CallsAhead()); err != nil {
+		t.ahead = opts.Detail.CallsAhead()
+		if err := col.SetCallDetailDefault(t.ahead); err != nil {
 			col.Close()
 			return nil, err
 		}

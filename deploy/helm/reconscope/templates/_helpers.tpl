@@ -49,9 +49,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{/* The discovery config file (config.yaml of the ConfigMap). Its checksum, and nothing
-else, is the pod template's checksum/config annotation. */}}
+{{/* The discovery part of the config file (config.yaml of the ConfigMap), which the agent
+reads at start. Its checksum, and nothing else, is the pod template's checksum/config
+annotation. */}}
 {{- define "reconscope.configYAML" -}}
 include: {{- toYaml (.Values.config.include | default list) | nindent 2 }}
 exclude: {{- toYaml (.Values.config.exclude | default list) | nindent 2 }}
+{{- end -}}
+
+{{/* The detail section of the config file (values detail and detailFor), which the running
+agents reload (--detail and --detail-for in the file's form): not in the checksum. */}}
+{{- define "reconscope.configDetailYAML" -}}
+{{- if or .Values.detail .Values.detailFor }}
+detail:
+  {{- with .Values.detail }}
+  default: {{ . }}
+  {{- end }}
+  {{- with .Values.detailFor }}
+  controllers: {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end }}
 {{- end -}}
