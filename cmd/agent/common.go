@@ -175,9 +175,11 @@ func addDetailFlag(fs *flag.FlagSet, d *probes.Detail) {
 	*d = probes.DetailReconcile
 	fs.Var(d, "detail", "how much of each reconcile to probe, `reconcile` or calls: reconcile (the default) probes its start and end, "+
 		"its result, its queue adds and the read of its object (controller, object, UID and resourceVersion, result, error, queue wait, "+
-		"trigger: three emulated probe hits per reconcile that reads its object once); calls also probes its API calls and cache and "+
-		"lister reads (children, phases, fights; kube-controller-manager's lister reads give the object's UID) and the goroutines it "+
-		"starts, at more probe hits per call, some single-stepped (docs/probes.md, \"Detail levels\")")
+		"trigger: three emulated probe hits per reconcile that reads its object once; a work-queue item, kube-controller-manager's, "+
+		"two, its result what its worker did, no error type); calls also probes its API calls and cache and "+
+		"lister reads (children, phases, fights; kube-controller-manager's lister reads give the object's UID), kube-controller-manager's "+
+		"sync handlers (their error) and the goroutines it starts, at more probe hits per call, some single-stepped (docs/probes.md, "+
+		"\"Detail levels\"). In run, the config file's detail section wins over it and --detail-for, and is reloaded")
 }
 
 // offWhenZero turns --fight-alternations and --hot-loop-chain into span.Options'
