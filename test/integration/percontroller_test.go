@@ -319,3 +319,95 @@ func TestDetailSwitchOnSlowReconcile(t *testing.T) {
 	mu.Unlock()
 	t.Logf("%d reconciles, %d spans (%d exact), %d with calls; detail runs %v", len(recs), len(spans), exact, with, runs)
 }
+
+// TestDetailSwitchOnSlowP99 is TestDetailSwitchOnSlowReconcile with the switch on the p99 of
+// the controller's last 100 reconciles (--detail-switch-when p99): while two objects flow, one
+// reconcile of 150 ms (the threshold 100 ms) does not switch the controller, a second one
+// within its last 100 reconciles does. Every reconcile has its span, none begun before the
+// second slow one ended has calls, and in the order of their starts the spans are without
+// calls, then with.
+func TestDetailSwitchOnSlowP99(t *testing.T) {
+	bpftest.Require(t)
+	var mu sync.Mutex
+	var switches []string
+	switched := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(switches) }
+	pol, err := detail.New(detail.Options{Default: probes.DetailReconcile, Switches: true, MaxSwitched: 1, SlowThreshold: 100 * time.Millisecond,
+		SwitchWhen: detail.SwitchWhenP99, SwitchFor: time.Hour, Logger: testkit.Quiet(),
+		OnSwitch: func(c string, to probes.Detail, _ string) {
+			mu.Lock()
+			switches = append(switches, c+"="+to.String())
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startTracedFixtureOptions(t, mixedOptions(pol), []string{"--max-concurrent-reconciles", "4"})
+	ns := "p99switch"
+	flowing := map[string]string{"flow-0": "list:configmap;requeue-after:20ms", "flow-1": "list:configmap;requeue-after:20ms"}
+	createScripted(t, f.env, ns, flowing)
+	count := func() int {
+		recs, _ := groundtruth.ReadFile(f.truth)
+		return len(recs)
+	}
+	waitCount(t, count, detail.P99Window+20) // the policy holds 100 reconciles of the controller
+	// slow makes a reconcile of 150 ms and waits until the policy has seen its span: it returns
+	// when that reconcile ended.
+	slow := func(name string) time.Time {
+		t.Helper()
+		createScriptedIn(t, f.env, ns, map[string]string{name: "times:1;sleep:150ms"})
+		var end time.Time
+		testkit.WaitFor(t, "the span of "+name+"'s reconcile", time.Minute, func() (bool, string) {
+			recs, _ := groundtruth.ReadFile(f.truth)
+			for _, r := range recs {
+				if r.Name == name {
+					end = r.End
+				}
+			}
+			for _, s := range f.sink.Snapshot() {
+				if s.Name == name && !end.IsZero() {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("reconciled: %v", !end.IsZero())
+		})
+		return end
+	}
+	slow("slow-1")
+	if got := switched(); len(got) != 0 {
+		t.Fatalf("one slow reconcile among the last 100 switched: %v", got)
+	}
+	slow2End := slow("slow-2")
+	if got := switched(); !slices.Equal(got, []string{"scripted=calls"}) {
+		t.Fatalf("switches %v after a second slow reconcile among the last 100, want scripted to calls", got)
+	}
+	waitCount(t, count, count()+150)
+	for n := range flowing {
+		if err := f.env.Client.Delete(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := settle(t, f.truth, []string{"flow-0", "flow-1", "slow-1", "slow-2"})
+	time.Sleep(300 * time.Millisecond)
+	f.stop(t)
+	spans := f.sink.Snapshot()
+	exact := testkit.Compare(t, recs, spans, testkit.Match{Wall: f.clock.Wall, Slack: 500 * time.Millisecond})
+	slices.SortFunc(spans, func(a, b span.Span) int { return cmp.Compare(a.Start, b.Start) })
+	var runs []bool
+	with := 0
+	for _, s := range spans {
+		calls := len(s.Calls) > 0
+		if calls {
+			with++
+		}
+		if calls && f.clock.Wall(s.Start).Before(slow2End) {
+			t.Errorf("%s/%s began %v before the second slow reconcile ended and has %d calls", s.Namespace, s.Name, slow2End.Sub(f.clock.Wall(s.Start)), len(s.Calls))
+		}
+		if len(runs) == 0 || runs[len(runs)-1] != calls {
+			runs = append(runs, calls)
+		}
+	}
+	if !slices.Equal(runs, []bool{false, true}) {
+		t.Errorf("spans in start order, with calls or not: %v; want none, then calls", runs)
+	}
+	t.Logf("%d reconciles, %d spans (%d exact), %d with calls; detail runs %v", len(recs), len(spans), exact, with, runs)
+}
