@@ -26,28 +26,35 @@ type Admission struct {
 	Exe *proc.StatFileID
 }
 
-// Decide says whether p is traced, and with what metadata. A process of another node's pod
-// (Elsewhere) is not.
-func (a *Admission) Decide(p discovery.Process) (tracer.ProcessMeta, bool) {
+// Verdict is Admission.Decide's answer on a process.
+type Verdict int
+
+const (
+	// NotSelected: not traced (another executable than the one traced, or the filter's rules
+	// exclude it).
+	NotSelected Verdict = iota
+	// Trace: traced, with the metadata Decide returns.
+	Trace
+	// Elsewhere: p runs in a pod Pods does not hold: another node's, where several nodes share
+	// one kernel as on kind (discovery.PodIndex.OtherNode). Such a process is left to its
+	// node's agent; a Loop looks it up again, in case its pod turns out to be this node's.
+	Elsewhere
+)
+
+// Decide says whether p is traced, and with what metadata: one look-up of its pod serves the
+// three answers (Verdict).
+func (a *Admission) Decide(p discovery.Process) (tracer.ProcessMeta, Verdict) {
 	if a.Exe != nil && p.ExeID != *a.Exe {
-		return tracer.ProcessMeta{}, false
+		return tracer.ProcessMeta{}, NotSelected
 	}
 	target := a.target(p)
-	if a.elsewhere(target) || !a.Filter.Match(target) {
-		return tracer.ProcessMeta{}, false
+	if a.Pods != nil && target.Pod == nil && a.Pods.OtherNode(target.Process.Container) {
+		return tracer.ProcessMeta{}, Elsewhere
 	}
-	return a.meta(target), true
-}
-
-// Elsewhere says whether p runs in a pod Pods does not hold: another node's, where several
-// nodes share one kernel as on kind (discovery.PodIndex.OtherNode). Such a process is left to
-// its node's agent; a Loop looks it up again, in case its pod turns out to be this node's.
-func (a *Admission) Elsewhere(p discovery.Process) bool {
-	return a.elsewhere(a.target(p))
-}
-
-func (a *Admission) elsewhere(target discovery.Target) bool {
-	return a.Pods != nil && target.Pod == nil && a.Pods.OtherNode(target.Process.Container)
+	if !a.Filter.Match(target) {
+		return tracer.ProcessMeta{}, NotSelected
+	}
+	return a.meta(target), Trace
 }
 
 // ownPodWait bounds how long a process admitted at exec whose pod Pods does not hold waits for
@@ -56,17 +63,21 @@ const ownPodWait = 2 * time.Second
 
 // AdmitExec decides on process pid, which the kernel admitted at its exec (the
 // tracer.Options.Admit of run). A process gone already is kept unless rules must decide. A
-// process in a pod Pods does not hold is given ownPodWait for Pods to learn of the pod (the
-// kubelet and the pod index hear of it from the same watch), then taken for another node's.
+// process Decide finds Elsewhere is given ownPodWait for Pods to learn of its pod (the kubelet
+// and the pod index hear of it from the same watch), then taken for another node's.
 func (a *Admission) AdmitExec(pid int) (tracer.ProcessMeta, bool) {
 	p, err := discovery.ReadProcess(a.ProcRoot, pid)
 	if err != nil {
 		return tracer.ProcessMeta{}, a.Filter == nil
 	}
-	for deadline := time.Now().Add(ownPodWait); a.Elsewhere(p) && time.Now().Before(deadline); {
+	deadline := time.Now().Add(ownPodWait)
+	for {
+		meta, v := a.Decide(p)
+		if v != Elsewhere || !time.Now().Before(deadline) {
+			return meta, v == Trace
+		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return a.Decide(p)
 }
 
 // named returns the metadata of p, traced while its container was not known to Pods yet (the

@@ -61,8 +61,9 @@ func TestAdmissionDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			meta, ok := tt.a.Decide(tt.p)
-			if other, want := tt.a.Elsewhere(tt.p), tt.p.PID == elsewhere.PID && tt.a.Pods == nodeA; other != want {
+			meta, v := tt.a.Decide(tt.p)
+			ok := v == Trace
+			if other, want := v == Elsewhere, tt.p.PID == elsewhere.PID && tt.a.Pods == nodeA; other != want {
 				t.Errorf("another node's: %v, want %v", other, want)
 			}
 			if ok != tt.traced {

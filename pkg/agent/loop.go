@@ -60,7 +60,7 @@ type traced struct {
 const podIndexSyncWait = 10 * time.Second
 
 // renameEvery is how often the pods of traced processes whose container was not named yet are
-// looked up again, and those of pods the index did not hold (Admission.Elsewhere) too.
+// looked up again, and those of pods the index did not hold (Elsewhere) too.
 const renameEvery = 2 * time.Second
 
 // Run scans /proc and traces what it finds until ctx ends. Each process is traced on its own
@@ -112,7 +112,7 @@ func (l *Loop) Run(ctx context.Context) {
 				if meta, ok := a.named(p); ok {
 					t.SetProcessMeta(pid, meta)
 					delete(unnamed, pid)
-				} else if a.Elsewhere(p) {
+				} else if _, v := a.Decide(p); v == Elsewhere {
 					// traced before the index could tell (no API access at the start)
 					t.UntracePID(pid)
 					delete(unnamed, pid)
@@ -121,11 +121,12 @@ func (l *Loop) Run(ctx context.Context) {
 				}
 			}
 			for pid, p := range elsewhere {
-				if a.Elsewhere(p) {
+				meta, v := a.Decide(p)
+				if v == Elsewhere {
 					continue
 				}
 				delete(elsewhere, pid)
-				if meta, ok := a.Decide(p); ok {
+				if v == Trace {
 					trace(p, meta)
 				}
 			}
@@ -167,12 +168,11 @@ func (l *Loop) Run(ctx context.Context) {
 		if p.PID == self || untraceable[p.ExeID] {
 			continue
 		}
-		if a.Elsewhere(p) {
+		switch meta, v := a.Decide(p); v {
+		case Elsewhere:
 			elsewhere[p.PID] = p
 			l.log.Debug("not traced: its pod is not on this node", "pid", p.PID, "exe", p.Exe, "pod_uid", p.Container.PodUID)
-			continue
-		}
-		if meta, ok := a.Decide(p); ok {
+		case Trace:
 			trace(p, meta)
 		}
 	}
