@@ -1,11 +1,6 @@
 package span
 
-import (
-	"maps"
-	"slices"
-	"sort"
-	"time"
-)
+import "time"
 
 // Options bounds the Assembler.
 type Options struct {
@@ -104,56 +99,14 @@ type openSpan struct {
 	handed bool
 }
 
-type queueKey struct {
-	pid uint32
-	id  uint64
-}
-
 type objectKey struct {
 	pid             uint32
 	namespace, name string
 }
 
-type version struct{ uid, resourceVersion string }
-
-// written is who made a version (the controller, in process pid), and when its write
-// returned (monotonic ns).
-type written struct {
-	controller string
-	pid        uint32
-	end        uint64
-}
-
 type spanKey struct {
 	pid   uint32
 	start uint64
-}
-
-// queued is what the assembler knows of an object waiting in a work queue: the adds not yet
-// served by a reconcile.
-type queued struct {
-	added uint64 // the first such add (monotonic ns)
-	// ready is the earliest moment one of them made the object ready (add time plus its delay),
-	// when readyKnown. The queue keeps the earliest: an add that is ready now absorbs a
-	// delayed one (controller-runtime's priority queue), whichever came first.
-	ready      uint64
-	readyKnown bool
-	// limited counts rate-limited adds whose delay the rate limiter has not yet been seen
-	// to give.
-	limited int
-	// triggers says why each add happened.
-	triggers triggerSet
-}
-
-type limiting struct {
-	key   objectKey
-	depth int
-}
-
-func (q *queued) readyAt(t uint64) {
-	if !q.readyKnown || t < q.ready {
-		q.ready, q.readyKnown = t, true
-	}
 }
 
 type openCall struct {
@@ -163,27 +116,30 @@ type openCall struct {
 
 // Assembler pairs events into spans. It is not safe for concurrent use: feed it from one
 // goroutine.
+//
+// It keeps the open spans, and calls a part for each feature, each part with its own state
+// and file: the queue wait (queueWait, queuewait.go), the queues' names (queueNames,
+// queuenames.go), who made each version (versionWriters, versions.go), why a reconcile ran
+// (triggers, triggers.go), the latest write of each object (latestWrites, conflicts.go),
+// work-queue items handed to another goroutine (handoffs, handoff.go), fights (fights.go),
+// hot loops (hotloops.go), and spans held for a write in flight (writeawait.go). Calls are
+// paired in calls.go; a work-queue item's span completed in queueitem.go; spans closed without
+// their return in closing.go.
 type Assembler struct {
 	opts    Options
 	open    map[goroutineKey]*openSpan
 	byStart map[spanKey]*openSpan // the same spans, by process and entry time
-	queued  map[objectKey]*queued // unserved work-queue adds per object
-	// limiting: the key whose rate-limiter delay is being computed, per goroutine, and how
-	// deep (a limiter may ask others: MaxOf).
-	limiting map[goroutineKey]limiting
-	pending  map[goroutineKey]Event // returns that came before their entry
-	// versions: the object versions writes made, with their writer; versionOrder is their
-	// insertion order (oldest first), to bound them.
-	versions     map[version]written
-	versionOrder []version
+	// queues: the unserved work-queue adds per object, for the queue wait (queuewait.go).
+	queues  queueWait
+	pending map[goroutineKey]Event // returns that came before their entry
+	// versions: the object versions writes made, with their writer (versions.go).
+	versions versionWriters
 	// fights: the recent writers of each object's subresources, to detect fights.
 	fights boundedStates[fightKey, fightState]
 	// loops: the recent self-triggered reconciles and no-op writes, to detect hot loops.
 	loops boundedStates[loopKey, loopState]
-	// queueNames are the names of the work queues seen made, by process and queue; naming is
-	// the name of the queue being made on a goroutine (QueueNamed, until its QueueMade).
-	queueNames map[queueKey]string
-	naming     map[goroutineKey]string
+	// names are the names of the work queues seen made (queuenames.go).
+	names queueNames
 	// triggers follows what the goroutines that add to queues are doing (triggers.go).
 	triggers *triggers
 	// latest is the newest version traced writes made of each object (conflicts.go).
@@ -229,17 +185,15 @@ func NewAssembler(opts Options, emit func(Span)) *Assembler {
 		opts:     opts,
 		open:     make(map[goroutineKey]*openSpan),
 		byStart:  make(map[spanKey]*openSpan),
-		queued:   make(map[objectKey]*queued),
-		limiting: make(map[goroutineKey]limiting),
+		queues:   newQueueWait(opts.MaxOpen),
 		pending:  make(map[goroutineKey]Event),
-		versions: make(map[version]written),
+		versions: newVersionWriters(opts.MaxVersions),
 		emit:     emit,
 
-		queueNames: make(map[queueKey]string),
-		naming:     make(map[goroutineKey]string),
-		triggers:   newTriggers(opts.MaxOpen),
-		latest:     newLatestWrites(opts.MaxVersions),
-		handoffs:   newHandoffs(),
+		names:    newQueueNames(opts.MaxOpen),
+		triggers: newTriggers(opts.MaxOpen),
+		latest:   newLatestWrites(opts.MaxVersions),
+		handoffs: newHandoffs(),
 	}
 }
 
@@ -279,42 +233,21 @@ func (a *Assembler) Add(e Event) {
 	case CallEnd:
 		a.callEnd(k, e)
 	case QueueAdd:
-		a.queueAdd(k, e)
+		ok := objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}
+		if q := a.queues.entry(ok, e.Time); q != nil {
+			q.triggers.add(a.triggers.classify(k, &e, ok, a.open[k]))
+			q.add(&e)
+		}
 	case WatchEvent:
 		a.triggers.watchEvent(k, &e)
 	case QueueLimitStart:
-		ok := objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}
-		if l, found := a.limiting[k]; found && l.key == ok {
-			l.depth++
-			a.limiting[k] = l
-		} else if found || len(a.limiting) < a.opts.MaxOpen {
-			a.limiting[k] = limiting{key: ok, depth: 1}
-		}
+		a.queues.limitStart(k, &e)
 	case QueueLimitEnd:
-		l, found := a.limiting[k]
-		if !found {
-			return
-		}
-		if l.depth > 1 { // an inner limiter's answer: the outermost one counts
-			l.depth--
-			a.limiting[k] = l
-			return
-		}
-		delete(a.limiting, k)
-		if q := a.queued[l.key]; q != nil && q.limited > 0 {
-			q.limited--
-			q.readyAt(e.Time + uint64(max(e.RequeueAfter, 0)))
-		}
+		a.queues.limitEnd(k, &e)
 	case QueueNamed:
-		if len(a.naming) < a.opts.MaxOpen {
-			a.naming[k] = e.Controller
-		}
+		a.names.naming(k, e.Controller)
 	case QueueMade:
-		name, ok := a.naming[k]
-		delete(a.naming, k)
-		if ok && name != "" && (len(a.queueNames) < a.opts.MaxOpen || a.queueNames[queueKey{e.PID, e.QueueID}] != "") {
-			a.queueNames[queueKey{e.PID, e.QueueID}] = name
-		}
+		a.names.made(k, e.PID, e.QueueID)
 	case QueueRequeue:
 		if o := a.requeued(k, &e); o != nil && o.queue {
 			switch {
@@ -387,74 +320,11 @@ func (a *Assembler) start(k goroutineKey, e Event) {
 	o := a.newOpen(e)
 	o.key = k
 	if !e.Queue { // a work-queue item's object is known at its Done
-		a.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+		a.queues.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
 	}
 	a.open[k] = o
 	a.byStart[spanKey{pid: e.PID, start: e.Time}] = o
 	a.handoffs.opened(o, &e)
-}
-
-// queueAdd records a work-queue add. A delayed add (After) is ready at its time plus the
-// delay; a rate-limited one when its rate limiter says (QueueLimitEnd), or, with an After
-// too, at the earlier of the two (as controller-runtime's priority queue does).
-func (a *Assembler) queueAdd(k goroutineKey, e Event) {
-	ok := objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}
-	q := a.queued[ok]
-	if q == nil {
-		if len(a.queued) >= a.opts.MaxOpen {
-			return
-		}
-		q = &queued{added: e.Time}
-		a.queued[ok] = q
-	}
-	q.triggers.add(a.triggers.classify(k, &e, ok, a.open[k]))
-	if e.RateLimited {
-		q.limited++
-		if e.RequeueAfter > 0 {
-			q.readyAt(e.Time + uint64(e.RequeueAfter))
-		}
-		return
-	}
-	q.readyAt(e.Time + uint64(max(e.RequeueAfter, 0)))
-}
-
-// serve gives s, a reconcile of the object ok that began at s.Start, the wait of the adds it
-// serves: those that made the object ready by then. An object not ready yet at the start is
-// another queue's (one process may run controllers whose keys coincide) or its ready add was
-// not seen: its adds stay for a later reconcile. An object whose only adds are rate-limited
-// ones whose delay was not seen (a rate limiter reconscope does not probe) is served too: all
-// its wait counts as backoff, for its ready time is not known.
-func (a *Assembler) serve(o *openSpan, ok objectKey) {
-	s := &o.span
-	q := a.queued[ok]
-	if q == nil {
-		return
-	}
-	switch {
-	case q.readyKnown && q.ready <= s.Start:
-		s.QueueWait = time.Duration(s.Start - q.ready)
-		if q.ready > q.added {
-			s.Backoff = time.Duration(q.ready - q.added)
-		}
-	case !q.readyKnown && q.added <= s.Start:
-		s.Backoff = time.Duration(s.Start - q.added)
-	default:
-		return
-	}
-	o.triggers = q.triggers
-	delete(a.queued, ok)
-}
-
-// enrich makes the work-queue item o the span of the handler whose entry e is, which runs
-// inside it: the handler's object, reconcile ID and times are the span's, and its result when
-// it returns; its controller too, unless the queue's name is known (queueEnd). One span, not
-// two.
-func (a *Assembler) enrich(o *openSpan, e Event) {
-	o.handler = true
-	o.span.Controller, o.span.Namespace, o.span.Name, o.span.ReconcileID = e.Controller, e.Namespace, e.Name, e.ReconcileID
-	o.span.Start = e.Time
-	o.span.Incomplete = o.span.Incomplete || e.Incomplete
-	a.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
 }
 
 func (a *Assembler) newOpen(e Event) *openSpan {
@@ -534,52 +404,6 @@ func (a *Assembler) end(k goroutineKey, e Event) {
 	a.finish(o, e)
 }
 
-// queueEnd completes a work-queue item's span at its Done (e): the queue's name is its
-// controller, the item its object, and its result what the worker did with it, unless a
-// handler ran inside it, whose fields and return are the span's.
-func (a *Assembler) queueEnd(o *openSpan, e Event) Event {
-	if o.handler {
-		if name := a.queueNames[queueKey{e.PID, e.QueueID}]; name != "" {
-			o.span.Controller = name // as the queue's workqueue_* metrics name it
-		}
-		if o.handlerEnd != nil {
-			return *o.handlerEnd
-		}
-		e.Incomplete = true // the handler's return was not seen
-		return e
-	}
-	s := &o.span
-	s.Controller = a.queueNames[queueKey{e.PID, e.QueueID}]
-	if s.Controller == "" {
-		s.Controller = e.Worker
-	}
-	if s.Controller == "" {
-		s.Controller = UnnamedQueue
-	}
-	s.Namespace, s.Name, s.ItemType = e.Namespace, e.Name, e.ItemType
-	if s.Name != "" {
-		a.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
-	}
-	switch {
-	case o.retry:
-		e.Result = ResultError
-	case o.requeued && o.requeueAfter > 0:
-		e.Result, e.RequeueAfter = ResultRequeueAfter, o.requeueAfter
-	case o.requeued && o.requeueAfter == 0:
-		e.Result = ResultRequeue
-	case o.requeued:
-		e.Result, e.Incomplete = ResultRequeueAfter, true // a delay not read
-	default:
-		e.Result = ResultSuccess
-	}
-	return e
-}
-
-// UnnamedQueue is the controller of a work-queue item whose queue's name is not known (a queue
-// made without a Name, or before the process was traced) when the function that processes it
-// (Event.Worker) is not known either.
-const UnnamedQueue = "workqueue"
-
 func (a *Assembler) finish(o *openSpan, e Event) {
 	s := o.span
 	if e.Time > s.Start {
@@ -621,354 +445,4 @@ func (a *Assembler) finish(o *openSpan, e Event) {
 		return
 	}
 	a.nameAndEmit(s, &o.triggers)
-}
-
-// written looks up who made version v.
-func (a *Assembler) written(v version) (written, bool) {
-	w, ok := a.versions[v]
-	return w, ok
-}
-
-func (a *Assembler) callEnd(k goroutineKey, e Event) {
-	o := a.spanOf(k, &e)
-	if o == nil || len(o.calls[k]) == 0 {
-		a.stats.OrphanCalls++
-		return
-	}
-	stack := o.calls[k]
-	c := stack[len(stack)-1]
-	o.calls[k] = stack[:len(stack)-1]
-	if len(o.calls[k]) == 0 {
-		delete(o.calls, k)
-	}
-	info := c.info
-	mergeCallInfo(&info, e.Call)
-	if len(o.span.Calls) >= a.opts.MaxCalls {
-		a.stats.CallsDropped++
-		o.span.Incomplete = true
-		return
-	}
-	var d time.Duration
-	if e.Time > c.start {
-		d = time.Duration(e.Time - c.start)
-	}
-	o.span.Calls = append(o.span.Calls, Call{CallInfo: info, Start: c.start, Duration: d, Depth: len(o.calls[k]), Goroutine: k.goid})
-	if call := &o.span.Calls[len(o.span.Calls)-1]; call.Kind == CallAPI && call.IsWrite() && call.Status == 409 {
-		call.ConflictWriter = a.latest.conflictWriter(&o.span, call)
-	}
-	if o.last == nil {
-		o.last = map[goroutineKey]int{}
-	}
-	o.last[k] = len(o.span.Calls) - 1
-	o.learnObject(info)
-	if info.Kind == CallCacheGet {
-		a.checkRead(o, info, c.start)
-	}
-}
-
-// learnObject takes the reconciled object's UID from any call that names it, and its
-// resourceVersion from the first read of it.
-func (o *openSpan) learnObject(info CallInfo) {
-	if info.UID == "" || info.Name != o.span.Name || info.Namespace != o.span.Namespace {
-		return
-	}
-	if o.span.UID == "" {
-		o.span.UID = info.UID
-	}
-	if o.span.ResourceVersion == "" && !info.IsWrite() && info.UID == o.span.UID {
-		o.span.ResourceVersion = info.ResourceVersion
-	}
-}
-
-// callObject gives the object an API call returned to the call that just ended on goroutine k.
-func (a *Assembler) callObject(o *openSpan, k goroutineKey, obj CallInfo) {
-	i, ok := o.last[k]
-	if !ok || i >= len(o.span.Calls) {
-		return
-	}
-	delete(o.last, k)
-	c := &o.span.Calls[i]
-	if c.Kind != CallAPI || c.UID != "" || (c.Name != "" && c.Name != obj.Name) {
-		return
-	}
-	c.Namespace, c.Name, c.UID, c.ResourceVersion = obj.Namespace, obj.Name, obj.UID, obj.ResourceVersion
-	o.learnObject(c.CallInfo)
-	if !c.IsWrite() || c.Status >= 300 {
-		return
-	}
-	end := c.Start + uint64(max(c.Duration, 0))
-	// A write that returned the version the reconcile read changed nothing: it made no version.
-	noop := c.UID == o.span.UID && c.ResourceVersion == o.span.ResourceVersion
-	if c.Verb == "PUT" || c.Verb == "PATCH" {
-		// An update or patch that returned a version already made (the one this reconcile
-		// read of the object, or one a traced write made before) changed nothing either.
-		uid, rv := readBefore(&o.span, c)
-		_, made := a.versions[version{c.UID, c.ResourceVersion}]
-		noop = noop || made || (uid == c.UID && rv == c.ResourceVersion)
-		a.noopWrite(o, c, noop, end)
-	}
-	if noop {
-		return
-	}
-	a.remember(version{c.UID, c.ResourceVersion}, written{controller: o.span.Controller, pid: o.span.PID, end: end})
-	a.latest.wrote(c.UID, c.ResourceVersion, o.span.Controller, end)
-	if f := a.fightWrite(c, writer{pid: o.span.PID, controller: o.span.Controller}, end); f != nil {
-		o.addFight(*f)
-	}
-}
-
-// maxFights bounds the fights one span reports.
-const maxFights = 8
-
-// addFight adds f to the span's fights, or replaces the one of the same object's subresource
-// (the latest write's view, keeping the episode's Start mark).
-func (o *openSpan) addFight(f Fight) {
-	for i := range o.span.Fights {
-		if g := &o.span.Fights[i]; g.UID == f.UID && g.Subresource == f.Subresource {
-			f.Start = f.Start || g.Start
-			*g = f
-			return
-		}
-	}
-	if len(o.span.Fights) < maxFights {
-		o.span.Fights = append(o.span.Fights, f)
-	}
-}
-
-// remember records who wrote version v, forgetting the oldest version beyond MaxVersions.
-func (a *Assembler) remember(v version, w written) {
-	if _, ok := a.versions[v]; ok {
-		return // a no-op write returned a version someone already made
-	}
-	if len(a.versionOrder) >= a.opts.MaxVersions {
-		delete(a.versions, a.versionOrder[0])
-		a.versionOrder = a.versionOrder[1:]
-	}
-	a.versions[v] = w
-	a.versionOrder = append(a.versionOrder, v)
-}
-
-// readVersionWriter names the writer of the version s read, when the write was seen here.
-func (a *Assembler) readVersionWriter(s *Span) {
-	if s.UID == "" || s.ResourceVersion == "" {
-		return
-	}
-	w, ok := a.versions[version{s.UID, s.ResourceVersion}]
-	if !ok {
-		s.ReadVersionWriter = TriggerUnknown
-		return
-	}
-	s.ReadVersionWriter = w.controller
-}
-
-// mergeCallInfo fills what the call's return learnt (status, UID) into what its entry knew.
-func mergeCallInfo(dst *CallInfo, ret CallInfo) {
-	if ret.Status != 0 {
-		dst.Status = ret.Status
-	}
-	if ret.UID != "" {
-		dst.UID = ret.UID
-		dst.ResourceVersion = ret.ResourceVersion
-	}
-	if ret.Error != "" {
-		dst.Error = ret.Error
-	}
-	if ret.Outcome != "" {
-		dst.Outcome = ret.Outcome
-	}
-	if dst.Verb == "" {
-		dst.Verb = ret.Verb
-	}
-	if dst.Resource == "" {
-		dst.Resource = ret.Resource
-	}
-	if dst.Namespace == "" {
-		dst.Namespace = ret.Namespace
-	}
-	if dst.Name == "" {
-		dst.Name = ret.Name
-	}
-	if dst.Subresource == "" {
-		dst.Subresource = ret.Subresource
-	}
-}
-
-func (a *Assembler) remove(k goroutineKey, o *openSpan) {
-	if a.open[k] == o { // a handed-off span's goroutine has another span open now
-		delete(a.open, k)
-	}
-	if a.byStart[spanKey{pid: o.span.PID, start: o.at}] == o {
-		delete(a.byStart, spanKey{pid: o.span.PID, start: o.at})
-	}
-	a.handoffs.closed(o)
-}
-
-func (a *Assembler) abandon(k goroutineKey, o *openSpan) {
-	a.remove(k, o)
-	s := o.span
-	s.Result = ResultAbandoned
-	s.Incomplete = true
-	finalize(&s)
-	a.readVersionWriter(&s)
-	o.triggers.served(&s, a.written)
-	a.stats.Abandoned++
-	a.stats.Spans++
-	a.emit(s)
-}
-
-func (a *Assembler) evictOldest() {
-	var oldestK goroutineKey
-	var oldest *openSpan
-	for k, o := range a.open {
-		if oldest == nil || o.span.Start < oldest.span.Start {
-			oldestK, oldest = k, o
-		}
-	}
-	if oldest != nil {
-		a.stats.Evicted++
-		a.abandon(oldestK, oldest)
-	}
-}
-
-// Expire closes, as abandoned, every span open for longer than AbandonAfter at monotonic
-// time now, and gives up on returns that waited longer than ReorderWindow for their entry.
-func (a *Assembler) Expire(now uint64) {
-	for _, k := range a.sortedKeys(func(o *openSpan) bool {
-		return now > o.span.Start && time.Duration(now-o.span.Start) > a.opts.AbandonAfter
-	}) {
-		a.abandon(k, a.open[k])
-	}
-	a.expireHandedOff(now, 0)
-	a.releaseHeld(now, false)
-	for k, q := range a.queued {
-		ref := q.added
-		if q.readyKnown {
-			ref = q.ready
-		}
-		if now > ref && time.Duration(now-ref) > a.opts.AbandonAfter {
-			delete(a.queued, k) // an add no reconcile served (another controller's queue)
-		}
-	}
-	a.expireFights(now)
-	a.expireLoops(now)
-	a.triggers.expire(now)
-	for k, p := range a.pending {
-		if now > p.Time && time.Duration(now-p.Time) > a.opts.ReorderWindow {
-			delete(a.pending, k)
-			a.stats.OrphanReturns++
-		}
-	}
-}
-
-// ProcessExited closes every span still open in process pid as abandoned: its returns will
-// never come.
-func (a *Assembler) ProcessExited(pid uint32) {
-	for _, k := range a.sortedKeys(func(o *openSpan) bool { return o.span.PID == pid }) {
-		a.abandon(k, a.open[k])
-	}
-	a.expireHandedOff(0, pid)
-	for k := range a.pending {
-		if k.pid == pid {
-			delete(a.pending, k)
-			a.stats.OrphanReturns++
-		}
-	}
-	maps.DeleteFunc(a.queued, func(k objectKey, _ *queued) bool { return k.pid == pid })
-	maps.DeleteFunc(a.limiting, func(k goroutineKey, _ limiting) bool { return k.pid == pid })
-	maps.DeleteFunc(a.queueNames, func(k queueKey, _ string) bool { return k.pid == pid })
-	maps.DeleteFunc(a.naming, func(k goroutineKey, _ string) bool { return k.pid == pid })
-	a.triggers.processExited(pid)
-}
-
-// Flush closes every open span as abandoned (the agent is stopping).
-func (a *Assembler) Flush() {
-	for _, k := range a.sortedKeys(func(*openSpan) bool { return true }) {
-		a.abandon(k, a.open[k])
-	}
-	a.expireHandedOff(0, 0)
-	a.releaseHeld(0, true)
-	a.stats.OrphanReturns += uint64(len(a.pending))
-	clear(a.pending)
-}
-
-// sortedKeys returns the keys of open spans that match, oldest first, so output is stable.
-func (a *Assembler) sortedKeys(match func(*openSpan) bool) []goroutineKey {
-	var ks []goroutineKey
-	for k, o := range a.open {
-		if match(o) {
-			ks = append(ks, k)
-		}
-	}
-	sort.Slice(ks, func(i, j int) bool { return a.open[ks[i]].span.Start < a.open[ks[j]].span.Start })
-	return ks
-}
-
-// finalize derives the phases and the no-op flag from the calls. Calls may overlap (nested
-// calls, goroutines the reconcile started): each instant of the span counts once, as write
-// when any write runs then, else as read when any read runs, else as compute. So the three
-// phases always add up to the span's duration.
-func finalize(s *Span) {
-	type edge struct {
-		t     uint64
-		write bool
-		delta int
-	}
-	end := s.Start + uint64(s.Duration)
-	edges := make([]edge, 0, 2*len(s.Calls))
-	wrote := false
-	for _, c := range s.Calls {
-		w := c.IsWrite()
-		wrote = wrote || w
-		from, to := max(c.Start, s.Start), min(c.Start+uint64(c.Duration), end)
-		if to <= from {
-			continue
-		}
-		edges = append(edges, edge{from, w, +1}, edge{to, w, -1})
-	}
-	sort.Slice(edges, func(i, j int) bool { return edges[i].t < edges[j].t })
-	var read, write time.Duration
-	reads, writes := 0, 0
-	prev := s.Start
-	for _, e := range edges {
-		if d := time.Duration(e.t - prev); d > 0 {
-			switch {
-			case writes > 0:
-				write += d
-			case reads > 0:
-				read += d
-			}
-		}
-		prev = e.t
-		if e.write {
-			writes += e.delta
-		} else {
-			reads += e.delta
-		}
-	}
-	s.Phases = Phases{Fetch: read, Apply: write, Diff: s.Duration - read - write}
-	s.Noop = !wrote && s.Result != ResultAbandoned
-}
-
-// OpenSince reports whether a span of process pid is open that began (kernel time) before t:
-// a reconcile in flight since then.
-func (a *Assembler) OpenSince(pid uint32, t uint64) bool {
-	for _, o := range a.open {
-		if o.span.PID == pid && o.at < t {
-			return true
-		}
-	}
-	return false
-}
-
-// DropCalls takes out of s what only detail calls gives: its calls, the phases and no-op
-// verdict they make (all compute, a no-op, as at detail reconcile), its fights, stale reads
-// and no-op-write hot loops (a self-triggered hot loop comes from its triggers: kept). The agent
-// drops them from the spans of a controller at detail reconcile whose instance the kernel
-// traced at detail calls (before it knew the controller, or while a switch ended).
-func (s *Span) DropCalls() {
-	s.Calls = nil
-	s.Fights = nil
-	s.StaleReads = nil
-	s.HotLoops = slices.DeleteFunc(s.HotLoops, func(h HotLoop) bool { return h.Kind == HotLoopNoopWrite })
-	finalize(s)
 }

@@ -107,3 +107,21 @@ func (a *Assembler) expireFights(now uint64) {
 	window := uint64(a.opts.FightWindow)
 	a.fights.expire(func(st *fightState) bool { return st.lastAt+window < now })
 }
+
+// maxFights bounds the fights one span reports.
+const maxFights = 8
+
+// addFight adds f to the span's fights, or replaces the one of the same object's subresource
+// (the latest write's view, keeping the episode's Start mark).
+func (o *openSpan) addFight(f Fight) {
+	for i := range o.span.Fights {
+		if g := &o.span.Fights[i]; g.UID == f.UID && g.Subresource == f.Subresource {
+			f.Start = f.Start || g.Start
+			*g = f
+			return
+		}
+	}
+	if len(o.span.Fights) < maxFights {
+		o.span.Fights = append(o.span.Fights, f)
+	}
+}

@@ -177,7 +177,7 @@ func TestHotLoopNoopWrite(t *testing.T) {
 		}
 	}
 	// A no-op write makes no version: its span has no write of a new version to link.
-	if w, ok := r.a.versions[version{loopUID, "900"}]; !ok || w.controller != "claimer" {
+	if w, ok := r.a.versions.made[version{loopUID, "900"}]; !ok || w.controller != "claimer" {
 		t.Errorf("version 900 remembered as %+v, %v", w, ok)
 	}
 }

@@ -6,7 +6,11 @@
 // read/write/compute phases, and closes spans whose return never comes as abandoned.
 package span
 
-import "time"
+import (
+	"slices"
+	"sort"
+	"time"
+)
 
 // Result is how a reconcile ended.
 type Result string
@@ -341,4 +345,63 @@ func (c CallInfo) IsWrite() bool {
 		return true
 	}
 	return false
+}
+
+// finalize derives the phases and the no-op flag from the calls. Calls may overlap (nested
+// calls, goroutines the reconcile started): each instant of the span counts once, as write
+// when any write runs then, else as read when any read runs, else as compute. So the three
+// phases always add up to the span's duration.
+func finalize(s *Span) {
+	type edge struct {
+		t     uint64
+		write bool
+		delta int
+	}
+	end := s.Start + uint64(s.Duration)
+	edges := make([]edge, 0, 2*len(s.Calls))
+	wrote := false
+	for _, c := range s.Calls {
+		w := c.IsWrite()
+		wrote = wrote || w
+		from, to := max(c.Start, s.Start), min(c.Start+uint64(c.Duration), end)
+		if to <= from {
+			continue
+		}
+		edges = append(edges, edge{from, w, +1}, edge{to, w, -1})
+	}
+	sort.Slice(edges, func(i, j int) bool { return edges[i].t < edges[j].t })
+	var read, write time.Duration
+	reads, writes := 0, 0
+	prev := s.Start
+	for _, e := range edges {
+		if d := time.Duration(e.t - prev); d > 0 {
+			switch {
+			case writes > 0:
+				write += d
+			case reads > 0:
+				read += d
+			}
+		}
+		prev = e.t
+		if e.write {
+			writes += e.delta
+		} else {
+			reads += e.delta
+		}
+	}
+	s.Phases = Phases{Fetch: read, Apply: write, Diff: s.Duration - read - write}
+	s.Noop = !wrote && s.Result != ResultAbandoned
+}
+
+// DropCalls takes out of s what only detail calls gives: its calls, the phases and no-op
+// verdict they make (all compute, a no-op, as at detail reconcile), its fights, stale reads
+// and no-op-write hot loops (a self-triggered hot loop comes from its triggers: kept). The agent
+// drops them from the spans of a controller at detail reconcile whose instance the kernel
+// traced at detail calls (before it knew the controller, or while a switch ended).
+func (s *Span) DropCalls() {
+	s.Calls = nil
+	s.Fights = nil
+	s.StaleReads = nil
+	s.HotLoops = slices.DeleteFunc(s.HotLoops, func(h HotLoop) bool { return h.Kind == HotLoopNoopWrite })
+	finalize(s)
 }

@@ -158,7 +158,7 @@ func TestTriggersBounded(t *testing.T) {
 		a.Add(Event{Kind: QueueAdd, PID: 1, Goid: 50, Time: uint64(10*i + 1), Namespace: "ns", Name: "web"})
 	}
 	// the last pod's version was written by a traced controller
-	a.versions[version{fmt.Sprintf("%08d-1111-1111-1111-111111111111", n-1), "1"}] = written{controller: "maker", end: 5}
+	a.versions.made[version{fmt.Sprintf("%08d-1111-1111-1111-111111111111", n-1), "1"}] = written{controller: "maker", end: 5}
 	a.Add(Event{Kind: SpanStart, PID: 1, Goid: 20, Time: 1000, Controller: "owner", Namespace: "ns", Name: "web"})
 	a.Add(Event{Kind: SpanEnd, PID: 1, Goid: 20, Time: 1100, Result: ResultSuccess})
 	if len(got) != 1 {

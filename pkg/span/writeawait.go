@@ -30,7 +30,7 @@ func (a *Assembler) awaitsWrite(t *triggerSet) bool {
 		if tr.Object.UID == "" || tr.Object.ResourceVersion == "" {
 			continue
 		}
-		if _, ok := a.versions[version{tr.Object.UID, tr.Object.ResourceVersion}]; !ok {
+		if _, ok := a.versions.made[version{tr.Object.UID, tr.Object.ResourceVersion}]; !ok {
 			unknown = true
 			break
 		}
@@ -62,8 +62,8 @@ func (a *Assembler) writeInFlight() bool {
 
 // nameAndEmit names the writers of s's triggers and read version, then emits it.
 func (a *Assembler) nameAndEmit(s Span, t *triggerSet) {
-	a.readVersionWriter(&s)
-	last, hasLast := t.served(&s, a.written)
+	a.versions.readVersionWriter(&s)
+	last, hasLast := t.served(&s, a.versions.writer)
 	a.selfTriggered(&s, last, hasLast)
 	a.emit(s)
 }

@@ -1,0 +1,62 @@
+package span
+
+// A work-queue item's span: the handler that runs inside it (enrich), and its Done, which
+// names it (queueEnd).
+
+// enrich makes the work-queue item o the span of the handler whose entry e is, which runs
+// inside it: the handler's object, reconcile ID and times are the span's, and its result when
+// it returns; its controller too, unless the queue's name is known (queueEnd). One span, not
+// two.
+func (a *Assembler) enrich(o *openSpan, e Event) {
+	o.handler = true
+	o.span.Controller, o.span.Namespace, o.span.Name, o.span.ReconcileID = e.Controller, e.Namespace, e.Name, e.ReconcileID
+	o.span.Start = e.Time
+	o.span.Incomplete = o.span.Incomplete || e.Incomplete
+	a.queues.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+}
+
+// queueEnd completes a work-queue item's span at its Done (e): the queue's name is its
+// controller, the item its object, and its result what the worker did with it, unless a
+// handler ran inside it, whose fields and return are the span's.
+func (a *Assembler) queueEnd(o *openSpan, e Event) Event {
+	if o.handler {
+		if name := a.names.of(e.PID, e.QueueID); name != "" {
+			o.span.Controller = name // as the queue's workqueue_* metrics name it
+		}
+		if o.handlerEnd != nil {
+			return *o.handlerEnd
+		}
+		e.Incomplete = true // the handler's return was not seen
+		return e
+	}
+	s := &o.span
+	s.Controller = a.names.of(e.PID, e.QueueID)
+	if s.Controller == "" {
+		s.Controller = e.Worker
+	}
+	if s.Controller == "" {
+		s.Controller = UnnamedQueue
+	}
+	s.Namespace, s.Name, s.ItemType = e.Namespace, e.Name, e.ItemType
+	if s.Name != "" {
+		a.queues.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+	}
+	switch {
+	case o.retry:
+		e.Result = ResultError
+	case o.requeued && o.requeueAfter > 0:
+		e.Result, e.RequeueAfter = ResultRequeueAfter, o.requeueAfter
+	case o.requeued && o.requeueAfter == 0:
+		e.Result = ResultRequeue
+	case o.requeued:
+		e.Result, e.Incomplete = ResultRequeueAfter, true // a delay not read
+	default:
+		e.Result = ResultSuccess
+	}
+	return e
+}
+
+// UnnamedQueue is the controller of a work-queue item whose queue's name is not known (a queue
+// made without a Name, or before the process was traced) when the function that processes it
+// (Event.Worker) is not known either.
+const UnnamedQueue = "workqueue"
