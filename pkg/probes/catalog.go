@@ -6,6 +6,12 @@
 // into the exact sites to attach, or says exactly what is missing.
 package probes
 
+// Over 500 lines, on purpose: this file is the catalog, a table (CONVENTIONS, habit 4). Most of
+// its lines are the probe rows (handlerProbes, ReconcileReads, QueueProbes, WatchEventProbes,
+// GoroutineProbes, SyncHandlers), and the rest is what a row is written with: the Probe and
+// Layout types and the few helpers (layout, str, field, meta) every row calls. A reader checks a
+// row against those and against its neighbours, so they stay in one file.
+
 import (
 	"regexp"
 	"slices"

@@ -1,5 +1,10 @@
 package probes
 
+// Over 500 lines, on purpose: this file is one algorithm, the catalog matched against a binary.
+// NewPlan and the steps it calls in turn (match, supersede, fallback, returnAddresses,
+// callPairSites, bracketSites, the field offsets it resolves) read top to bottom as one pass,
+// beside the Plan and Site types they fill and the accessors that read them back.
+
 import (
 	"errors"
 	"fmt"
