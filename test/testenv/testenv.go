@@ -95,7 +95,7 @@ type Env struct {
 	// ServiceIP is the ClusterIP of the kubernetes Service in namespace default, the first
 	// address of the service range (with Options.Node; empty otherwise). StartNode serves it.
 	ServiceIP string
-	// netIndex picks this test bed's address ranges (service and pod networks, see node.go).
+	// netIndex picks this test bed's address ranges (service and pod networks, see node_host.go).
 	netIndex int
 	// nodes counts the nodes StartNode started: the first one serves the kubernetes Service.
 	nodes atomic.Int32
