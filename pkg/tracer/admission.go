@@ -1,6 +1,8 @@
 package tracer
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -134,11 +136,7 @@ func (a *admission) pending(orphans bool) bool {
 func (a *admission) orphanPIDs() []int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := make([]int, 0, len(a.orphans))
-	for pid := range a.orphans {
-		out = append(out, pid)
-	}
-	return out
+	return slices.Collect(maps.Keys(a.orphans))
 }
 
 // releasedSpan is a held span let go, with the metadata of its process.

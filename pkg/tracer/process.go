@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/reconscope/reconscope/pkg/collector"
@@ -208,11 +210,7 @@ func (t *Tracer) admit(ex collector.Exec) {
 func (t *Tracer) PIDs() []int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]int, 0, len(t.procs))
-	for pid := range t.procs {
-		out = append(out, pid)
-	}
-	return out
+	return slices.Collect(maps.Keys(t.procs))
 }
 
 // exePath returns the path of process pid's executable, and whether pid is traced.
