@@ -34,7 +34,9 @@ func (t *Tracer) SetProcessMeta(pid int, m ProcessMeta) { t.adm.setMeta(pid, m) 
 // admission is the tracer's part that knows what a process's spans carry (ProcessMeta), and
 // holds the spans of processes admitted at exec while Options.Admit decides on them (and those
 // of processes not known yet, read before their exec notification). Its state is its own,
-// under its own lock; it knows of the process table only what its callers tell it.
+// under its own lock; it knows of the process table only what its callers tell it. Its lock is
+// never held while Tracer.mu is taken (addProcess takes it inside Tracer.mu, nothing the other
+// way round).
 type admission struct {
 	mu      sync.Mutex
 	meta    map[int]ProcessMeta
