@@ -1,12 +1,15 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/reconscope/reconscope/internal/cli"
 	"github.com/reconscope/reconscope/pkg/agent"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/detail"
@@ -43,7 +46,7 @@ type tracerFlags struct {
 	reload bool
 }
 
-func addTracerFlags(fs *flag.FlagSet) *tracerFlags {
+func addTracerFlags(fs *pflag.FlagSet) *tracerFlags {
 	tf := &tracerFlags{
 		ringSize: fs.Int("ring-buffer-size", 4<<20, "kernel ring buffer size in bytes (a power of two)"),
 		abandon:  fs.Duration("abandon-after", 10*time.Minute, "close a reconcile whose return never came as abandoned after this long"),
@@ -151,6 +154,9 @@ func (d *detailRules) String() string {
 	return strings.Join(out, ",")
 }
 
+// Type is what --help shows of the value.
+func (d *detailRules) Type() string { return "GLOB=LEVEL" }
+
 func (d *detailRules) Set(v string) error {
 	for _, part := range strings.Split(v, ",") {
 		r, err := detail.ParseRule(strings.TrimSpace(part))
@@ -163,7 +169,7 @@ func (d *detailRules) Set(v string) error {
 }
 
 // addInheritanceFlag adds --goroutine-inheritance (trace, run and inspect).
-func addInheritanceFlag(fs *flag.FlagSet, i *probes.Inheritance) {
+func addInheritanceFlag(fs *pflag.FlagSet, i *probes.Inheritance) {
 	fs.Var(i, "goroutine-inheritance", "whether goroutines a reconcile starts join its span, `auto` or off: auto (the default) puts "+
 		"their API calls and cache reads in it, and every goroutine created and ended in a traced process hits a probe; off attaches "+
 		"no probe at goroutine creation and exit, and calls made on goroutines a reconcile starts are then in no span (calls on its "+
@@ -171,7 +177,7 @@ func addInheritanceFlag(fs *flag.FlagSet, i *probes.Inheritance) {
 }
 
 // addDetailFlag adds --detail (trace, run and inspect), reconcile by default.
-func addDetailFlag(fs *flag.FlagSet, d *probes.Detail) {
+func addDetailFlag(fs *pflag.FlagSet, d *probes.Detail) {
 	*d = probes.DetailReconcile
 	fs.Var(d, "detail", "how much of each reconcile to probe, `reconcile` or calls: reconcile (the default) probes its start and end, "+
 		"its result, its queue adds and the read of its object (controller, object, UID and resourceVersion, result, error, queue wait, "+
@@ -180,6 +186,14 @@ func addDetailFlag(fs *flag.FlagSet, d *probes.Detail) {
 		"lister reads (children, phases, fights; kube-controller-manager's lister reads give the object's UID), kube-controller-manager's "+
 		"sync handlers (their error) and the goroutines it starts, at more probe hits per call, some single-stepped (docs/probes.md, "+
 		"\"Detail levels\"). In run, the config file's detail section wins over it and --detail-for, and is reloaded")
+}
+
+// completeTracerFlags lets a shell complete the values of --detail, --detail-switch-when and
+// --goroutine-inheritance (trace, run and inspect).
+func completeTracerFlags(cmd *cobra.Command) {
+	cli.Complete(cmd, "detail", probes.DetailReconcile.String(), probes.DetailCalls.String())
+	cli.Complete(cmd, "goroutine-inheritance", probes.InheritAuto.String(), probes.InheritOff.String())
+	cli.Complete(cmd, "detail-switch-when", detail.SwitchWhenReconcile.String(), detail.SwitchWhenP99.String())
 }
 
 // offWhenZero turns --fight-alternations and --hot-loop-chain into span.Options'
@@ -202,6 +216,9 @@ func (p *probeFlags) String() string {
 	}
 	return strings.Join(names, ",")
 }
+
+// Type is what --help shows of the value.
+func (p *probeFlags) Type() string { return "SYMBOL=controller:NAME" }
 
 func (p *probeFlags) Set(v string) error {
 	pr, err := probes.ParseSyncProbe(v)

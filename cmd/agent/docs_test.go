@@ -1,16 +1,20 @@
 package main
 
 import (
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // commands are the agent's commands that take flags.
-var commands = []string{"run", "trace", "inspect"}
+var commands = []string{"run", "trace", "inspect", "version"}
 
 // otherPrograms are the flags README.md and docs/ name of programs other than the agent, with
 // the program: a flag named there and in neither this list nor an agent command is stale.
@@ -70,7 +74,9 @@ func helpOf(t *testing.T, cmd string) (summary string, flags map[string]bool) {
 		t.Fatalf("%s --help: exit %d, no Flags: section in %q", cmd, code, out)
 	}
 	flags = map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(list, -1) {
+	// pflag's listing: "  -o, --output string" or "      --pid int"; a description's wrapped
+	// lines are indented further.
+	for _, m := range regexp.MustCompile(`(?m)^(?:  -[a-z], |      )--([a-z0-9-]+)`).FindAllStringSubmatch(list, -1) {
 		flags[m[1]] = true
 	}
 	if len(flags) == 0 {
@@ -129,6 +135,15 @@ func TestFlagsDocumented(t *testing.T) {
 			}
 		}
 	}
+	// A deprecated flag works and is not listed: the docs may name it (as deprecated).
+	deprecated := map[string]bool{}
+	for _, c := range newProgram(io.Discard, io.Discard).Commands() {
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Deprecated != "" {
+				deprecated[f.Name] = true
+			}
+		})
+	}
 	_, usage, _ := runCLI(t, "--help")
 	for _, f := range mentions(usage) {
 		if !known(f, all) {
@@ -141,7 +156,7 @@ func TestFlagsDocumented(t *testing.T) {
 	for name, text := range docs {
 		for _, f := range mentions(text) {
 			named[f] = true
-			if !known(f, all) && otherPrograms[f] == "" {
+			if !known(f, all) && !deprecated[f] && otherPrograms[f] == "" {
 				t.Errorf("%s speaks of --%s, which no command of reconscope-agent has (another program's flag: add it to otherPrograms)", name, f)
 			}
 		}
@@ -156,9 +171,64 @@ func TestFlagsDocumented(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("flags --help lists that README.md and docs/ never name: %s", strings.Join(missing, ", "))
 	}
+	for f := range deprecated {
+		if !named[f] {
+			t.Errorf("deprecated --%s is named nowhere in README.md and docs/: say what replaces it", f)
+		}
+	}
 	for f, prog := range otherPrograms {
 		if all[f] {
 			t.Errorf("--%s is listed as %s's, but reconscope-agent has it", f, prog)
+		}
+	}
+}
+
+// agentCall is a command line of reconscope-agent or kubectl reconscope in prose or a shell
+// example, up to the end of its line, code span or shell command.
+var agentCall = regexp.MustCompile(`(?:reconscope-agent|kubectl reconscope)\s+(?:run|trace|inspect|version|tail|top)\b[^\x60\n|;&]*`)
+
+// singleDashFlag is a flag with one dash in a command line, as Go's flag package took it.
+var singleDashFlag = regexp.MustCompile(`(?:^|[\s"'])-([a-z][a-z0-9-]+)`)
+
+// argsFlag is a flag in a container's args, YAML list item or JSON array element.
+var argsFlag = regexp.MustCompile(`(?m)(?:^\s*-\s+|"|,\s*)-([a-z][a-z0-9-]+)`)
+
+// TestNoSingleDashLongFlags: the command lines README.md, docs/, the manifests, the chart and
+// the Dockerfile give the agent spell long flags with two dashes (pflag takes -pid for -p -i
+// -d and refuses it).
+func TestNoSingleDashLongFlags(t *testing.T) {
+	long := map[string]bool{}
+	for _, c := range newProgram(io.Discard, io.Discard).Commands() {
+		c.Flags().VisitAll(func(f *pflag.Flag) { long[f.Name] = true })
+	}
+	for name, text := range userDocs(t) {
+		for _, call := range agentCall.FindAllString(text, -1) {
+			for _, m := range singleDashFlag.FindAllStringSubmatch(call, -1) {
+				if long[m[1]] || otherPrograms[m[1]] == "kubectl reconscope" {
+					t.Errorf("%s: %q gives -%s one dash", name, strings.TrimSpace(call), m[1])
+				}
+			}
+		}
+	}
+	var files []string
+	_ = filepath.WalkDir("../../deploy", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && (strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".tpl")) {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if len(files) < 5 {
+		t.Fatalf("deploy/: %d YAML files", len(files))
+	}
+	for _, p := range append(files, "../../Dockerfile") {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range argsFlag.FindAllStringSubmatch(string(b), -1) {
+			if long[m[1]] {
+				t.Errorf("%s: -%s has one dash", strings.TrimPrefix(p, "../../"), m[1])
+			}
 		}
 	}
 }

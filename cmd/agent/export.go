@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,9 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/reconscope/reconscope/internal/cli"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/metricsauth"
@@ -44,8 +46,9 @@ type stringsFlag []string
 
 func (s *stringsFlag) String() string     { return strings.Join(*s, " ") }
 func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+func (s *stringsFlag) Type() string       { return "strings" }
 
-func addExportFlags(fs *flag.FlagSet, metricsDefault string) *exportFlags {
+func addExportFlags(fs *pflag.FlagSet, metricsDefault string) *exportFlags {
 	f := &exportFlags{
 		metricsAddr:  fs.String("metrics-addr", metricsDefault, `serve Prometheus /metrics, /healthz, /readyz and the span stream /spans on this address ("" disables)`),
 		otlpEndpoint: fs.String("otlp-endpoint", "", "send spans over OTLP to this collector (URL or host:port); also OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
@@ -62,6 +65,13 @@ func addExportFlags(fs *flag.FlagSet, metricsDefault string) *exportFlags {
 	}
 	fs.Var(f.redact, "redact-errors", "replace every match of this regular expression (RE2) in error messages with [redacted], in every output; repeatable")
 	return f
+}
+
+// completeExportFlags lets a shell complete the values of --error-messages and
+// --otlp-protocol (trace and run).
+func completeExportFlags(cmd *cobra.Command) {
+	cli.Complete(cmd, "error-messages", "keep", "drop")
+	cli.Complete(cmd, "otlp-protocol", "grpc", "http/protobuf", "http/json")
 }
 
 // detailSwitched counts a switch of a controller's detail (detail.Options.OnSwitch).

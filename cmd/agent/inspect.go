@@ -8,12 +8,15 @@ import (
 	"os"
 	"sort"
 
+	"github.com/spf13/cobra"
+
+	"github.com/reconscope/reconscope/internal/cli"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/proc"
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
-const inspectSummary = `Usage: reconscope-agent inspect BINARY | --pid PID [--json] [--goroutine-inheritance off] [--detail reconcile]
+const inspectSummary = `Usage: reconscope-agent inspect BINARY | --pid PID [-o json] [--goroutine-inheritance off] [--detail reconcile]
 
 Says, without privileges, what 'trace' would attach to a Go binary: Go version, arch,
 stripped or not, PIE or not, the controller module versions, each probe site (symbol, role,
@@ -35,8 +38,13 @@ const (
 	exitNotTraceable = 3
 )
 
+// InspectSchema names the schema of inspect's JSON output (docs/inspect.md): its field
+// "schema". It changes when a field changes meaning or goes; a new field does not change it.
+const InspectSchema = "reconscope.dev/inspect/v1"
+
 // InspectReport is inspect's JSON output (docs/inspect.md).
 type InspectReport struct {
+	Schema     string            `json:"schema"`
 	Binary     string            `json:"binary"`
 	Traceable  bool              `json:"traceable"`
 	Reason     string            `json:"reason,omitempty"`
@@ -114,39 +122,54 @@ type InspectOffset struct {
 	Lacks string `json:"lacks,omitempty"`
 }
 
-func runInspect(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("inspect", inspectSummary, stdout, stderr)
+func inspectCommand(stdout, stderr io.Writer) *cobra.Command {
+	cmd := newCommand("inspect", inspectSummary)
+	cmd.Args = cobra.ArbitraryArgs // checked below, with --pid
+	cmd.ValidArgsFunction = nil    // a shell completes file names
+	fs := cmd.Flags()
 	pid := fs.Int("pid", 0, "inspect the executable of this process (/proc/PID/exe)")
-	asJSON := fs.Bool("json", false, "print JSON (schema in docs/inspect.md)")
+	output := fs.StringP("output", "o", "text", "output format: text or json (schema in docs/inspect.md)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	_ = fs.MarkDeprecated("json", "use -o json; --json goes in the next release")
 	var inherit probes.Inheritance
-	addInheritanceFlag(fs.FlagSet, &inherit)
+	addInheritanceFlag(fs, &inherit)
 	var detail probes.Detail
-	addDetailFlag(fs.FlagSet, &detail)
-	if code, exit := fs.ParseArgs(args); exit {
+	addDetailFlag(fs, &detail)
+	cli.Complete(cmd, "output", "text", "json")
+	completeTracerFlags(cmd)
+	cmd.RunE = cli.RunE(func(args []string) int {
+		switch {
+		case *asJSON && fs.Changed("output") && *output != "json":
+			return usageError(stderr, "inspect", "--json and --output %s: give one (--json is -o json)", *output)
+		case *asJSON:
+			*output = "json"
+		case *output != "text" && *output != "json":
+			return usageError(stderr, "inspect", "--output %q: want text or json", *output)
+		}
+		var path string
+		switch {
+		case *pid > 0 && len(args) == 0:
+			path = proc.New("").ExeLink(*pid)
+		case *pid == 0 && len(args) == 1:
+			path = args[0]
+		default:
+			return usageError(stderr, "inspect", "give one BINARY or --pid PID (see --help)")
+		}
+		rep, code := inspect(path, inherit, detail)
+		rep.Schema = InspectSchema
+		if *output == "json" {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			_ = enc.Encode(rep)
+		} else {
+			printInspect(stdout, rep)
+		}
+		if code != 0 && rep.Reason != "" && *output == "json" { // the text report says it already
+			fmt.Fprintf(stderr, "reconscope-agent inspect: %s\n", rep.Reason)
+		}
 		return code
-	}
-	var path string
-	switch {
-	case *pid > 0 && fs.NArg() == 0:
-		path = proc.New("").ExeLink(*pid)
-	case *pid == 0 && fs.NArg() == 1:
-		path = fs.Arg(0)
-	default:
-		fmt.Fprintln(stderr, "reconscope-agent inspect: give one BINARY or --pid PID (see --help)")
-		return exitUsage
-	}
-	rep, code := inspect(path, inherit, detail)
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(rep)
-	} else {
-		printInspect(stdout, rep)
-	}
-	if code != 0 && rep.Reason != "" && *asJSON { // the text report says it already
-		fmt.Fprintf(stderr, "reconscope-agent inspect: %s\n", rep.Reason)
-	}
-	return code
+	})
+	return cmd
 }
 
 func inspect(path string, inherit probes.Inheritance, detail probes.Detail) (*InspectReport, int) {

@@ -6,7 +6,8 @@
 //	reconscope-agent run                             the node agent (DaemonSet)
 //	reconscope-agent trace   --pid PID | --exe PATH   live reconcile tree or JSON lines (root)
 //	reconscope-agent inspect BINARY | --pid PID      what would be traced, without privileges
-//	reconscope-agent version
+//	reconscope-agent version [-o json]
+//	reconscope-agent completion bash|zsh|fish|powershell
 package main
 
 import (
@@ -15,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/term"
 	"k8s.io/klog/v2"
 
@@ -28,56 +30,62 @@ Usage:
   reconscope-agent <command> [flags]
 
 Commands:
-  run       the node agent (DaemonSet): find and trace every controller on this node, serve
-            Prometheus metrics, send spans over OTLP
-  trace     trace running controllers and print their reconciles (needs root, or CAP_BPF,
-            CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)
-  inspect   show what would be traced in a binary, without privileges
-  version   print the version: module version, VCS revision, "(dirty)" for a build from
-            a tree with uncommitted changes, Go release (also --version)
+  run         the node agent (DaemonSet): find and trace every controller on this node,
+              serve Prometheus metrics, send spans over OTLP
+  trace       trace running controllers and print their reconciles (needs root, or CAP_BPF,
+              CAP_PERFMON, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH)
+  inspect     show what would be traced in a binary, without privileges
+  version     print the version: module version, VCS revision, "(dirty)" for a build from
+              a tree with uncommitted changes, Go release and arch (also --version; -o json)
+  completion  print the shell completion script of bash, zsh, fish or powershell
+              ('reconscope-agent completion bash --help' says how to load it)
 
-Run 'reconscope-agent <command> --help' for a command's flags.
+Run 'reconscope-agent <command> --help' for a command's flags. Flags may come before or after
+a command's arguments; long flags take two dashes (--pid), some have a one-letter form (-o).
 
 Examples:
   kubectl apply -k deploy/        # reconscope-agent run, on every node
   sudo reconscope-agent trace --pid 4242
-  sudo reconscope-agent trace --exe ./bin/manager --output json
-  reconscope-agent inspect ./bin/manager
+  sudo reconscope-agent trace --exe ./bin/manager -o json
+  reconscope-agent inspect ./bin/manager -o json
 `
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// run runs the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "run":
-		return runRun(rest, stdout, stderr)
-	case "trace":
-		return runTrace(rest, stdout, stderr)
-	case "inspect":
-		return runInspect(rest, stdout, stderr)
-	case "version", "--version":
-		fmt.Fprintln(stdout, versionLine())
-		return 0
-	case "help", "-h", "--help", "-help":
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	fmt.Fprintf(stderr, "reconscope-agent: unknown command %q\n\n%s", cmd, usage)
-	return 2
+	return cli.Run(newProgram(stdout, stderr), args)
 }
 
-// newFlagSet returns the flags of command name (internal/cli: --help and usage errors in the
-// style the project's commands share).
-func newFlagSet(name, summary string, stdout, stderr io.Writer) *cli.FlagSet {
-	return cli.NewFlagSet("reconscope-agent", name, summary, stdout, stderr)
+// newProgram returns reconscope-agent's command line: its commands, their flags, and cobra's
+// help and completion.
+func newProgram(stdout, stderr io.Writer) *cobra.Command {
+	root := cli.NewProgram(program, usage, stdout, stderr)
+	root.Version = versionLine()
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.AddCommand(runCommand(stdout, stderr), traceCommand(stdout, stderr), inspectCommand(stdout, stderr), versionCommand(stdout, stderr))
+	return root
 }
+
+// program is the name usage errors start with.
+const program = "reconscope-agent"
+
+// envPrefix starts the variables of the environment that set run's and trace's flags.
+const envPrefix = "RECONSCOPE_"
+
+// newCommand returns command use of reconscope-agent (internal/cli: --help and usage errors
+// in the style the project's commands share).
+func newCommand(use, summary string) *cobra.Command {
+	return cli.NewCommand(use, summary)
+}
+
+// Values a shell completes for the flags that take one of a few.
+var (
+	logLevels  = []string{"debug", "info", "warn", "error"}
+	logFormats = []string{"auto", "text", "json"}
+)
 
 // newLogger is the logger of every command: level debug, info, warn or error; format text,
 // json, or auto (text on a terminal, JSON otherwise). client-go's own log lines (klog: its
@@ -119,7 +127,7 @@ func newSlog(w io.Writer, level, format string) (*slog.Logger, error) {
 
 // usageError prints a usage error of the command cmd and returns exit status 2.
 func usageError(stderr io.Writer, cmd, format string, a ...any) int {
-	return cli.UsageError(stderr, "reconscope-agent", cmd, format, a...)
+	return cli.UsageError(stderr, program+" "+cmd, format, a...)
 }
 
 // failed logs why the command stops and returns exit status 1.

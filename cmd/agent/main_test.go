@@ -114,13 +114,13 @@ func TestInspectBadInput(t *testing.T) {
 			if code != tc.code || !strings.Contains(strings.ToLower(out), strings.ToLower(tc.says)) {
 				t.Errorf("inspect %s: exit %d, want %d; output:\n%s\nwant it to say %q", tc.path, code, tc.code, out, tc.says)
 			}
-			code, out, errOut := runCLI(t, "inspect", "--json", tc.path)
+			code, out, errOut := runCLI(t, "inspect", tc.path, "-o", "json")
 			var rep InspectReport
 			if err := json.Unmarshal([]byte(out), &rep); err != nil {
-				t.Fatalf("--json output is not JSON: %v\n%s", err, out)
+				t.Fatalf("-o json output is not JSON: %v\n%s", err, out)
 			}
-			if code != tc.code || rep.Traceable || rep.Reason == "" || !strings.Contains(errOut, rep.Reason) {
-				t.Errorf("--json: exit %d, report %+v, stderr %q", code, rep, errOut)
+			if code != tc.code || rep.Traceable || rep.Reason == "" || !strings.Contains(errOut, rep.Reason) || rep.Schema != InspectSchema {
+				t.Errorf("-o json: exit %d, report %+v, stderr %q; want schema %q", code, rep, errOut, InspectSchema)
 			}
 			wantSnakeCase(t, out)
 		})
@@ -210,7 +210,7 @@ func TestInspectFixture(t *testing.T) {
 	}
 	for _, ldflags := range []string{"", "-s -w"} {
 		bin := testkit.Build(t, "./test/fixtures/scripted-controller", "-ldflags="+ldflags)
-		code, out, _ := runCLI(t, "inspect", "--json", "--detail", "calls", bin)
+		code, out, _ := runCLI(t, "inspect", "--output", "json", "--detail", "calls", bin)
 		wantSnakeCase(t, out)
 		var rep InspectReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -272,7 +272,7 @@ func TestInspectFixture(t *testing.T) {
 			t.Errorf("ldflags %q: goroutine inheritance %+v, probes %v: want auto, attached", ldflags, g, found)
 		}
 		// Off: no goroutine probe, the others unchanged; the text report says so.
-		code, out, _ = runCLI(t, "inspect", "--json", "--detail", "calls", "--goroutine-inheritance", "off", bin)
+		code, out, _ = runCLI(t, "inspect", "-o=json", "--detail", "calls", bin, "--goroutine-inheritance", "off")
 		var off InspectReport
 		if err := json.Unmarshal([]byte(out), &off); err != nil || code != 0 {
 			t.Fatalf("--goroutine-inheritance off: exit %d, %v", code, err)
@@ -297,7 +297,7 @@ func TestInspectFixture(t *testing.T) {
 // no call probe but the cache read, and the sites a manager's reconcile hits emulated.
 func inspectDefaultDetail(t *testing.T, bin string) {
 	t.Helper()
-	code, out, _ := runCLI(t, "inspect", "--json", bin)
+	code, out, _ := runCLI(t, "inspect", bin, "-o", "json")
 	var rep InspectReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 {
 		t.Fatalf("inspect at the default detail: exit %d, %v", code, err)

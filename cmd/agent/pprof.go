@@ -2,17 +2,18 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // addPprofFlag adds --pprof-addr (trace and run): the agent's own Go profiles, off by default.
-func addPprofFlag(fs *flag.FlagSet) *string {
+func addPprofFlag(fs *pflag.FlagSet) *string {
 	return fs.String("pprof-addr", "", `serve the agent's own Go profiles (net/http/pprof, /debug/pprof/: CPU, heap, goroutines) on this address, e.g. 127.0.0.1:6060; unauthenticated, keep it on a loopback address ("" disables, the default)`)
 }
 

@@ -3,20 +3,19 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
+	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/reconscope/reconscope/internal/cli"
 	"github.com/reconscope/reconscope/pkg/agent"
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/discovery"
@@ -46,8 +45,7 @@ reconscope's floor (Linux 5.15) it traces nothing, says which feature is missing
 stays up with /readyz answering 503 and the reason, and /metrics serving
 reconscope_tracing{reason="kernel_below_floor"} 0 (1 when it traces).
 
-Every flag can also be set in the environment as RECONSCOPE_<FLAG>, upper case with '_' for
-'-' (RECONSCOPE_METRICS_ADDR=:9464); a flag on the command line wins. Which processes are
+Every flag can also be set in the environment (Environment, below). Which processes are
 traced can be narrowed with --config, a YAML file of include/exclude rules on namespace, pod
 labels, container name and executable, and which of their controllers' spans are kept by
 controller name (docs/daemonset.md). Its detail section (detail: {default: LEVEL,
@@ -56,134 +54,138 @@ them, and is reloaded while the agent runs (read every 2s): the reconciles in fl
 level they began with (docs/probes.md, "Per-controller detail"); include and exclude are read
 at start.`
 
-func runRun(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("run", runSummary, stdout, stderr)
+func runCommand(stdout, stderr io.Writer) *cobra.Command {
+	cmd := newCommand("run", runSummary)
+	fs := cmd.Flags()
 	procRoot := fs.String("proc-root", discovery.DefaultProcRoot, "where the host's /proc is mounted (hostPID: /proc)")
 	interval := fs.Duration("scan-interval", discovery.DefaultScanInterval, "how often /proc is scanned for new and exited processes (an exec anywhere on the node also prompts a scan)")
 	configPath := fs.String("config", "", "YAML file selecting the processes to trace (include/exclude rules; docs/daemonset.md)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for the pod informer (default: in-cluster config; none: host-only metadata)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", "auto", "log format: text, json, or auto (json when stderr is not a terminal)")
-	output := fs.String("output", "none", "also write each reconcile to stdout: none or json (JSON lines, docs/json.md)")
+	output := fs.StringP("output", "o", "none", "also write each reconcile to stdout: none or json (JSON lines, docs/json.md)")
 	metricsSecure := fs.Bool("metrics-secure", false, "serve the metrics endpoint over HTTPS, /metrics only to a bearer token the API server authenticates (TokenReview) and authorizes for get on /metrics (SubjectAccessReview); /healthz and /readyz stay open (docs/daemonset.md)")
 	metricsCert := fs.String("metrics-cert-file", "", "with --metrics-secure: PEM certificate of the metrics endpoint, reloaded when it changes (default: self-signed, made at start)")
 	metricsKey := fs.String("metrics-key-file", "", "with --metrics-secure: PEM key of --metrics-cert-file")
 	keep := fs.Duration("keep-attached", tracer.DefaultGrace, "how long an executable stays attached after its last traced process exits, "+
 		"so that a restarted or crash-looping process of it is traced from its exec, first reconciles included (0: detach with the last process)")
-	tf := addTracerFlags(fs.FlagSet)
-	ef := addExportFlags(fs.FlagSet, ":9464")
-	pprofAddr := addPprofFlag(fs.FlagSet)
-	if err := flagsFromEnv(fs.FlagSet, os.LookupEnv); err != nil {
-		return usageError(stderr, "run", "%v", err)
-	}
-	if code, exit := fs.ParseArgs(args); exit {
-		return code
-	}
-	log, err := newLogger(stderr, *logLevel, *logFormat)
-	if err != nil {
-		return usageError(stderr, "run", "%v", err)
-	}
-	var filter *discovery.Filter
-	var detailSeen []byte
-	if *configPath != "" {
-		cfg, err := discovery.LoadConfig(*configPath)
-		if err == nil {
-			filter, err = discovery.NewFilter(cfg)
+	tf := addTracerFlags(fs)
+	ef := addExportFlags(fs, ":9464")
+	pprofAddr := addPprofFlag(fs)
+	cli.Complete(cmd, "output", "none", "json")
+	cli.Complete(cmd, "log-level", logLevels...)
+	cli.Complete(cmd, "log-format", logFormats...)
+	completeTracerFlags(cmd)
+	completeExportFlags(cmd)
+	cli.FromEnv(cmd, envPrefix, os.LookupEnv)
+	cmd.RunE = cli.RunE(func([]string) int {
+		log, err := newLogger(stderr, *logLevel, *logFormat)
+		if err != nil {
+			return usageError(stderr, "run", "%v", err)
 		}
-		if err == nil {
-			// Its detail section wins over --detail and --detail-for, and is reloaded.
-			tf.file, detailSeen, err = loadDetailConfig(*configPath)
-			tf.reload = true
+		var filter *discovery.Filter
+		var detailSeen []byte
+		if *configPath != "" {
+			cfg, err := discovery.LoadConfig(*configPath)
+			if err == nil {
+				filter, err = discovery.NewFilter(cfg)
+			}
+			if err == nil {
+				// Its detail section wins over --detail and --detail-for, and is reloaded.
+				tf.file, detailSeen, err = loadDetailConfig(*configPath)
+				tf.reload = true
+			}
+			if err != nil {
+				return usageError(stderr, "run", "--config: %v", err)
+			}
+		}
+
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		clock := ktime.NewClock()
+		var out exporter.Writer
+		switch *output {
+		case "none":
+		case "json":
+			out = exporter.NewJSONWriter(stdout, clock)
+		default:
+			return usageError(stderr, "run", "--output %q: want none or json", *output)
+		}
+		kube := kubeClient(*kubeconfig, log)
+		var sec *metricsSecurity
+		if *metricsSecure && *ef.metricsAddr != "" {
+			if sec, err = newMetricsSecurity(kube, *metricsCert, *metricsKey, log); err != nil {
+				return usageError(stderr, "run", "--metrics-secure: %v", err)
+			}
+		}
+		index, err := discovery.NewPodIndex(discovery.PodIndexOptions{Client: kube, NodeName: *ef.nodeName, Logger: log})
+		if err != nil {
+			return usageError(stderr, "run", "pod metadata: %v", err)
+		}
+		exp, err := ef.build(ctx, log, clock, out)
+		if err != nil {
+			return usageError(stderr, "run", "%v", err)
+		}
+		defer exp.close()
+		if err := tf.detailPolicy(*ef.slow, log, exp.detailSwitched); err != nil {
+			return usageError(stderr, "run", "%v", err)
+		}
+		// One decision on every process, found by the /proc scan or admitted at its exec.
+		admission := &agent.Admission{ProcRoot: *procRoot, Pods: index, Filter: filter}
+		t, err := tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) {
+			o.ProcRoot = *procRoot
+			// A new process of an executable already attached is traced from its exec, in the
+			// kernel; here it gets its pod metadata, or is let go when the filter excludes it.
+			o.AdmitExecs = true
+			o.Grace = *keep
+			if o.Grace <= 0 {
+				o.Grace = -1 // detach with the last process
+			}
+			o.Admit = admission.AdmitExec
+		})
+		if errors.Is(err, collector.ErrBelowFloor) {
+			return waitBelowFloor(ctx, err, *ef.metricsAddr, sec, exp.metrics, log)
 		}
 		if err != nil {
-			return usageError(stderr, "run", "--config: %v", err)
+			return failed(log, "load eBPF programs", err)
 		}
-	}
+		exp.addSelfStats(agent.SelfStats(t))
+		if exp.metrics != nil {
+			exp.metrics.SetTracing("")
+		}
+		defer t.Close()
+		if sec != nil && tf.policy != nil && *tf.switchMax > 0 {
+			exp.handlers = map[string]http.Handler{detailPath: detailHandler(tf.policy, t.HasController, log)}
+		}
+		if err := exp.serve(*ef.metricsAddr, sec, log); err != nil {
+			return failed(log, "serve metrics", err)
+		}
+		if srv, err := servePprof(*pprofAddr, log); err != nil {
+			return failed(log, "serve pprof", err)
+		} else if srv != nil {
+			defer srv.Close()
+		}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	clock := ktime.NewClock()
-	var out exporter.Writer
-	switch *output {
-	case "none":
-	case "json":
-		out = exporter.NewJSONWriter(stdout, clock)
-	default:
-		return usageError(stderr, "run", "--output %q: want none or json", *output)
-	}
-	kube := kubeClient(*kubeconfig, log)
-	var sec *metricsSecurity
-	if *metricsSecure && *ef.metricsAddr != "" {
-		if sec, err = newMetricsSecurity(kube, *metricsCert, *metricsKey, log); err != nil {
-			return usageError(stderr, "run", "--metrics-secure: %v", err)
+		go func() { _ = index.Run(ctx) }()
+		if tf.reload {
+			go watchDetailConfig(ctx, *configPath, detailSeen, tf.detail, tf.detailFor, tf.policy, log)
 		}
-	}
-	index, err := discovery.NewPodIndex(discovery.PodIndexOptions{Client: kube, NodeName: *ef.nodeName, Logger: log})
-	if err != nil {
-		return usageError(stderr, "run", "pod metadata: %v", err)
-	}
-	exp, err := ef.build(ctx, log, clock, out)
-	if err != nil {
-		return usageError(stderr, "run", "%v", err)
-	}
-	defer exp.close()
-	if err := tf.detailPolicy(*ef.slow, log, exp.detailSwitched); err != nil {
-		return usageError(stderr, "run", "%v", err)
-	}
-	// One decision on every process, found by the /proc scan or admitted at its exec.
-	admission := &agent.Admission{ProcRoot: *procRoot, Pods: index, Filter: filter}
-	t, err := tf.newTracer(exp.writer, log, clock, func(o *tracer.Options) {
-		o.ProcRoot = *procRoot
-		// A new process of an executable already attached is traced from its exec, in the
-		// kernel; here it gets its pod metadata, or is let go when the filter excludes it.
-		o.AdmitExecs = true
-		o.Grace = *keep
-		if o.Grace <= 0 {
-			o.Grace = -1 // detach with the last process
+		execs, err := t.WatchExecs(ctx)
+		if err != nil {
+			log.Warn("no exec notifications: new processes are found by the /proc scan only", "interval", *interval, "err", err)
 		}
-		o.Admit = admission.AdmitExec
+		go agent.NewLoop(agent.Options{Tracer: t, Admission: admission, Interval: *interval, Execs: execs, Logger: log}).Run(ctx)
+
+		log.Info("reconscope agent running", "version", agentBuild().Version, "revision", agentBuild().Revision, "node", *ef.nodeName, "metrics", *ef.metricsAddr, "span_exporters", exp.spanExporters)
+		if err := t.Run(ctx); err != nil {
+			return failed(log, "read events", err)
+		}
+		dropped := exp.closeOutput()
+		st := t.Stats()
+		log.Info("stopped", "reconciles", st.Assembler.Spans, "events", st.Reader.Events, "lost", st.Kernel.LostRingBuffer, "output_dropped", dropped)
+		return 0
 	})
-	if errors.Is(err, collector.ErrBelowFloor) {
-		return waitBelowFloor(ctx, err, *ef.metricsAddr, sec, exp.metrics, log)
-	}
-	if err != nil {
-		return failed(log, "load eBPF programs", err)
-	}
-	exp.addSelfStats(agent.SelfStats(t))
-	if exp.metrics != nil {
-		exp.metrics.SetTracing("")
-	}
-	defer t.Close()
-	if sec != nil && tf.policy != nil && *tf.switchMax > 0 {
-		exp.handlers = map[string]http.Handler{detailPath: detailHandler(tf.policy, t.HasController, log)}
-	}
-	if err := exp.serve(*ef.metricsAddr, sec, log); err != nil {
-		return failed(log, "serve metrics", err)
-	}
-	if srv, err := servePprof(*pprofAddr, log); err != nil {
-		return failed(log, "serve pprof", err)
-	} else if srv != nil {
-		defer srv.Close()
-	}
-
-	go func() { _ = index.Run(ctx) }()
-	if tf.reload {
-		go watchDetailConfig(ctx, *configPath, detailSeen, tf.detail, tf.detailFor, tf.policy, log)
-	}
-	execs, err := t.WatchExecs(ctx)
-	if err != nil {
-		log.Warn("no exec notifications: new processes are found by the /proc scan only", "interval", *interval, "err", err)
-	}
-	go agent.NewLoop(agent.Options{Tracer: t, Admission: admission, Interval: *interval, Execs: execs, Logger: log}).Run(ctx)
-
-	log.Info("reconscope agent running", "version", agentBuild().Version, "revision", agentBuild().Revision, "node", *ef.nodeName, "metrics", *ef.metricsAddr, "span_exporters", exp.spanExporters)
-	if err := t.Run(ctx); err != nil {
-		return failed(log, "read events", err)
-	}
-	dropped := exp.closeOutput()
-	st := t.Stats()
-	log.Info("stopped", "reconciles", st.Assembler.Spans, "events", st.Reader.Events, "lost", st.Kernel.LostRingBuffer, "output_dropped", dropped)
-	return 0
+	return cmd
 }
 
 // kubeClient returns a client for the pod informer, or nil (host-only metadata) when there is
@@ -207,18 +209,4 @@ func kubeClient(kubeconfig string, log *slog.Logger) kubernetes.Interface {
 		return nil
 	}
 	return c
-}
-
-// flagsFromEnv sets every flag named in the environment as RECONSCOPE_<FLAG>.
-func flagsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "RECONSCOPE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v, ok := lookup(name); ok && err == nil {
-			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", name, v, e)
-			}
-		}
-	})
-	return err
 }

@@ -31,27 +31,6 @@ import (
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
-func TestFlagsFromEnv(t *testing.T) {
-	fs := newFlagSet("run", "", io.Discard, io.Discard)
-	addr := fs.String("metrics-addr", ":9464", "")
-	rate := fs.Float64("sample-noop-rate", 1, "")
-	env := map[string]string{"RECONSCOPE_METRICS_ADDR": "127.0.0.1:1", "RECONSCOPE_SAMPLE_NOOP_RATE": "0.5"}
-	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	if err := flagsFromEnv(fs.FlagSet, lookup); err != nil {
-		t.Fatal(err)
-	}
-	if _, exit := fs.ParseArgs([]string{"--sample-noop-rate", "0.25"}); exit {
-		t.Fatal("parse failed")
-	}
-	if *addr != "127.0.0.1:1" || *rate != 0.25 {
-		t.Errorf("metrics-addr %q (env), rate %v (flag wins), want 127.0.0.1:1 and 0.25", *addr, *rate)
-	}
-	env["RECONSCOPE_SAMPLE_NOOP_RATE"] = "lots"
-	if err := flagsFromEnv(fs.FlagSet, lookup); err == nil || !strings.Contains(err.Error(), "RECONSCOPE_SAMPLE_NOOP_RATE") {
-		t.Errorf("bad env value: %v", err)
-	}
-}
-
 // agentBinary builds reconscope-agent once per test binary.
 var agentBinary = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "reconscope-agent-")

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
 
+	"github.com/spf13/cobra"
+
+	"github.com/reconscope/reconscope/internal/cli"
 	"github.com/reconscope/reconscope/pkg/exporter"
 )
 
@@ -51,4 +56,43 @@ func versionLine() string {
 		dirty = " (dirty)"
 	}
 	return fmt.Sprintf("reconscope-agent %s revision %s%s %s %s", b.Version, b.Revision, dirty, b.GoVersion, b.GoArch)
+}
+
+// VersionSchema names the schema of version -o json.
+const VersionSchema = "reconscope.dev/version/v1"
+
+// VersionReport is what 'reconscope-agent version -o json' prints.
+type VersionReport struct {
+	Schema   string `json:"schema"`
+	Version  string `json:"version"`
+	Revision string `json:"revision"`
+	Dirty    bool   `json:"dirty"`
+	Go       string `json:"go"`
+	GoArch   string `json:"goarch"`
+}
+
+const versionSummary = `Usage: reconscope-agent version [-o text|json]
+
+Prints the version the binary was built from: its module version, VCS revision, "(dirty)" for a
+build from a tree with uncommitted changes, Go release and arch. -o json prints them as one
+JSON object: schema, version, revision, dirty, go, goarch (docs/json.md, "Schemas").`
+
+func versionCommand(stdout, stderr io.Writer) *cobra.Command {
+	cmd := newCommand("version", versionSummary)
+	output := cmd.Flags().StringP("output", "o", "text", "output format: text or json")
+	cli.Complete(cmd, "output", "text", "json")
+	cmd.RunE = cli.RunE(func([]string) int {
+		switch *output {
+		case "text":
+			fmt.Fprintln(stdout, versionLine())
+		case "json":
+			b := agentBuild()
+			enc := json.NewEncoder(stdout)
+			_ = enc.Encode(VersionReport{Schema: VersionSchema, Version: b.Version, Revision: b.Revision, Dirty: b.Dirty, Go: b.GoVersion, GoArch: b.GoArch})
+		default:
+			return usageError(stderr, "version", "--output %q: want text or json", *output)
+		}
+		return 0
+	})
+	return cmd
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -22,6 +23,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
+
+	"github.com/reconscope/reconscope/internal/cli"
 )
 
 // Defaults of the flags that find the agents.
@@ -43,7 +46,7 @@ type clusterFlags struct {
 	port                int
 }
 
-func addClusterFlags(fs *flag.FlagSet) *clusterFlags {
+func addClusterFlags(fs *pflag.FlagSet) *clusterFlags {
 	c := &clusterFlags{}
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, as kubectl)")
 	fs.StringVar(&c.context, "context", "", "kubeconfig context (default: the current context)")
@@ -53,6 +56,11 @@ func addClusterFlags(fs *flag.FlagSet) *clusterFlags {
 	fs.StringVar(&c.token, "token", "", "bearer token shown to agents run with --metrics-secure (default: your kubeconfig user's token; a user who authenticates with a client certificate has none)")
 	fs.IntVar(&c.port, "agent-port", 0, "the agents' metrics port (default: the pod's port named metrics, else 9464)")
 	return c
+}
+
+// completeClusterFlags lets a shell complete the values of --via.
+func completeClusterFlags(cmd *cobra.Command) {
+	cli.Complete(cmd, "via", "auto", "proxy", "port-forward")
 }
 
 // source is one agent: get reads a path of its metrics port.
@@ -68,12 +76,19 @@ type agentPod struct {
 	secure                bool // run with --metrics-secure: HTTPS and a bearer token
 }
 
-// connect finds the agents and returns a source for each; stop ends the port-forwards.
-func (c *clusterFlags) connect(ctx context.Context, stderr io.Writer) (sources []source, stop func(), err error) {
+// check says what is wrong with the flags, before any cluster is contacted.
+func (c *clusterFlags) check() error {
 	switch c.via {
 	case "auto", "proxy", "port-forward":
-	default:
-		return nil, nil, fmt.Errorf("--via %q: want auto, proxy or port-forward", c.via)
+		return nil
+	}
+	return fmt.Errorf("--via %q: want auto, proxy or port-forward", c.via)
+}
+
+// connect finds the agents and returns a source for each; stop ends the port-forwards.
+func (c *clusterFlags) connect(ctx context.Context, stderr io.Writer) (sources []source, stop func(), err error) {
+	if err := c.check(); err != nil {
+		return nil, nil, err
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = c.kubeconfig

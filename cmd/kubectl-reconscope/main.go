@@ -15,6 +15,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/spf13/cobra"
+
 	"github.com/reconscope/reconscope/internal/cli"
 )
 
@@ -25,13 +27,18 @@ Usage:
   kubectl reconscope <command> [flags]
 
 Commands:
-  tail      the reconciles of every agent, as they finish: a tree (as reconscope-agent trace
-            prints it) or JSON lines (-o json, docs/json.md); the agents' last spans first
-  top       controllers and objects ranked by reconcile rate, p99 duration or errors, from
-            every agent's /metrics
-  version   print the version
+  tail        the reconciles of every agent, as they finish: a tree (as reconscope-agent
+              trace prints it) or JSON lines (-o json, docs/json.md); the agents' last
+              spans first
+  top         controllers and objects ranked by reconcile rate, p99 duration or errors,
+              from every agent's /metrics
+  version     print the version
+  completion  print the shell completion script of bash, zsh, fish or powershell (for
+              'kubectl reconscope' itself, kubectl 1.26 and later run an executable named
+              kubectl_complete-reconscope: docs/kubectl-plugin.md)
 
-Run 'kubectl reconscope <command> --help' for a command's flags.
+Run 'kubectl reconscope <command> --help' for a command's flags. Flags may come anywhere
+after the command; long flags take two dashes, some have a one-letter form (-n, -o).
 
 Examples:
   kubectl reconscope tail --controller deployment -n default
@@ -46,39 +53,29 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// run runs the command line args and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "tail":
-		return runTail(rest, stdout, stderr)
-	case "top":
-		return runTop(rest, stdout, stderr)
-	case "version", "--version":
-		fmt.Fprintln(stdout, "kubectl-reconscope", version)
-		return 0
-	case "help", "-h", "--help", "-help":
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	fmt.Fprintf(stderr, "kubectl reconscope: unknown command %q\n\n%s", cmd, usage)
-	return 2
+	return cli.Run(newProgram(stdout, stderr), args)
 }
 
-// newFlagSet returns the flags of command name (internal/cli: --help and usage errors in the
-// style the project's commands share).
-func newFlagSet(name, summary string, stdout, stderr io.Writer) *cli.FlagSet {
-	fs := cli.NewFlagSet("kubectl reconscope", name, summary, stdout, stderr)
-	fs.NoArgs = true // no command takes a positional argument
-	return fs
+// program is the name usage errors start with.
+const program = "kubectl reconscope"
+
+// newProgram returns kubectl reconscope's command line: its commands, their flags, and
+// cobra's help and completion.
+func newProgram(stdout, stderr io.Writer) *cobra.Command {
+	root := cli.NewProgram(program, usage, stdout, stderr)
+	root.Version = "kubectl-reconscope " + version
+	root.SetVersionTemplate("{{.Version}}\n")
+	versionCmd := cli.NewCommand("version", "Usage: kubectl reconscope version\n\nPrints the version.")
+	versionCmd.RunE = cli.RunE(func([]string) int { fmt.Fprintln(stdout, "kubectl-reconscope", version); return 0 })
+	root.AddCommand(tailCommand(stdout, stderr), topCommand(stdout, stderr), versionCmd)
+	return root
 }
 
 // usageError prints a usage error of the command cmd and returns exit status 2.
 func usageError(stderr io.Writer, cmd, format string, a ...any) int {
-	return cli.UsageError(stderr, "kubectl reconscope", cmd, format, a...)
+	return cli.UsageError(stderr, program+" "+cmd, format, a...)
 }
 
 // failed prints why the command stops and returns exit status 1.
@@ -92,3 +89,4 @@ type stringsFlag []string
 
 func (s *stringsFlag) String() string     { return strings.Join(*s, ",") }
 func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
+func (s *stringsFlag) Type() string       { return "strings" }

@@ -83,6 +83,9 @@ func jsonNames(t *testing.T, out string) []string {
 		if err := json.Unmarshal([]byte(line), &j); err != nil {
 			t.Fatalf("not a JSON span: %q", line)
 		}
+		if j.Schema != exporter.SpanSchema {
+			t.Errorf("JSON span with schema %q, want %q: %s", j.Schema, exporter.SpanSchema, line)
+		}
 		names = append(names, j.Controller+" "+j.Namespace+"/"+j.Name+" "+j.Result)
 	}
 	return names

@@ -12,6 +12,9 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
+	"github.com/reconscope/reconscope/internal/cli"
 	"github.com/reconscope/reconscope/pkg/exporter"
 )
 
@@ -29,40 +32,44 @@ them before sending.
 An agent that falls behind is not waited for: it drops a reader more than 1024 spans behind,
 and tail says so (docs/kubectl-plugin.md).`
 
-func runTail(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("tail", tailSummary, stdout, stderr)
-	cf := addClusterFlags(fs.FlagSet)
+func tailCommand(stdout, stderr io.Writer) *cobra.Command {
+	cmd := cli.NewCommand("tail", tailSummary)
+	fs := cmd.Flags()
+	cf := addClusterFlags(fs)
 	var controllers stringsFlag
 	fs.Var(&controllers, "controller", "only this controller, by the name its spans carry; a glob such as 'replica*' (repeatable)")
 	var namespace, object, output string
-	fs.StringVar(&namespace, "namespace", "", "only reconciles of objects in this namespace")
-	fs.StringVar(&namespace, "n", "", "shorthand for --namespace")
+	fs.StringVarP(&namespace, "namespace", "n", "", "only reconciles of objects in this namespace")
 	fs.StringVar(&object, "object", "", "only reconciles of the object of this name")
 	errorsOnly := fs.Bool("errors", false, "only reconciles that returned an error")
-	fs.StringVar(&output, "output", "tree", "output format: tree or json")
-	fs.StringVar(&output, "o", "tree", "shorthand for --output")
+	fs.StringVarP(&output, "output", "o", "tree", "output format: tree or json (JSON lines, docs/json.md)")
 	follow := fs.Bool("follow", true, "keep printing new reconciles (false: print the spans the agents keep, then exit)")
-	if code, exit := fs.ParseArgs(args); exit {
-		return code
-	}
-	filter, err := exporter.ParseSpanFilter(controllers, namespace, object, *errorsOnly)
-	if err != nil {
-		return usageError(stderr, "tail", "--%v", err)
-	}
-	if output != "tree" && output != "json" {
-		return usageError(stderr, "tail", "--output %q: want tree or json", output)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	sources, end, err := cf.connect(ctx, stderr)
-	if err != nil {
-		return failed(stderr, "tail", err)
-	}
-	defer end()
-	if err := tail(ctx, sources, filter, *follow, newSpanPrinter(output, stdout), stderr); err != nil {
-		return failed(stderr, "tail", err)
-	}
-	return 0
+	cli.Complete(cmd, "output", "tree", "json")
+	completeClusterFlags(cmd)
+	cmd.RunE = cli.RunE(func([]string) int {
+		if err := cf.check(); err != nil {
+			return usageError(stderr, "tail", "%v", err)
+		}
+		filter, err := exporter.ParseSpanFilter(controllers, namespace, object, *errorsOnly)
+		if err != nil {
+			return usageError(stderr, "tail", "--%v", err)
+		}
+		if output != "tree" && output != "json" {
+			return usageError(stderr, "tail", "--output %q: want tree or json", output)
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		sources, end, err := cf.connect(ctx, stderr)
+		if err != nil {
+			return failed(stderr, "tail", err)
+		}
+		defer end()
+		if err := tail(ctx, sources, filter, *follow, newSpanPrinter(output, stdout), stderr); err != nil {
+			return failed(stderr, "tail", err)
+		}
+		return 0
+	})
+	return cmd
 }
 
 // spanLine is one span an agent sent: its JSON line as sent, and decoded.

@@ -20,7 +20,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/spf13/cobra"
 
+	"github.com/reconscope/reconscope/internal/cli"
 	"github.com/reconscope/reconscope/pkg/exporter"
 )
 
@@ -41,44 +43,49 @@ agent's /metrics, scraped twice --interval apart:
 --controller (a glob, repeatable) narrows both tables, -n/--namespace the objects table to
 the objects of one namespace.`
 
-func runTop(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("top", topSummary, stdout, stderr)
-	cf := addClusterFlags(fs.FlagSet)
+func topCommand(stdout, stderr io.Writer) *cobra.Command {
+	cmd := cli.NewCommand("top", topSummary)
+	fs := cmd.Flags()
+	cf := addClusterFlags(fs)
 	interval := fs.Duration("interval", 5*time.Second, "time between the two scrapes the rates and p99 are computed over (0: one scrape, totals since each agent started)")
 	sortBy := fs.String("sort", "rate", "rank by rate, p99 or errors")
 	limit := fs.Int("limit", 20, "rows per table (0: all)")
 	var controllers stringsFlag
 	fs.Var(&controllers, "controller", "only this controller, a glob (repeatable)")
 	var namespace string
-	fs.StringVar(&namespace, "namespace", "", "only objects in this namespace (the objects table; a controller's metrics are not split by namespace)")
-	fs.StringVar(&namespace, "n", "", "shorthand for --namespace")
-	if code, exit := fs.ParseArgs(args); exit {
-		return code
-	}
-	if *sortBy != "rate" && *sortBy != "p99" && *sortBy != "errors" {
-		return usageError(stderr, "top", "--sort %q: want rate, p99 or errors", *sortBy)
-	}
-	if *interval < 0 {
-		return usageError(stderr, "top", "--interval %s: want 0 or more", *interval)
-	}
-	filter, err := exporter.ParseSpanFilter(controllers, namespace, "", false)
-	if err != nil {
-		return usageError(stderr, "top", "--%v", err)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	sources, end, err := cf.connect(ctx, stderr)
-	if err != nil {
-		return failed(stderr, "top", err)
-	}
-	defer end()
-	r, err := top(ctx, sources, *interval, filter, stderr)
-	if err != nil {
-		return failed(stderr, "top", err)
-	}
-	r.rank(*sortBy)
-	r.print(stdout, *limit)
-	return 0
+	fs.StringVarP(&namespace, "namespace", "n", "", "only objects in this namespace (the objects table; a controller's metrics are not split by namespace)")
+	cli.Complete(cmd, "sort", "rate", "p99", "errors")
+	completeClusterFlags(cmd)
+	cmd.RunE = cli.RunE(func([]string) int {
+		if err := cf.check(); err != nil {
+			return usageError(stderr, "top", "%v", err)
+		}
+		if *sortBy != "rate" && *sortBy != "p99" && *sortBy != "errors" {
+			return usageError(stderr, "top", "--sort %q: want rate, p99 or errors", *sortBy)
+		}
+		if *interval < 0 {
+			return usageError(stderr, "top", "--interval %s: want 0 or more", *interval)
+		}
+		filter, err := exporter.ParseSpanFilter(controllers, namespace, "", false)
+		if err != nil {
+			return usageError(stderr, "top", "--%v", err)
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		sources, end, err := cf.connect(ctx, stderr)
+		if err != nil {
+			return failed(stderr, "top", err)
+		}
+		defer end()
+		r, err := top(ctx, sources, *interval, filter, stderr)
+		if err != nil {
+			return failed(stderr, "top", err)
+		}
+		r.rank(*sortBy)
+		r.print(stdout, *limit)
+		return 0
+	})
+	return cmd
 }
 
 // controllerKey is one controller of one workload.

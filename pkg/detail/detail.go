@@ -126,6 +126,9 @@ func (w *SwitchWhen) Set(s string) error {
 	return nil
 }
 
+// Type names the flag's value in --help (pflag.Value).
+func (w *SwitchWhen) Type() string { return "when" }
+
 // P99Window is how many of a controller's last reconciles its p99 is taken over
 // (SwitchWhenP99): the fewest whose p99 is not their maximum (nearest rank: the second largest of
 // 100), so one slow reconcile never decides alone; a count and not a time, so that the figure is

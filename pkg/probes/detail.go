@@ -48,6 +48,9 @@ func (d *Detail) Set(s string) error {
 	return nil
 }
 
+// Type names the flag's value in its help (pflag.Value).
+func (d *Detail) Type() string { return "level" }
+
 // Catalog returns catalog with the probes d keeps. catalog itself is not changed.
 func (d Detail) Catalog(catalog []*Probe) []*Probe {
 	if d == DetailCalls {

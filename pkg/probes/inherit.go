@@ -44,6 +44,9 @@ func (i *Inheritance) Set(s string) error {
 	return nil
 }
 
+// Type names the flag's value in its help (pflag.Value).
+func (i *Inheritance) Type() string { return "mode" }
+
 // Catalog returns catalog with its goroutine probes as i says. catalog itself is not changed.
 func (i Inheritance) Catalog(catalog []*Probe) []*Probe {
 	return slices.DeleteFunc(slices.Clone(catalog), func(p *Probe) bool {
