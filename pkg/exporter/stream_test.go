@@ -37,6 +37,9 @@ func readLines(t *testing.T, r *bufio.Reader, n int) []JSONSpan {
 		if err := json.Unmarshal(line, &j); err != nil {
 			t.Fatalf("not a JSON span: %q: %v", line, err)
 		}
+		if j.Schema != SpanSchema {
+			t.Fatalf("GET /spans line with schema %q, want %q: %s", j.Schema, SpanSchema, line)
+		}
 		out = append(out, j)
 	}
 	return out

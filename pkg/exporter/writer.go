@@ -20,8 +20,15 @@ type Writer interface {
 	Write(s *span.Span) error
 }
 
+// SpanSchema names the schema of a JSON span (docs/json.md), the value of its field "schema"
+// in every JSON line the agent writes (trace and run -o json, GET /spans). It changes when a
+// field changes meaning or goes away; a new field does not change it.
+const SpanSchema = "reconscope.dev/span/v1"
+
 // JSONSpan is the JSON-lines contract (docs/json.md): one object per finished reconcile.
 type JSONSpan struct {
+	// Schema is SpanSchema.
+	Schema     string `json:"schema"`
 	Controller string `json:"controller"`
 	Namespace  string `json:"namespace"`
 	Name       string `json:"name"`
@@ -171,6 +178,7 @@ type JSONCall struct {
 // ToJSON converts a span to its JSON form.
 func ToJSON(s *span.Span, clock ktime.Clock) JSONSpan {
 	j := JSONSpan{
+		Schema:     SpanSchema,
 		Controller: s.Controller, Namespace: s.Namespace, Name: s.Name, ItemType: s.ItemType, UID: s.UID, ResourceVersion: s.ResourceVersion,
 		ReconcileID: s.ReconcileID, Start: clock.Wall(s.Start), DurationNS: int64(s.Duration),
 		Result: string(s.Result), RequeueAfterNS: int64(s.RequeueAfter), ErrorType: s.ErrorType,

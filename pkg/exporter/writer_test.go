@@ -10,6 +10,30 @@ import (
 	"github.com/reconscope/reconscope/pkg/span"
 )
 
+// TestJSONLineSchema: every JSON line the writer prints starts with the schema it follows.
+func TestJSONLineSchema(t *testing.T) {
+	var b strings.Builder
+	w := NewJSONWriter(&b, ktime.Clock{})
+	for _, s := range []span.Span{{Controller: "a", Result: span.ResultSuccess}, {Controller: "b", Result: span.ResultError, Error: "boom"}} {
+		if err := w.Write(&s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d lines, want 2:\n%s", len(lines), b.String())
+	}
+	for _, line := range lines {
+		var j struct {
+			Schema string `json:"schema"`
+		}
+		if err := json.Unmarshal([]byte(line), &j); err != nil || j.Schema != "reconscope.dev/span/v1" ||
+			!strings.HasPrefix(line, `{"schema":"reconscope.dev/span/v1",`) {
+			t.Errorf("line %s: schema %q (%v), want it first, reconscope.dev/span/v1", line, j.Schema, err)
+		}
+	}
+}
+
 // TestJSONPhaseNames: the phases object has the new names (fetch, diff, apply) and, for one
 // release, the old ones with the same values; they add up to the duration.
 func TestJSONPhaseNames(t *testing.T) {
