@@ -31,15 +31,18 @@ import (
 // Node faults (issue 32, part 2): the API server out of the agent's reach for a minute, a
 // hundred Go processes starting at once, the agent killed by its own memory limit.
 
-// spanStream is an agent's standard output (--output json) as it comes: its spans by process.
+// spanStream is an agent's standard output (-o json) as it comes: its spans by process.
 // It is an io.Writer, so exec copies the output into it until the agent exits.
 type spanStream struct {
 	mu      sync.Mutex
+	raw     bytes.Buffer // everything written
 	partial []byte
 	byPID   map[uint32][]exporter.JSONSpan
 	// items counts, by process, the spans of work-queue items that are no controller-runtime
 	// reconcile (no reconcile ID): they are not in byPID.
 	items map[uint32]int
+	// unschemed holds the first lines that are no JSON span of exporter.SpanSchema.
+	unschemed []string
 }
 
 func newSpanStream() *spanStream {
@@ -49,6 +52,7 @@ func newSpanStream() *spanStream {
 func (s *spanStream) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.raw.Write(p)
 	s.partial = append(s.partial, p...)
 	for {
 		i := bytes.IndexByte(s.partial, '\n')
@@ -56,7 +60,11 @@ func (s *spanStream) Write(p []byte) (int, error) {
 			break
 		}
 		var sp exporter.JSONSpan
-		if json.Unmarshal(s.partial[:i], &sp) == nil {
+		err := json.Unmarshal(s.partial[:i], &sp)
+		if (err != nil || sp.Schema != exporter.SpanSchema) && len(s.unschemed) < 3 {
+			s.unschemed = append(s.unschemed, string(s.partial[:i]))
+		}
+		if err == nil {
 			if sp.ReconcileID != "" {
 				s.byPID[sp.PID] = append(s.byPID[sp.PID], sp)
 			} else {
@@ -66,6 +74,20 @@ func (s *spanStream) Write(p []byte) (int, error) {
 		s.partial = s.partial[i+1:]
 	}
 	return len(p), nil
+}
+
+// String returns everything written so far.
+func (s *spanStream) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.raw.String()
+}
+
+// unschemedLines returns the first lines written that are no JSON span of exporter.SpanSchema.
+func (s *spanStream) unschemedLines() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.unschemed)
 }
 
 // itemsOf counts the spans of process pid that are no reconcile of controller-runtime.
@@ -195,7 +217,7 @@ func agentKubeconfigVia(t *testing.T, env *testenv.Env) (*apiProxy, string) {
 // executable: it is traced from its first reconcile, its spans name no pod and are counted in
 // reconscope_spans_unnamed_total; once the API server is back they name its pod.
 func TestRunAPIServerUnreachableForAMinute(t *testing.T) {
-	agent, env, fixture := agentWithFixture(t, testenv.Options{})
+	_, env, fixture := agentWithFixture(t, testenv.Options{})
 	const node, outage = "node-1", 60 * time.Second
 	dir := t.TempDir()
 	truth1, truth2 := filepath.Join(dir, "truth-1.jsonl"), filepath.Join(dir, "truth-2.jsonl")
@@ -203,34 +225,28 @@ func TestRunAPIServerUnreachableForAMinute(t *testing.T) {
 	execFirst()
 	proxy, kubeconfig := agentKubeconfigVia(t, env)
 	metrics := freePort(t)
-	cmd := exec.Command(agent, "run", "--kubeconfig", kubeconfig, "--node-name", node, "--metrics-addr", metrics,
-		"--scan-interval", "200ms", "--log-format", "json", "--output", "json")
-	spans := newSpanStream()
-	var logs testkit.LogBuffer
-	cmd.Stdout, cmd.Stderr = spans, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitLogged(t, &logs, "the agent to trace the first pod's process", func() bool {
+	a := startAgent(t, "run", "--kubeconfig", kubeconfig, "--node-name", node, "--metrics-addr", metrics,
+		"--scan-interval", "200ms", "--log-format", "json", "-o", "json")
+	spans, logs := a.spans, a.logs
+	waitLogged(t, logs, "the agent to trace the first pod's process", func() bool {
 		return strings.Contains(logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d,`, first.PID())) &&
 			strings.Contains(logs.String(), `"pod":"default/operator-1"`)
 	})
 	createRequeueing(t, env, "tick", 500*time.Millisecond)
-	waitLogged(t, &logs, "a span of the first pod", func() bool { return len(spans.of(first.PID())) > 0 })
+	waitLogged(t, logs, "a span of the first pod", func() bool { return len(spans.of(first.PID())) > 0 })
 
 	proxy.down()
 	from := time.Now()
-	waitLogged(t, &logs, "the agent to notice the API server is gone", func() bool {
+	waitLogged(t, logs, "the agent to notice the API server is gone", func() bool {
 		return strings.Contains(logs.String(), "kubernetes metadata unavailable")
 	})
 	// A pod bound to the node now: the kubelet (the test) knows of it, the agent cannot.
 	second, execSecond := fixtureOnNode(t, env, fixture, node, "operator-2", strings.Repeat("c3d4", 16), "--ground-truth", truth2)
 	execSecond()
-	waitLogged(t, &logs, "the agent to trace the second pod's process", func() bool {
+	waitLogged(t, logs, "the agent to trace the second pod's process", func() bool {
 		return strings.Contains(logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d,`, second.PID()))
 	})
-	waitLogged(t, &logs, "a span of the second pod's process", func() bool { return len(spans.of(second.PID())) > 0 })
+	waitLogged(t, logs, "a span of the second pod's process", func() bool { return len(spans.of(second.PID())) > 0 })
 	if s := spans.of(second.PID())[0]; s.Pod != "" || s.Container != "" {
 		t.Errorf("the second process's first span names pod %q container %q while the agent cannot reach the API server", s.Pod, s.Container)
 	}
@@ -241,16 +257,16 @@ func TestRunAPIServerUnreachableForAMinute(t *testing.T) {
 	time.Sleep(time.Until(from.Add(outage)))
 	to := time.Now()
 	proxy.up(t)
-	waitLogged(t, &logs, "the agent to notice the API server is back", func() bool {
+	waitLogged(t, logs, "the agent to notice the API server is back", func() bool {
 		return strings.Contains(logs.String(), "kubernetes metadata available again")
 	})
-	waitLogged(t, &logs, "a span of the second process naming its pod", func() bool {
+	waitLogged(t, logs, "a span of the second process naming its pod", func() bool {
 		ss := spans.of(second.PID())
 		return len(ss) > 0 && ss[len(ss)-1].Pod == "default/operator-2"
 	})
 
 	// The first pod: every reconcile of the outage, one span each, with its pod.
-	c1, _ := waitTruthSpans(t, &logs, spans, first.PID(), truth1, from, to)
+	c1, _ := waitTruthSpans(t, logs, spans, first.PID(), truth1, from, to)
 	if c1.checked < int(outage/time.Second) {
 		t.Errorf("the first pod reconciled %d times in the outage, want about %d (every 500 ms)", c1.checked, 2*int(outage/time.Second))
 	}
@@ -262,7 +278,7 @@ func TestRunAPIServerUnreachableForAMinute(t *testing.T) {
 	}
 	// The second pod: every reconcile from its first, unnamed until the agent could list its
 	// pod, named from then on.
-	c2, truths2 := waitTruthSpans(t, &logs, spans, second.PID(), truth2, time.Time{}, time.Now())
+	c2, truths2 := waitTruthSpans(t, logs, spans, second.PID(), truth2, time.Time{}, time.Now())
 	unnamed, named := 0, 0
 	for _, s := range spans.of(second.PID()) {
 		switch {
@@ -282,9 +298,8 @@ func TestRunAPIServerUnreachableForAMinute(t *testing.T) {
 	t.Logf("outage %s: first pod %d reconciles, each one span naming it; second pod (started during the outage) %d reconciles of %d in its ground truth, %d spans unnamed then %d named, and %d spans of other work-queue items; reconscope_spans_unnamed_total %v during, %v after",
 		to.Sub(from).Round(time.Second), c1.checked, c2.checked, len(truths2), unnamed, named, spans.itemsOf(second.PID()), unnamedDuring, unnamedAfter)
 
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("agent exit: %v", err)
+	if err := a.Stop(); err != nil {
+		t.Errorf("agent exit on SIGTERM: %v", err)
 	}
 	for _, msg := range []string{"kubernetes metadata unavailable", "kubernetes metadata available again"} {
 		if n := strings.Count(logs.String(), msg); n != 1 {
@@ -329,7 +344,7 @@ func percentile(d []time.Duration, p int) time.Duration {
 // to the end and exit cleanly). The time from each process's start to its first traced
 // reconcile is reported (docs/e2e.md), not asserted.
 func TestRunHundredProcessesAtOnce(t *testing.T) {
-	agent, env, fixture := agentWithFixture(t, testenv.Options{})
+	_, env, fixture := agentWithFixture(t, testenv.Options{})
 	stripped := testkit.Build(t, "./test/fixtures/scripted-controller", "-ldflags=-s -w")
 	const executables, processes = 30, 100
 	dir := t.TempDir()
@@ -344,16 +359,9 @@ func TestRunHundredProcessesAtOnce(t *testing.T) {
 	}
 	createRequeueing(t, env, "tick", time.Second)
 
-	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "--output", "json")
-	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
-	spans := newSpanStream()
-	var logs testkit.LogBuffer
-	cmd.Stdout, cmd.Stderr = spans, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitLogged(t, &logs, "the agent to run", func() bool { return strings.Contains(logs.String(), `"msg":"reconscope agent running"`) })
+	a := startAgent(t, "run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "-o", "json")
+	spans, logs := a.spans, a.logs
+	waitLogged(t, logs, "the agent to run", func() bool { return strings.Contains(logs.String(), `"msg":"reconscope agent running"`) })
 
 	// Light fixtures: one OS thread each for Go code, a small heap goal.
 	procs := make([]*testenv.Process, processes)
@@ -397,7 +405,7 @@ func TestRunHundredProcessesAtOnce(t *testing.T) {
 			t.Errorf("process %d (pid %d): spans %d, none of a reconcile in its ground truth", i, p.PID(), len(spans.of(p.PID())))
 			continue
 		}
-		c, all := waitTruthSpans(t, &logs, spans, p.PID(), truths[i], first.Start, cutoff)
+		c, all := waitTruthSpans(t, logs, spans, p.PID(), truths[i], first.Start, cutoff)
 		checked += c.checked
 		for _, r := range all {
 			if r.Start.Before(first.Start) {
@@ -427,9 +435,8 @@ func TestRunHundredProcessesAtOnce(t *testing.T) {
 			t.Errorf("process %d (pid %d) exit: %v", i, procs[i].PID(), err)
 		}
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("agent exit: %v", err)
+	if err := a.Stop(); err != nil {
+		t.Errorf("agent exit on SIGTERM: %v", err)
 	}
 }
 
@@ -489,11 +496,8 @@ func setCgroup(t *testing.T, dir, file string, v int64) {
 // as a container's process is: a shell joins the cgroup, then execs the agent.
 func agentInCgroup(t *testing.T, name, agent, dir string, args ...string) (*testenv.Process, *spanStream, *testkit.LogBuffer) {
 	t.Helper()
-	cmd := exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, dir, agent}, args...)...)
-	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
-	spans, logs := newSpanStream(), &testkit.LogBuffer{}
-	cmd.Stdout, cmd.Stderr = spans, logs
-	return testenv.StartProcess(t, name, cmd), spans, logs
+	a := startAgentCommand(t, name, exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, dir, agent}, args...)...))
+	return a.Process, a.spans, a.logs
 }
 
 // TestRunAgentOOMKilled: the agent runs in a memory cgroup, as in its pod, tracing a
@@ -508,7 +512,7 @@ func TestRunAgentOOMKilled(t *testing.T) {
 	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig, "--ground-truth", truthFile))
 	createRequeueing(t, env, "tick", 500*time.Millisecond)
-	args := []string{"run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "--output", "json"}
+	args := []string{"run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "-o", "json"}
 
 	first, spans, logs := agentInCgroup(t, "reconscope-agent-1", agent, memcg, args...)
 	waitLogged(t, logs, "the agent to trace the fixture", func() bool {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -52,6 +51,42 @@ func agentWithFixture(t *testing.T, opts testenv.Options) (string, *testenv.Env,
 	}
 	env := testenv.Start(t, opts)
 	return agent, env, testkit.Build(t, "./test/fixtures/scripted-controller")
+}
+
+// agentProcess is a reconscope-agent a test started: its process, the spans of its standard
+// output (-o json) and its log (standard error).
+type agentProcess struct {
+	*testenv.Process
+	spans *spanStream
+	logs  *testkit.LogBuffer
+}
+
+// startAgent starts reconscope-agent with args, outside any pod (no in-cluster API server, no
+// NODE_NAME: --kubeconfig and --node-name say them). Its standard output is read as a span
+// stream and its standard error kept as its log; it is stopped when the test ends, if still
+// running, and every line of its output must have been a JSON span of exporter.SpanSchema.
+func startAgent(t *testing.T, args ...string) *agentProcess {
+	t.Helper()
+	agent, err := agentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startAgentCommand(t, "reconscope-agent", exec.Command(agent, args...))
+}
+
+// startAgentCommand is startAgent for a command that runs the agent (a shell that execs it).
+func startAgentCommand(t *testing.T, name string, cmd *exec.Cmd) *agentProcess {
+	t.Helper()
+	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
+	a := &agentProcess{spans: newSpanStream(), logs: &testkit.LogBuffer{}}
+	cmd.Stdout, cmd.Stderr = a.spans, a.logs
+	a.Process = testenv.StartProcess(t, name, cmd)
+	t.Cleanup(func() {
+		if lines := a.spans.unschemedLines(); len(lines) > 0 {
+			t.Errorf("%s wrote lines that are no JSON span of schema %s: %q", name, exporter.SpanSchema, lines)
+		}
+	})
+	return a
 }
 
 func freePort(t *testing.T) string {
@@ -272,37 +307,34 @@ func TestRunDaemonSetMode(t *testing.T) {
 // TestRunWithoutAPI: with no API access the agent keeps tracing, says so once, and spans
 // carry host metadata only.
 func TestRunWithoutAPI(t *testing.T) {
-	agent, env, fixture := agentWithFixture(t, testenv.Options{})
+	_, env, fixture := agentWithFixture(t, testenv.Options{})
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
-	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "--output", "json")
-	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
-	p := testenv.StartProcess(t, "reconscope-agent", cmd)
+	a := startAgent(t, "run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "-o", "json")
 	// The reconcile must come after the agent attached (on a loaded machine that takes seconds).
-	p.WaitStderr(t, regexp.MustCompile(fmt.Sprintf(`"msg":"(tracing)","pid":%d,`, ctl.PID())))
+	waitLogged(t, a.logs, "the agent to trace the fixture", func() bool {
+		return strings.Contains(a.logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d,`, ctl.PID()))
+	})
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "no-api",
 		Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
 	if err := env.Client.Create(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
-	var out []byte
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		out, _ = os.ReadFile(p.StdoutPath())
-		if bytes.Contains(out, []byte(`"name":"no-api"`)) {
+		if strings.Contains(a.spans.String(), `"name":"no-api"`) {
 			break
 		}
 	}
-	if err := p.Stop(); err != nil {
+	if err := a.Stop(); err != nil {
 		t.Fatalf("agent: %v", err)
 	}
-	out, _ = os.ReadFile(p.StdoutPath())
-	logs, _ := os.ReadFile(p.StderrPath())
-	if n := bytes.Count(logs, []byte("kubernetes metadata unavailable")); n != 1 {
+	out, logs := a.spans.String(), a.logs.String()
+	if n := strings.Count(logs, "kubernetes metadata unavailable"); n != 1 {
 		t.Errorf("said %d times that there is no API access, want once:\n%s", n, logs)
 	}
-	if !bytes.Contains(out, []byte(`"name":"no-api"`)) || !bytes.Contains(out, []byte(fmt.Sprintf(`"pid":%d`, ctl.PID()))) {
+	if !strings.Contains(out, `"name":"no-api"`) || !strings.Contains(out, fmt.Sprintf(`"pid":%d`, ctl.PID())) {
 		t.Errorf("no span for the fixture without API access; stdout:\n%s\nlogs:\n%s", out, logs)
 	}
-	if bytes.Contains(out, []byte(`"pod":"default/`)) {
+	if strings.Contains(out, `"pod":"default/`) {
 		t.Errorf("pod metadata without API access?\n%s", out)
 	}
 }
@@ -328,15 +360,9 @@ func httpGet(t *testing.T, url string) string {
 // TestRunFindsNewProcessOnExec: with an hour between /proc scans, a controller started after
 // the agent is traced all the same: its exec prompts a scan.
 func TestRunFindsNewProcessOnExec(t *testing.T) {
-	agent, env, fixture := agentWithFixture(t, testenv.Options{})
-	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "1h", "--log-format", "json")
-	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
-	var logs testkit.LogBuffer
-	cmd.Stderr = &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	_, env, fixture := agentWithFixture(t, testenv.Options{})
+	a := startAgent(t, "run", "--metrics-addr", "", "--scan-interval", "1h", "--log-format", "json")
+	logs := a.logs
 	waitLog := func(what string) bool {
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
@@ -354,9 +380,8 @@ func TestRunFindsNewProcessOnExec(t *testing.T) {
 	if !waitLog(fmt.Sprintf(`"msg":"tracing","pid":%d`, ctl.PID())) {
 		t.Fatalf("the fixture (pid %d), started after the agent, was not traced without a /proc scan:\n%s", ctl.PID(), logs.String())
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("agent exit: %v", err)
+	if err := a.Stop(); err != nil {
+		t.Errorf("agent exit on SIGTERM: %v", err)
 	}
 }
 
@@ -463,7 +488,7 @@ func (p *apiProxy) down() {
 // TestRunAPIServerDown: the API server becomes unreachable for the agent and comes back. The
 // agent says so once each way and keeps tracing throughout, with the pod metadata it had.
 func TestRunAPIServerDown(t *testing.T) {
-	agent, env, fixture := agentWithFixture(t, testenv.Options{})
+	_, env, fixture := agentWithFixture(t, testenv.Options{})
 	ctx := context.Background()
 	const node = "node-1"
 	ctl := fixtureInPod(t, env, fixture, node, "operator-1", strings.Repeat("cd34", 16))
@@ -483,14 +508,9 @@ func TestRunAPIServerDown(t *testing.T) {
 	if err := os.WriteFile(agentKubeconfig, []byte(strings.ReplaceAll(string(kc), "https://"+target, "https://"+proxy.addr)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(agent, "run", "--kubeconfig", agentKubeconfig, "--node-name", node, "--metrics-addr", "",
-		"--scan-interval", "200ms", "--log-format", "json", "--output", "json")
-	var out, logs testkit.LogBuffer
-	cmd.Stdout, cmd.Stderr = &out, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	a := startAgent(t, "run", "--kubeconfig", agentKubeconfig, "--node-name", node, "--metrics-addr", "",
+		"--scan-interval", "200ms", "--log-format", "json", "-o", "json")
+	out, logs := a.spans, a.logs
 	reconcile := func(name string) {
 		t.Helper()
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
@@ -498,32 +518,31 @@ func TestRunAPIServerDown(t *testing.T) {
 		if err := env.Client.Create(ctx, cm); err != nil {
 			t.Fatal(err)
 		}
-		waitLogged(t, &logs, "a span of "+name+" with its pod", func() bool {
+		waitLogged(t, logs, "a span of "+name+" with its pod", func() bool {
 			return strings.Contains(out.String(), `"name":"`+name+`"`) &&
 				strings.Contains(out.String(), `"pod":"default/operator-1","container":"manager"`)
 		})
 	}
-	waitLogged(t, &logs, "the agent to trace the fixture", func() bool {
+	waitLogged(t, logs, "the agent to trace the fixture", func() bool {
 		return strings.Contains(logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d`, ctl.PID())) &&
 			strings.Contains(logs.String(), `"pod":"default/operator-1"`)
 	})
 	reconcile("before")
 
 	proxy.down()
-	waitLogged(t, &logs, "the agent to notice the API server is gone", func() bool {
+	waitLogged(t, logs, "the agent to notice the API server is gone", func() bool {
 		return strings.Contains(logs.String(), "kubernetes metadata unavailable")
 	})
 	reconcile("during") // tracing goes on, with the metadata it had
 
 	proxy.up(t)
-	waitLogged(t, &logs, "the agent to notice the API server is back", func() bool {
+	waitLogged(t, logs, "the agent to notice the API server is back", func() bool {
 		return strings.Contains(logs.String(), "kubernetes metadata available again")
 	})
 	reconcile("after")
 
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("agent exit: %v", err)
+	if err := a.Stop(); err != nil {
+		t.Errorf("agent exit on SIGTERM: %v", err)
 	}
 	for _, msg := range []string{"kubernetes metadata unavailable", "kubernetes metadata available again"} {
 		if n := strings.Count(logs.String(), msg); n != 1 {
@@ -538,27 +557,21 @@ func TestRunAPIServerDown(t *testing.T) {
 // at exec. Its ground truth is compared with the spans, reconcile ID by reconcile ID, and with
 // its own controller_runtime_reconcile_total.
 func TestRunTracesNewProcessFromItsFirstReconcile(t *testing.T) {
-	agent, env, fixture := agentWithFixture(t, testenv.Options{})
+	_, env, fixture := agentWithFixture(t, testenv.Options{})
 	const objects = 30
 	createSucceeding(t, env, "cm-%02d", objects)
 	first := testenv.StartProcess(t, "scripted-1", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
 
-	cmd := exec.Command(agent, "run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "--output", "json")
-	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=", "NODE_NAME=")
-	var out, logs testkit.LogBuffer
-	cmd.Stdout, cmd.Stderr = &out, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	waitLogged(t, &logs, "the agent to trace the first process", func() bool {
+	a := startAgent(t, "run", "--metrics-addr", "", "--scan-interval", "200ms", "--log-format", "json", "-o", "json")
+	out, logs := a.spans, a.logs
+	waitLogged(t, logs, "the agent to trace the first process", func() bool {
 		return strings.Contains(logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d`, first.PID()))
 	})
 
 	truthFile := filepath.Join(t.TempDir(), "truth.jsonl")
 	second := testenv.StartProcess(t, "scripted-2", exec.Command(fixture, "--kubeconfig", env.Kubeconfig,
 		"--ground-truth", truthFile, "--metrics-bind-address", "127.0.0.1:0"))
-	truths, byID := waitSpansOfTruth(t, &logs, &out, truthFile, second.PID(), objects)
+	truths, byID := waitSpansOfTruth(t, logs, out, truthFile, second.PID(), objects)
 	// The process's own count, from its start, agrees.
 	addr := second.WaitStderr(t, regexp.MustCompile(`metrics listening on (\S+)`))
 	body := httpGet(t, "http://"+addr+"/metrics")
@@ -567,9 +580,8 @@ func TestRunTracesNewProcessFromItsFirstReconcile(t *testing.T) {
 		t.Errorf("the second process's metrics lack %q (it reconciled %d times by its ground truth)", want, len(truths))
 	}
 	t.Logf("second process: %d reconciles in its initial sync, %d spans", len(truths), len(byID))
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("agent exit: %v", err)
+	if err := a.Stop(); err != nil {
+		t.Errorf("agent exit on SIGTERM: %v", err)
 	}
 }
 
