@@ -182,6 +182,7 @@ func TestChartSchemaRejectsTypos(t *testing.T) {
 		{"updateStrategy.type=Recreate", "updateStrategy"},
 		{"prometheusRule.for.ReconscopeAgentDwn=1m", "ReconscopeAgentDwn"},
 		{"prometheusRule.for.ReconscopeAgentDown=5 minutes", "ReconscopeAgentDown"},
+		{"extraArgs[0]=-scan-interval=5s", "extraArgs"}, // a long flag takes two dashes
 	} {
 		cmd := exec.Command(helm, "template", "reconscope", chartDir, "--set", tt.set)
 		out, err := cmd.CombinedOutput()
@@ -410,7 +411,8 @@ func agentRunFlags(t *testing.T) map[string]bool {
 		t.Fatalf("reconscope-agent run --help: %v", err)
 	}
 	flags := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
+	// pflag's listing: "  -o, --output string" or "      --config string".
+	for _, m := range regexp.MustCompile(`(?m)^(?:  -[a-z], |      )--([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
 		flags[m[1]] = true
 	}
 	if len(flags) < 10 {
@@ -508,8 +510,8 @@ prometheusRule:
 
 	flags := agentRunFlags(t)
 	for _, a := range c.Args[1:] {
-		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if !flags[name] {
+		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || !flags[name] {
 			t.Errorf("the chart passes %s, which reconscope-agent run does not have", a)
 		}
 	}
