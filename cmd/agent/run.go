@@ -45,14 +45,14 @@ reconscope's floor (Linux 5.15) it traces nothing, says which feature is missing
 stays up with /readyz answering 503 and the reason, and /metrics serving
 reconscope_tracing{reason="kernel_below_floor"} 0 (1 when it traces).
 
-Every flag can also be set in the environment (Environment, below). Which processes are
-traced can be narrowed with --config, a YAML file of include/exclude rules on namespace, pod
-labels, container name and executable, and which of their controllers' spans are kept by
-controller name (docs/daemonset.md). Its detail section (detail: {default: LEVEL,
-controllers: [{controller: GLOB, detail: LEVEL}]}) sets --detail and --detail-for, winning over
-them, and is reloaded while the agent runs (read every 2s): the reconciles in flight keep the
-level they began with (docs/probes.md, "Per-controller detail"); include and exclude are read
-at start.`
+Which processes are traced can be narrowed with --config, a YAML file of include/exclude rules
+on namespace, pod labels, container name and executable, and which of their controllers' spans
+are kept by controller name (docs/daemonset.md). The file sets no flag but one pair: its detail
+section (detail: {default: LEVEL, controllers: [{controller: GLOB, detail: LEVEL}]}) sets
+--detail and --detail-for, winning over them, and is reloaded while the agent runs (read every
+2s): the reconciles in flight keep the level they began with (docs/probes.md, "Per-controller
+detail"); include and exclude are read at start. The environment can set every flag
+(Environment, below).`
 
 func runCommand(stdout, stderr io.Writer) *cobra.Command {
 	cmd := newCommand("run", runSummary)

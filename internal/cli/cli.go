@@ -187,8 +187,8 @@ func printHelp(cmd *cobra.Command, _ []string) {
 	if prefix, ok := cmd.Annotations[envAnnotation]; ok {
 		fmt.Fprintf(out, "\nEnvironment:\n"+
 			"  Every flag can also be set as %s<FLAG>, the flag's name in upper case with '_' for\n"+
-			"  '-' (%s). A flag on the command line wins over the environment, which wins over\n"+
-			"  the default. A repeatable flag takes one value from the environment.\n",
+			"  '-' (%s). The command line wins over the environment,\n"+
+			"  which wins over the default; a repeatable flag takes one value from the environment.\n",
 			prefix, envExample(cmd, prefix))
 	}
 }
