@@ -12,7 +12,9 @@ import (
 // fraction of its cost per span (BenchmarkJSONWriter); TestAppendJSONMatchesEncodingJSON keeps
 // the two equal, for every field of JSONSpan.
 func AppendJSON(b []byte, j *JSONSpan) []byte {
-	b = append(b, `{"controller":`...)
+	b = append(b, `{"schema":`...)
+	b = appendString(b, j.Schema)
+	b = append(b, `,"controller":`...)
 	b = appendString(b, j.Controller)
 	b = append(b, `,"namespace":`...)
 	b = appendString(b, j.Namespace)
