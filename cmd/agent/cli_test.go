@@ -250,7 +250,7 @@ func otherValue(f *pflag.Flag) string {
 	special := map[string]string{
 		"detail": "calls", "goroutine-inheritance": "off", "output": "json", "log-level": "debug", "log-format": "json",
 		"error-messages": "drop", "otlp-protocol": "grpc", "probe": "example.com/c.(*C).sync=controller:c",
-		"detail-for": "deploy*=calls", "controller": "deployment", "pid": "42",
+		"detail-for": "deploy*=calls", "controller": "deployment", "pid": "42", "detail-switch-when": "p99",
 	}
 	if v, ok := special[f.Name]; ok {
 		return v

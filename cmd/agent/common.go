@@ -193,7 +193,9 @@ func addDetailFlag(fs *pflag.FlagSet, d *probes.Detail) {
 func completeTracerFlags(cmd *cobra.Command) {
 	cli.Complete(cmd, "detail", probes.DetailReconcile.String(), probes.DetailCalls.String())
 	cli.Complete(cmd, "goroutine-inheritance", probes.InheritAuto.String(), probes.InheritOff.String())
-	cli.Complete(cmd, "detail-switch-when", detail.SwitchWhenReconcile.String(), detail.SwitchWhenP99.String())
+	if cmd.Flags().Lookup("detail-switch-when") != nil { // trace and run; inspect has no switch
+		cli.Complete(cmd, "detail-switch-when", detail.SwitchWhenReconcile.String(), detail.SwitchWhenP99.String())
+	}
 }
 
 // offWhenZero turns --fight-alternations and --hot-loop-chain into span.Options'
