@@ -294,30 +294,13 @@ func TestDetailSwitchOnSlowReconcile(t *testing.T) {
 	f.stop(t)
 	spans := f.sink.Snapshot()
 	exact := testkit.Compare(t, recs, spans, testkit.Match{Wall: f.clock.Wall, Slack: 500 * time.Millisecond})
-	slices.SortFunc(spans, func(a, b span.Span) int { return cmp.Compare(a.Start, b.Start) })
-	var runs []bool
-	with := 0
-	for _, s := range spans {
-		calls := len(s.Calls) > 0
-		if calls {
-			with++
-		}
-		if calls && f.clock.Wall(s.Start).Before(slowEnd) {
-			t.Errorf("%s/%s began %v before the slow reconcile ended and has %d calls", s.Namespace, s.Name, slowEnd.Sub(f.clock.Wall(s.Start)), len(s.Calls))
-		}
-		if len(runs) == 0 || runs[len(runs)-1] != calls {
-			runs = append(runs, calls)
-		}
-	}
-	if !slices.Equal(runs, []bool{false, true}) {
-		t.Errorf("spans in start order, with calls or not: %v; want none, then calls", runs)
-	}
+	with := switchedAfter(t, spans, f.clock.Wall, slowEnd, "the slow reconcile")
 	mu.Lock()
 	if !slices.Equal(switches, []string{"scripted=calls"}) {
 		t.Errorf("switches %v, want scripted to calls", switches)
 	}
 	mu.Unlock()
-	t.Logf("%d reconciles, %d spans (%d exact), %d with calls; detail runs %v", len(recs), len(spans), exact, with, runs)
+	t.Logf("%d reconciles, %d spans (%d exact), %d with calls", len(recs), len(spans), exact, with)
 }
 
 // TestDetailSwitchOnSlowP99 is TestDetailSwitchOnSlowReconcile with the switch on the p99 of
@@ -391,6 +374,15 @@ func TestDetailSwitchOnSlowP99(t *testing.T) {
 	f.stop(t)
 	spans := f.sink.Snapshot()
 	exact := testkit.Compare(t, recs, spans, testkit.Match{Wall: f.clock.Wall, Slack: 500 * time.Millisecond})
+	with := switchedAfter(t, spans, f.clock.Wall, slow2End, "the second slow reconcile")
+	t.Logf("%d reconciles, %d spans (%d exact), %d with calls", len(recs), len(spans), exact, with)
+}
+
+// switchedAfter checks spans after a switch to calls detail when the reconcile named what ended
+// at end: none begun before end has calls, and in start order the spans are without calls, then
+// with. It returns how many have calls.
+func switchedAfter(t *testing.T, spans []span.Span, wall func(uint64) time.Time, end time.Time, what string) int {
+	t.Helper()
 	slices.SortFunc(spans, func(a, b span.Span) int { return cmp.Compare(a.Start, b.Start) })
 	var runs []bool
 	with := 0
@@ -399,8 +391,8 @@ func TestDetailSwitchOnSlowP99(t *testing.T) {
 		if calls {
 			with++
 		}
-		if calls && f.clock.Wall(s.Start).Before(slow2End) {
-			t.Errorf("%s/%s began %v before the second slow reconcile ended and has %d calls", s.Namespace, s.Name, slow2End.Sub(f.clock.Wall(s.Start)), len(s.Calls))
+		if calls && wall(s.Start).Before(end) {
+			t.Errorf("%s/%s began %v before %s ended and has %d calls", s.Namespace, s.Name, end.Sub(wall(s.Start)), what, len(s.Calls))
 		}
 		if len(runs) == 0 || runs[len(runs)-1] != calls {
 			runs = append(runs, calls)
@@ -409,5 +401,5 @@ func TestDetailSwitchOnSlowP99(t *testing.T) {
 	if !slices.Equal(runs, []bool{false, true}) {
 		t.Errorf("spans in start order, with calls or not: %v; want none, then calls", runs)
 	}
-	t.Logf("%d reconciles, %d spans (%d exact), %d with calls; detail runs %v", len(recs), len(spans), exact, with, runs)
+	return with
 }
