@@ -285,7 +285,8 @@ func queueAdd(r *Raw, ns, name string, after time.Duration) span.Event {
 	e := base(r, span.QueueAdd)
 	e.Namespace, e.Name = ns, name
 	e.RequeueAfter = after
-	e.Worker = r.Worker // the function that added
+	e.Worker = r.Worker   // the function that added
+	e.QueueID = r.Args[0] // the queue added to (the receiver): a Done of its items names it
 	return e
 }
 

@@ -234,7 +234,7 @@ func (a *Assembler) Add(e Event) {
 		a.callEnd(k, e)
 	case QueueAdd:
 		ok := objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}
-		if q := a.queues.entry(ok, e.Time); q != nil {
+		if q := a.queues.entry(ok, e.QueueID, e.Time); q != nil {
 			q.triggers.add(a.triggers.classify(k, &e, ok, a.open[k]))
 			q.add(&e)
 		}
@@ -319,8 +319,8 @@ func (a *Assembler) start(k goroutineKey, e Event) {
 	}
 	o := a.newOpen(e)
 	o.key = k
-	if !e.Queue { // a work-queue item's object is known at its Done
-		a.queues.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+	if !e.Queue { // a work-queue item's object and queue are known at its Done
+		a.queues.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}, 0)
 	}
 	a.open[k] = o
 	a.byStart[spanKey{pid: e.PID, start: e.Time}] = o

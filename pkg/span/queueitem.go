@@ -6,28 +6,38 @@ package span
 // enrich makes the work-queue item o the span of the handler whose entry e is, which runs
 // inside it: the handler's object, reconcile ID and times are the span's, and its result when
 // it returns; its controller too, unless the queue's name is known (queueEnd). One span, not
-// two.
+// two. Its queue wait is known at its Done, which names its queue.
 func (a *Assembler) enrich(o *openSpan, e Event) {
 	o.handler = true
 	o.span.Controller, o.span.Namespace, o.span.Name, o.span.ReconcileID = e.Controller, e.Namespace, e.Name, e.ReconcileID
 	o.span.Start = e.Time
 	o.span.Incomplete = o.span.Incomplete || e.Incomplete
-	a.queues.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
 }
 
 // queueEnd completes a work-queue item's span at its Done (e): the queue's name is its
-// controller, the item its object, and its result what the worker did with it, unless a
-// handler ran inside it, whose fields and return are the span's.
+// controller, the item its object, its queue wait that of the adds to its queue, and its
+// result what the worker did with it, unless a handler ran inside it, whose fields are the
+// span's, and whose return is its result when it failed or a worker did nothing more with the
+// item: a handler that returned nil and whose worker requeued the item (kube-controller-
+// manager's deployment and cronjob controllers add their item again after a delay from inside
+// the handler) is the worker's requeue, as at detail reconcile, where no handler is seen.
 func (a *Assembler) queueEnd(o *openSpan, e Event) Event {
 	if o.handler {
 		if name := a.names.of(e.PID, e.QueueID); name != "" {
 			o.span.Controller = name // as the queue's workqueue_* metrics name it
 		}
-		if o.handlerEnd != nil {
-			return *o.handlerEnd
+		if o.span.Name != "" {
+			a.queues.serve(o, objectKey{pid: e.PID, namespace: o.span.Namespace, name: o.span.Name}, e.QueueID)
 		}
-		e.Incomplete = true // the handler's return was not seen
-		return e
+		if o.handlerEnd == nil {
+			e.Incomplete = true // the handler's return was not seen
+			return e
+		}
+		end := *o.handlerEnd
+		if end.Result == ResultSuccess {
+			o.itemResult(&end)
+		}
+		return end
 	}
 	s := &o.span
 	s.Controller = a.names.of(e.PID, e.QueueID)
@@ -39,8 +49,17 @@ func (a *Assembler) queueEnd(o *openSpan, e Event) Event {
 	}
 	s.Namespace, s.Name, s.ItemType = e.Namespace, e.Name, e.ItemType
 	if s.Name != "" {
-		a.queues.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name})
+		a.queues.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}, e.QueueID)
 	}
+	e.Result = ResultSuccess
+	o.itemResult(&e)
+	return e
+}
+
+// itemResult sets e's result from what the worker did with the item o before its Done: a
+// retry (AddRateLimited) is an error, an add after a delay a requeue after it, an add a
+// requeue; e's result stays when it did none of these.
+func (o *openSpan) itemResult(e *Event) {
 	switch {
 	case o.retry:
 		e.Result = ResultError
@@ -50,10 +69,7 @@ func (a *Assembler) queueEnd(o *openSpan, e Event) Event {
 		e.Result = ResultRequeue
 	case o.requeued:
 		e.Result, e.Incomplete = ResultRequeueAfter, true // a delay not read
-	default:
-		e.Result = ResultSuccess
 	}
-	return e
 }
 
 // UnnamedQueue is the controller of a work-queue item whose queue's name is not known (a queue

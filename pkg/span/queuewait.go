@@ -2,27 +2,38 @@ package span
 
 import (
 	"maps"
+	"slices"
 	"time"
 )
 
 // queueWait is the assembler's part that measures how long an object waited in its work
 // queue before a reconcile served it (Span.QueueWait, Span.Backoff): the adds not yet served,
-// per object, and the rate-limiter delays being computed. Its state is its own.
+// per object and queue, and the rate-limiter delays being computed. Its state is its own.
+//
+// One process often has several queues of the same keys: kube-controller-manager's
+// serviceaccount and root_ca_cert_publisher controllers both queue a namespace's name, its
+// deployment, disruption and endpoint controllers a Deployment's and its Service's. An add is
+// therefore kept with its queue (Event.QueueID: the queue the add was made on, the one a
+// work-queue item's Done names) and served by a reconcile of that queue; a reconcile whose
+// queue is not known (0: controller-runtime's Reconcile, which does not see its queue) is
+// served by the first of its object's queues that made it ready, and an add whose queue is
+// not known by a reconcile of any queue.
 type queueWait struct {
-	max    int                   // bound on each map (Options.MaxOpen)
-	queued map[objectKey]*queued // unserved work-queue adds per object
+	max    int                     // bound on each map (Options.MaxOpen)
+	queued map[objectKey][]*queued // unserved work-queue adds per object, one per queue
 	// limiting: the key whose rate-limiter delay is being computed, per goroutine, and how
 	// deep (a limiter may ask others: MaxOf).
 	limiting map[goroutineKey]limiting
 }
 
 func newQueueWait(bound int) queueWait {
-	return queueWait{max: bound, queued: map[objectKey]*queued{}, limiting: map[goroutineKey]limiting{}}
+	return queueWait{max: bound, queued: map[objectKey][]*queued{}, limiting: map[goroutineKey]limiting{}}
 }
 
 // queued is what the assembler knows of an object waiting in a work queue: the adds not yet
 // served by a reconcile.
 type queued struct {
+	queue uint64 // the queue (Event.QueueID), 0 when not known
 	added uint64 // the first such add (monotonic ns)
 	// ready is the earliest moment one of them made the object ready (add time plus its delay),
 	// when readyKnown. The queue keeps the earliest: an add that is ready now absorbs a
@@ -47,17 +58,20 @@ func (q *queued) readyAt(t uint64) {
 	}
 }
 
-// entry returns the adds of object ok waiting to be served, made at time t if there were
-// none; nil when there is no room for another object.
-func (w *queueWait) entry(ok objectKey, t uint64) *queued {
-	q := w.queued[ok]
-	if q == nil {
-		if len(w.queued) >= w.max {
-			return nil
+// entry returns the adds of object ok waiting in queue to be served, made at time t if there
+// were none; nil when there is no room for another object.
+func (w *queueWait) entry(ok objectKey, queue uint64, t uint64) *queued {
+	qs := w.queued[ok]
+	for _, q := range qs {
+		if q.queue == queue {
+			return q
 		}
-		q = &queued{added: t}
-		w.queued[ok] = q
 	}
+	if qs == nil && len(w.queued) >= w.max {
+		return nil
+	}
+	q := &queued{queue: queue, added: t}
+	w.queued[ok] = append(qs, q)
 	return q
 }
 
@@ -98,24 +112,47 @@ func (w *queueWait) limitEnd(k goroutineKey, e *Event) {
 		return
 	}
 	delete(w.limiting, k)
-	if q := w.queued[l.key]; q != nil && q.limited > 0 {
-		q.limited--
-		q.readyAt(e.Time + uint64(max(e.RequeueAfter, 0)))
+	// A rate limiter does not see its queue: its delay goes to the first of the object's
+	// queues that waits for one (two queues rarely back off one key at the same moment).
+	for _, q := range w.queued[l.key] {
+		if q.limited > 0 {
+			q.limited--
+			q.readyAt(e.Time + uint64(max(e.RequeueAfter, 0)))
+			return
+		}
 	}
 }
 
-// serve gives s, a reconcile of the object ok that began at s.Start, the wait of the adds it
-// serves: those that made the object ready by then. An object not ready yet at the start is
-// another queue's (one process may run controllers whose keys coincide) or its ready add was
-// not seen: its adds stay for a later reconcile. An object whose only adds are rate-limited
-// ones whose delay was not seen (a rate limiter reconscope does not probe) is served too: all
-// its wait counts as backoff, for its ready time is not known.
-func (w *queueWait) serve(o *openSpan, ok objectKey) {
-	s := &o.span
-	q := w.queued[ok]
-	if q == nil {
-		return
+// serve gives s, a reconcile of the object ok from queue (0: not known) that began at
+// s.Start, the wait of the adds it serves: those of its queue (or of a queue not known) that
+// made the object ready by then; of a reconcile whose queue is not known, those of the first
+// of the object's queues that did. Adds not ready yet at the start are another reconcile's or
+// their ready add was not seen: they stay for a later reconcile. An object whose only adds are
+// rate-limited ones whose delay was not seen (a rate limiter reconscope does not probe) is
+// served too: all its wait counts as backoff, for its ready time is not known.
+func (w *queueWait) serve(o *openSpan, ok objectKey, queue uint64) {
+	qs := w.queued[ok]
+	for _, exact := range []bool{true, false} {
+		for i, q := range qs {
+			if (exact && q.queue != queue) || (!exact && queue != 0 && q.queue != 0) {
+				continue
+			}
+			if q.served(&o.span) {
+				o.triggers = q.triggers
+				if qs = slices.Delete(qs, i, i+1); len(qs) == 0 {
+					delete(w.queued, ok)
+				} else {
+					w.queued[ok] = qs
+				}
+				return
+			}
+		}
 	}
+}
+
+// served gives s the wait of q's adds, when they made its object ready by its start, and
+// says whether they did.
+func (q *queued) served(s *Span) bool {
 	switch {
 	case q.readyKnown && q.ready <= s.Start:
 		s.QueueWait = time.Duration(s.Start - q.ready)
@@ -125,28 +162,32 @@ func (w *queueWait) serve(o *openSpan, ok objectKey) {
 	case !q.readyKnown && q.added <= s.Start:
 		s.Backoff = time.Duration(s.Start - q.added)
 	default:
-		return
+		return false
 	}
-	o.triggers = q.triggers
-	delete(w.queued, ok)
+	return true
 }
 
 // expire forgets the adds no reconcile served within after of monotonic time now (another
 // controller's queue).
 func (w *queueWait) expire(now uint64, after time.Duration) {
-	for k, q := range w.queued {
-		ref := q.added
-		if q.readyKnown {
-			ref = q.ready
-		}
-		if now > ref && time.Duration(now-ref) > after {
+	for k, qs := range w.queued {
+		qs = slices.DeleteFunc(qs, func(q *queued) bool {
+			ref := q.added
+			if q.readyKnown {
+				ref = q.ready
+			}
+			return now > ref && time.Duration(now-ref) > after
+		})
+		if len(qs) == 0 {
 			delete(w.queued, k)
+		} else {
+			w.queued[k] = qs
 		}
 	}
 }
 
 // processExited forgets process pid's adds and limiters.
 func (w *queueWait) processExited(pid uint32) {
-	maps.DeleteFunc(w.queued, func(k objectKey, _ *queued) bool { return k.pid == pid })
+	maps.DeleteFunc(w.queued, func(k objectKey, _ []*queued) bool { return k.pid == pid })
 	maps.DeleteFunc(w.limiting, func(k goroutineKey, _ limiting) bool { return k.pid == pid })
 }

@@ -99,7 +99,8 @@ type Event struct {
 	ReconcileID string
 
 	// Queue marks the SpanStart and SpanEnd of a work-queue item (Get handed it to the
-	// worker, Done ended it); QueueID is the queue, on SpanEnd and QueueMade.
+	// worker, Done ended it); QueueID is the queue (its address), on SpanEnd, QueueMade and
+	// QueueAdd (0: not known).
 	Queue   bool
 	QueueID uint64
 	// Item is the work-queue item's identity on a work-queue item's SpanStart (Get) and

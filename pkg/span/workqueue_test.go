@@ -1,6 +1,7 @@
 package span
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -72,6 +73,22 @@ func TestWorkQueueSpans(t *testing.T) {
 			want: []Span{{Controller: "replicaset", Namespace: "ns", Name: "web-1", ReconcileID: "id", Result: ResultError, ErrorType: "*errors.StatusError", Start: 200, Duration: 300, Calls: make([]Call, 1)}},
 		},
 		{
+			name: "a handler that returned nil inside an item its worker requeued after a delay is a requeue after it, as without the handler",
+			events: [][]Event{named(1, 0xa0, "deployment"), queueItem(7, 100, 900, 0xa0, "web",
+				Event{Kind: SpanStart, Time: 200, Nested: true, SpanStartTime: 100, Controller: "dep-handler", Namespace: "ns", Name: "web"},
+				Event{Kind: QueueRequeue, Time: 300, RequeueAfter: 10 * time.Minute},
+				Event{Kind: SpanEnd, Time: 500, SpanStartTime: 100, Result: ResultSuccess})},
+			want: []Span{{Controller: "deployment", Namespace: "ns", Name: "web", Result: ResultRequeueAfter, RequeueAfter: 10 * time.Minute, Start: 200, Duration: 300}},
+		},
+		{
+			name: "a handler's error wins over the worker's requeue after a delay",
+			events: [][]Event{named(1, 0xa0, "namespace"), queueItem(7, 100, 900, 0xa0, "gone",
+				Event{Kind: SpanStart, Time: 200, Nested: true, SpanStartTime: 100, Controller: "ns-handler", Namespace: "ns", Name: "gone"},
+				Event{Kind: SpanEnd, Time: 500, SpanStartTime: 100, Result: ResultError, ErrorType: "*deletion.ResourcesRemainingError"},
+				Event{Kind: QueueRequeue, Time: 600, RequeueAfter: 8 * time.Second})},
+			want: []Span{{Controller: "namespace", Namespace: "ns", Name: "gone", Result: ResultError, ErrorType: "*deletion.ResourcesRemainingError", Start: 200, Duration: 300}},
+		},
+		{
 			name: "a handler inside an item of an unnamed queue names the span",
 			events: [][]Event{queueItem(7, 100, 900, 0xa0, "web-1",
 				Event{Kind: SpanStart, Time: 200, Nested: true, SpanStartTime: 100, Controller: "rs-handler", Namespace: "ns", Name: "web-1"},
@@ -116,5 +133,46 @@ func TestWorkQueueSpans(t *testing.T) {
 				t.Errorf("%d spans left open", a.Open())
 			}
 		})
+	}
+}
+
+// TestQueueWaitPerQueue: two queues of one process with the same key (kube-controller-manager's
+// serviceaccount and root_ca_cert_publisher controllers both queue a namespace's name), each
+// added to at another time. Each item's queue wait is from its own queue's add, whichever queue
+// serves first, with and without a handler inside the item (detail calls and reconcile).
+func TestQueueWaitPerQueue(t *testing.T) {
+	add := func(tm, q uint64) Event {
+		return Event{Kind: QueueAdd, PID: 1, Goid: 3, Time: tm, QueueID: q, Name: "kube-public"}
+	}
+	handler := func(tm uint64, start uint64) []Event {
+		return []Event{{Kind: SpanStart, Time: tm, Nested: true, SpanStartTime: start, Controller: "handler", Name: "kube-public"},
+			{Kind: SpanEnd, Time: tm + 10, SpanStartTime: start, Result: ResultSuccess}}
+	}
+	item := func(goid int64, start, end, q uint64, between ...Event) []Event {
+		evs := queueItem(goid, start, end, q, "kube-public", between...)
+		evs[len(evs)-1].Namespace = ""
+		return evs
+	}
+	for _, withHandler := range []bool{false, true} {
+		var inA, inB []Event
+		if withHandler {
+			inA, inB = handler(360, 350), handler(510, 500)
+		}
+		var got []Span
+		a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+		for _, e := range slices.Concat([]Event{add(100, 0xb0), add(300, 0xa0)}, item(7, 350, 400, 0xa0, inA...), item(8, 500, 600, 0xb0, inB...)) {
+			a.Add(e)
+		}
+		if len(got) != 2 {
+			t.Fatalf("handler %v: %d spans, want 2: %+v", withHandler, len(got), got)
+		}
+		wantA, wantB := time.Duration(50), time.Duration(400)
+		if withHandler {
+			wantA, wantB = 60, 410 // from the handler's entry, the span's start
+		}
+		if got[0].QueueWait != wantA || got[1].QueueWait != wantB {
+			t.Errorf("handler %v: queue waits %v (queue a, added at 300, served at %d) and %v (queue b, added at 100, served at %d), want %v and %v",
+				withHandler, got[0].QueueWait, got[0].Start, got[1].QueueWait, got[1].Start, wantA, wantB)
+		}
 	}
 }

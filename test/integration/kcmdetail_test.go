@@ -1,0 +1,147 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
+	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/tracer"
+	"github.com/reconscope/reconscope/test/testenv"
+)
+
+// TestKubeControllerManagerDetailsAgree traces the test bed's stripped kube-controller-manager
+// with all its default controllers from its exec by two tracers at once, one at detail
+// reconcile (the default: the work-queue item's bracket and what its worker did with it, the
+// sync handlers left out) and one at detail calls (the sync handlers and the API calls too),
+// while kcmWorkload runs. Both see the same reconciles: each span of one has exactly one span
+// of the other with the same controller, object, goroutine and start (within a millisecond:
+// the two tracers' programs run at the same probe hit, one after the other), the same result
+// and the same queue wait (within a millisecond), though keys of several queues coincide; the
+// work queues' own metrics are the ground truth of both (checkQueueSpans). What reconcile
+// detail gives up for kube-controller-manager is what the handler says: the error's type and
+// message, and, from the lister read at calls, the object's UID. Its result is what the worker
+// did with the item (AddRateLimited: error; AddAfter: requeue after its delay; else success),
+// which is the result at calls too unless the handler failed: then calls says error (with the
+// error), reconcile what the worker did.
+func TestKubeControllerManagerDetailsAgree(t *testing.T) {
+	bpftest.Require(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type traced struct {
+		tr   *tracer.Tracer
+		sink *testkit.Sink
+		stop func() error
+	}
+	var rec, calls traced
+	env := testenv.Start(t, testenv.Options{
+		ControllerManager:         []string{"*"},
+		StrippedControllerManager: true,
+		ControllerManagerFlags:    []string{"--authorization-always-allow-paths=/healthz,/metrics"},
+		BeforeControllerManager: func(path string) {
+			for _, x := range []struct {
+				to     *traced
+				detail probes.Detail
+			}{{&rec, probes.DetailReconcile}, {&calls, probes.DetailCalls}} {
+				tr, sink, plan := testenv.TraceExeWith(t, ctx, path, tracer.Options{Catalog: x.detail.Catalog(probes.Catalog())})
+				t.Logf("detail %s: attached %s", x.detail, plan)
+				*x.to = traced{tr, sink, testkit.Go(t, tr.Run)}
+			}
+		},
+	})
+	defer rec.tr.Close()
+	defer calls.tr.Close()
+
+	kcmWorkload(t, env.Client)
+	var recSpans, callsSpans []span.Span
+	counts := waitQueuesQuiet(t, "kube-controller-manager", env.ControllerManagerURL, 90*time.Second, func() error {
+		recSpans = spansOf(rec.sink.Snapshot(), env.ControllerManagerPID)
+		callsSpans = spansOf(calls.sink.Snapshot(), env.ControllerManagerPID)
+		return nil
+	})
+	for _, x := range []traced{rec, calls} {
+		if err := x.stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("reconcile", func(t *testing.T) { checkQueueSpans(t, env.ControllerManagerURL, counts, recSpans) })
+	t.Run("calls", func(t *testing.T) { checkQueueSpans(t, env.ControllerManagerURL, counts, callsSpans) })
+
+	// Each span at calls is paired with the span at reconcile of the same controller, object
+	// and goroutine whose start is nearest to its own.
+	type key struct {
+		controller, namespace, name string
+		goid                        int64
+	}
+	byKey := map[key][]int{}
+	for i, s := range recSpans {
+		k := key{s.Controller, s.Namespace, s.Name, s.Goid}
+		byKey[k] = append(byKey[k], i)
+	}
+	paired := make([]bool, len(recSpans))
+	var worstStart, worstWait time.Duration
+	same, handlerErrors, results := 0, 0, map[string]int{}
+	for _, c := range callsSpans {
+		k := key{c.Controller, c.Namespace, c.Name, c.Goid}
+		best, bestD := -1, time.Duration(0)
+		for _, i := range byKey[k] {
+			if paired[i] {
+				continue
+			}
+			if d := absDuration(time.Duration(int64(recSpans[i].Start) - int64(c.Start))); best < 0 || d < bestD {
+				best, bestD = i, d
+			}
+		}
+		if best < 0 || bestD > time.Millisecond {
+			t.Errorf("%s %s/%s (goroutine %d, %s, started at %d ns): a span at detail calls, none at detail reconcile", c.Controller, c.Namespace, c.Name, c.Goid, c.Result, c.Start)
+			continue
+		}
+		paired[best] = true
+		r := recSpans[best]
+		worstStart = max(worstStart, bestD)
+		dw := absDuration(r.QueueWait - c.QueueWait)
+		worstWait = max(worstWait, dw)
+		results[fmt.Sprintf("%s→%s", c.Result, r.Result)]++ // before a handler's error is set aside
+		if c.ErrorType != "" && r.Result != c.Result {
+			// The handler failed: detail calls says so, detail reconcile what the worker did
+			// with the item (AddRateLimited: error; kube-controller-manager's namespace
+			// controller waits for what remains with an AddAfter, its deployment controller
+			// drops errors of a terminating namespace).
+			handlerErrors++
+			c.Result, c.RequeueAfter = r.Result, r.RequeueAfter
+		}
+		if r.Result != c.Result || r.RequeueAfter != c.RequeueAfter || dw > time.Millisecond {
+			t.Errorf("%s %s/%s (goroutine %d): detail reconcile %s (after %v) waited %v, detail calls %s (after %v, %s %q) waited %v",
+				c.Controller, c.Namespace, c.Name, c.Goid, r.Result, r.RequeueAfter, r.QueueWait, c.Result, c.RequeueAfter, c.ErrorType, c.Error, c.QueueWait)
+			continue
+		}
+		same++
+	}
+	for i, r := range recSpans {
+		if !paired[i] {
+			t.Errorf("%s %s/%s (goroutine %d, %s, started at %d ns): a span at detail reconcile, none at detail calls", r.Controller, r.Namespace, r.Name, r.Goid, r.Result, r.Start)
+		}
+	}
+	var pairs []string
+	for p, n := range results {
+		pairs = append(pairs, fmt.Sprintf("%s %d", p, n))
+	}
+	sort.Strings(pairs)
+	t.Logf("%d spans at detail reconcile, %d at detail calls, %d the same (result, requeue delay, queue wait; %d whose handler failed and whose worker did not retry them compared by queue wait only); results calls→reconcile: %v; starts at most %v apart, queue waits %v",
+		len(recSpans), len(callsSpans), same, handlerErrors, pairs, worstStart, worstWait)
+	if same == 0 {
+		t.Error("no span the same at both details")
+	}
+}
+
+func absDuration(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
