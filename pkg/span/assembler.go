@@ -234,9 +234,8 @@ func (a *Assembler) Add(e Event) {
 		a.callEnd(k, e)
 	case QueueAdd:
 		ok := objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}
-		if q := a.queues.entry(ok, e.QueueID, e.Time); q != nil {
-			q.triggers.add(a.triggers.classify(k, &e, ok, a.open[k]))
-			q.add(&e)
+		if q := a.queues.entry(ok, e.QueueID); q != nil {
+			q.add(&e, a.triggers.classify(k, &e, ok, a.open[k]))
 		}
 	case WatchEvent:
 		a.triggers.watchEvent(k, &e)

@@ -30,21 +30,35 @@ func newQueueWait(bound int) queueWait {
 	return queueWait{max: bound, queued: map[objectKey][]*queued{}, limiting: map[goroutineKey]limiting{}}
 }
 
-// queued is what the assembler knows of an object waiting in a work queue: the adds not yet
-// served by a reconcile.
+// queued is what the assembler knows of an object waiting in one work queue: the adds not
+// yet served by a reconcile, in the order they came. Each is kept apart: a reconcile serves
+// the adds made by its start, and those made while it runs (its own writes' watch events,
+// which put its key back) are the next reconcile's, though the reconcile of a work-queue item
+// is known only at its end (Done).
 type queued struct {
 	queue uint64 // the queue (Event.QueueID), 0 when not known
-	added uint64 // the first such add (monotonic ns)
-	// ready is the earliest moment one of them made the object ready (add time plus its delay),
-	// when readyKnown. The queue keeps the earliest: an add that is ready now absorbs a
-	// delayed one (controller-runtime's priority queue), whichever came first.
+	adds  []pendingAdd
+}
+
+// maxPendingAdds bounds an object's adds kept apart in one queue; the last absorbs the later
+// ones (its ready time the earliest, its triggers dropped but counted).
+const maxPendingAdds = 2 * MaxTriggers
+
+// pendingAdd is one add (or, the last of a full queued, several) not yet served.
+type pendingAdd struct {
+	time uint64 // when it was made (monotonic ns)
+	// ready is when it made the object ready (its time plus its delay), when readyKnown. Of
+	// several adds the queue keeps the earliest: an add that is ready now absorbs a delayed
+	// one (controller-runtime's priority queue), whichever came first.
 	ready      uint64
 	readyKnown bool
-	// limited counts rate-limited adds whose delay the rate limiter has not yet been seen
+	// limited counts its rate-limited adds whose delay the rate limiter has not yet been seen
 	// to give.
 	limited int
-	// triggers says why each add happened.
-	triggers triggerSet
+	// trigger says why it happened; more counts the adds it absorbed, whose triggers are
+	// dropped.
+	trigger Trigger
+	more    int
 }
 
 type limiting struct {
@@ -52,15 +66,15 @@ type limiting struct {
 	depth int
 }
 
-func (q *queued) readyAt(t uint64) {
-	if !q.readyKnown || t < q.ready {
-		q.ready, q.readyKnown = t, true
+func (a *pendingAdd) readyAt(t uint64) {
+	if !a.readyKnown || t < a.ready {
+		a.ready, a.readyKnown = t, true
 	}
 }
 
-// entry returns the adds of object ok waiting in queue to be served, made at time t if there
+// entry returns the adds of object ok waiting in queue to be served, a new empty one if there
 // were none; nil when there is no room for another object.
-func (w *queueWait) entry(ok objectKey, queue uint64, t uint64) *queued {
+func (w *queueWait) entry(ok objectKey, queue uint64) *queued {
 	qs := w.queued[ok]
 	for _, q := range qs {
 		if q.queue == queue {
@@ -70,23 +84,31 @@ func (w *queueWait) entry(ok objectKey, queue uint64, t uint64) *queued {
 	if qs == nil && len(w.queued) >= w.max {
 		return nil
 	}
-	q := &queued{queue: queue, added: t}
+	q := &queued{queue: queue}
 	w.queued[ok] = append(qs, q)
 	return q
 }
 
-// add records the work-queue add e. A delayed add (After) is ready at its time plus the
-// delay; a rate-limited one when its rate limiter says (QueueLimitEnd), or, with an After
-// too, at the earlier of the two (as controller-runtime's priority queue does).
-func (q *queued) add(e *Event) {
+// add records the work-queue add e, made for trigger. A delayed add (After) is ready at its
+// time plus the delay; a rate-limited one when its rate limiter says (QueueLimitEnd), or, with
+// an After too, at the earlier of the two (as controller-runtime's priority queue does).
+func (q *queued) add(e *Event, trigger Trigger) {
+	var a *pendingAdd
+	if len(q.adds) < maxPendingAdds {
+		q.adds = append(q.adds, pendingAdd{time: e.Time, trigger: trigger})
+		a = &q.adds[len(q.adds)-1]
+	} else {
+		a = &q.adds[len(q.adds)-1]
+		a.more++
+	}
 	if e.RateLimited {
-		q.limited++
+		a.limited++
 		if e.RequeueAfter > 0 {
-			q.readyAt(e.Time + uint64(e.RequeueAfter))
+			a.readyAt(e.Time + uint64(e.RequeueAfter))
 		}
 		return
 	}
-	q.readyAt(e.Time + uint64(max(e.RequeueAfter, 0)))
+	a.readyAt(e.Time + uint64(max(e.RequeueAfter, 0)))
 }
 
 // limitStart: goroutine k's rate limiter computes the delay of e's object.
@@ -112,24 +134,28 @@ func (w *queueWait) limitEnd(k goroutineKey, e *Event) {
 		return
 	}
 	delete(w.limiting, k)
-	// A rate limiter does not see its queue: its delay goes to the first of the object's
-	// queues that waits for one (two queues rarely back off one key at the same moment).
+	// A rate limiter does not see its queue: its delay goes to the first add of the object
+	// that waits for one, in whichever queue (two queues rarely back off one key at the same
+	// moment).
 	for _, q := range w.queued[l.key] {
-		if q.limited > 0 {
-			q.limited--
-			q.readyAt(e.Time + uint64(max(e.RequeueAfter, 0)))
-			return
+		for i := range q.adds {
+			if a := &q.adds[i]; a.limited > 0 {
+				a.limited--
+				a.readyAt(e.Time + uint64(max(e.RequeueAfter, 0)))
+				return
+			}
 		}
 	}
 }
 
 // serve gives s, a reconcile of the object ok from queue (0: not known) that began at
-// s.Start, the wait of the adds it serves: those of its queue (or of a queue not known) that
-// made the object ready by then; of a reconcile whose queue is not known, those of the first
-// of the object's queues that did. Adds not ready yet at the start are another reconcile's or
-// their ready add was not seen: they stay for a later reconcile. An object whose only adds are
-// rate-limited ones whose delay was not seen (a rate limiter reconscope does not probe) is
-// served too: all its wait counts as backoff, for its ready time is not known.
+// s.Start, the wait and triggers of the adds it serves: those of its queue (or of a queue not
+// known) made by its start, when they made the object ready by then; of a reconcile whose
+// queue is not known, those of the first of the object's queues that did. Adds not ready yet
+// at the start are another reconcile's or their ready add was not seen: they stay for a later
+// reconcile, as do the adds made after the start. An object whose only adds are rate-limited
+// ones whose delay was not seen (a rate limiter reconscope does not probe) is served too: all
+// its wait counts as backoff, for its ready time is not known.
 func (w *queueWait) serve(o *openSpan, ok objectKey, queue uint64) {
 	qs := w.queued[ok]
 	for _, exact := range []bool{true, false} {
@@ -137,8 +163,10 @@ func (w *queueWait) serve(o *openSpan, ok objectKey, queue uint64) {
 			if (exact && q.queue != queue) || (!exact && queue != 0 && q.queue != 0) {
 				continue
 			}
-			if q.served(&o.span) {
-				o.triggers = q.triggers
+			if q.serve(o) {
+				if len(q.adds) > 0 {
+					return
+				}
 				if qs = slices.Delete(qs, i, i+1); len(qs) == 0 {
 					delete(w.queued, ok)
 				} else {
@@ -150,20 +178,42 @@ func (w *queueWait) serve(o *openSpan, ok objectKey, queue uint64) {
 	}
 }
 
-// served gives s the wait of q's adds, when they made its object ready by its start, and
-// says whether they did.
-func (q *queued) served(s *Span) bool {
-	switch {
-	case q.readyKnown && q.ready <= s.Start:
-		s.QueueWait = time.Duration(s.Start - q.ready)
-		if q.ready > q.added {
-			s.Backoff = time.Duration(q.ready - q.added)
+// serve gives o the wait and triggers of q's adds made by its start, when they made its object
+// ready by then, takes them out of q and says whether it did.
+func (q *queued) serve(o *openSpan) bool {
+	s := &o.span
+	n := 0 // the adds made by the start
+	for n < len(q.adds) && q.adds[n].time <= s.Start {
+		n++
+	}
+	if n == 0 {
+		return false
+	}
+	var first pendingAdd // what the n adds add up to
+	first.time = q.adds[0].time
+	for _, a := range q.adds[:n] {
+		if a.readyKnown {
+			first.readyAt(a.ready)
 		}
-	case !q.readyKnown && q.added <= s.Start:
-		s.Backoff = time.Duration(s.Start - q.added)
+	}
+	switch {
+	case first.readyKnown && first.ready <= s.Start:
+		s.QueueWait = time.Duration(s.Start - first.ready)
+		if first.ready > first.time {
+			s.Backoff = time.Duration(first.ready - first.time)
+		}
+	case !first.readyKnown:
+		s.Backoff = time.Duration(s.Start - first.time)
 	default:
 		return false
 	}
+	var ts triggerSet
+	for _, a := range q.adds[:n] {
+		ts.add(a.trigger)
+		ts.dropped += a.more
+	}
+	o.triggers = ts
+	q.adds = slices.Delete(q.adds, 0, n)
 	return true
 }
 
@@ -172,11 +222,14 @@ func (q *queued) served(s *Span) bool {
 func (w *queueWait) expire(now uint64, after time.Duration) {
 	for k, qs := range w.queued {
 		qs = slices.DeleteFunc(qs, func(q *queued) bool {
-			ref := q.added
-			if q.readyKnown {
-				ref = q.ready
-			}
-			return now > ref && time.Duration(now-ref) > after
+			q.adds = slices.DeleteFunc(q.adds, func(a pendingAdd) bool {
+				ref := a.time
+				if a.readyKnown {
+					ref = a.ready
+				}
+				return now > ref && time.Duration(now-ref) > after
+			})
+			return len(q.adds) == 0
 		})
 		if len(qs) == 0 {
 			delete(w.queued, k)

@@ -176,3 +176,29 @@ func TestQueueWaitPerQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueWaitAddsWhileItRuns: an add made while a work-queue item's reconcile runs (its own
+// write's watch event puts its key back) is the next reconcile's, though the item's object and
+// queue are known only at its Done: the first reconcile is served the add before its start,
+// the second the one made during the first.
+func TestQueueWaitAddsWhileItRuns(t *testing.T) {
+	add := func(tm uint64) Event {
+		return Event{Kind: QueueAdd, PID: 1, Goid: 3, Time: tm, QueueID: 0xa0, Namespace: "ns", Name: "web"}
+	}
+	var got []Span
+	a := NewAssembler(Options{}, func(s Span) { got = append(got, s) })
+	for _, e := range slices.Concat([]Event{add(100)}, queueItem(7, 200, 300, 0xa0, "web", add(250)), queueItem(7, 400, 500, 0xa0, "web")) {
+		a.Add(e)
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d spans, want 2: %+v", len(got), got)
+	}
+	for i, want := range []struct {
+		wait     time.Duration
+		triggers int
+	}{{100, 1}, {150, 1}} {
+		if got[i].QueueWait != want.wait || len(got[i].Triggers) != want.triggers {
+			t.Errorf("reconcile %d (start %d): queue wait %v, %d triggers; want %v, %d", i+1, got[i].Start, got[i].QueueWait, len(got[i].Triggers), want.wait, want.triggers)
+		}
+	}
+}

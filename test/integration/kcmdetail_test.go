@@ -20,9 +20,10 @@ import (
 // reconcile (the default: the work-queue item's bracket and what its worker did with it, the
 // sync handlers left out) and one at detail calls (the sync handlers and the API calls too),
 // while kcmWorkload runs. Both see the same reconciles: each span of one has exactly one span
-// of the other with the same controller, object, goroutine and start (within a millisecond:
-// the two tracers' programs run at the same probe hit, one after the other), the same result
-// and the same queue wait (within a millisecond), though keys of several queues coincide; the
+// of the other with the same controller, object and goroutine and the nearest start (within
+// 10 ms: at calls a work-queue item's span starts at its handler's entry, at reconcile at Get's
+// return), the same result and the same queue wait (within a millisecond, once the two starts'
+// difference is taken out), though keys of several queues coincide; the
 // work queues' own metrics are the ground truth of both (checkQueueSpans). What reconcile
 // detail gives up for kube-controller-manager is what the handler says: the error's type and
 // message, and, from the lister read at calls, the object's UID. Its result is what the worker
@@ -97,14 +98,16 @@ func TestKubeControllerManagerDetailsAgree(t *testing.T) {
 				best, bestD = i, d
 			}
 		}
-		if best < 0 || bestD > time.Millisecond {
+		if best < 0 || bestD > 10*time.Millisecond {
 			t.Errorf("%s %s/%s (goroutine %d, %s, started at %d ns): a span at detail calls, none at detail reconcile", c.Controller, c.Namespace, c.Name, c.Goid, c.Result, c.Start)
 			continue
 		}
 		paired[best] = true
 		r := recSpans[best]
 		worstStart = max(worstStart, bestD)
-		dw := absDuration(r.QueueWait - c.QueueWait)
+		// At calls the span starts at the handler's entry, after Get's return where it starts at
+		// reconcile: its wait is longer by as much.
+		dw := absDuration(c.QueueWait - r.QueueWait - time.Duration(int64(c.Start)-int64(r.Start)))
 		worstWait = max(worstWait, dw)
 		results[fmt.Sprintf("%s→%s", c.Result, r.Result)]++ // before a handler's error is set aside
 		if c.ErrorType != "" && r.Result != c.Result {
@@ -132,7 +135,7 @@ func TestKubeControllerManagerDetailsAgree(t *testing.T) {
 		pairs = append(pairs, fmt.Sprintf("%s %d", p, n))
 	}
 	sort.Strings(pairs)
-	t.Logf("%d spans at detail reconcile, %d at detail calls, %d the same (result, requeue delay, queue wait; %d whose handler failed and whose worker did not retry them compared by queue wait only); results calls→reconcile: %v; starts at most %v apart, queue waits %v",
+	t.Logf("%d spans at detail reconcile, %d at detail calls, %d the same (result, requeue delay, queue wait; %d whose handler failed and whose worker did not retry them compared by queue wait only); results calls→reconcile: %v; starts at most %v apart, queue waits %v (the starts' difference taken out)",
 		len(recSpans), len(callsSpans), same, handlerErrors, pairs, worstStart, worstWait)
 	if same == 0 {
 		t.Error("no span the same at both details")
