@@ -33,8 +33,10 @@ import (
 // across two, read back from a real trace backend. Two processes of the scripted fixture split
 // the work by label: "writer" reconciles the ConfigMaps labelled role=writer, whose script
 // patches the ConfigMap "target"; "reader" reconciles "target" (role=reader). Each patch makes a
-// version of "target" that triggers a reader reconcile. A reader reconcile lasts 30 ms, so the
-// versions written meanwhile are read by a reconcile that starts after their write returned.
+// version of "target" that triggers a reader reconcile. A reader reconcile lasts 300 ms, so the
+// versions written meanwhile are read by a reconcile that starts well after the writer's
+// reconcile that wrote them ended (with 30 ms, on a loaded machine, both reader reconciles of a
+// CI run began within the 5 ms the test allows two clocks, and none counted as after).
 //
 //   - One node: one agent traces both. A reader reconcile of a version the writer made names
 //     the writer (trigger_controller) and the lag from the write's return to its start, and
@@ -75,7 +77,7 @@ func TestCausalityAcrossNodes(t *testing.T) {
 			"--namespace", cns, "--controller-name", role, "--selector", "role="+role, "--ground-truth", truth[role]))
 	}
 	target := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cns, Name: "target",
-		Labels: map[string]string{"role": "reader"}, Annotations: map[string]string{scriptAnnotation: "sleep:30ms"}}}
+		Labels: map[string]string{"role": "reader"}, Annotations: map[string]string{scriptAnnotation: "sleep:300ms"}}}
 	if err := c.Create(ctx, target); err != nil {
 		t.Fatal(err)
 	}
