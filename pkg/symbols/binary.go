@@ -61,6 +61,7 @@ type Binary struct {
 	pclnArgs   func() (pclnTable, error)
 	modData    func() (*moduledata, error)
 	itabList   func() ([]Itab, error)
+	itabNames  func() (map[uint64]string, error)
 	relocs     func() map[uint64]uint64
 	dwarf      func() (*dwarfReader, error)
 
@@ -127,12 +128,15 @@ func (b *Binary) readOnDemand() {
 
 // Release drops the tables read from the file to plan the probes (functions, symbols, the
 // pclntab's argument sizes, itabs, DWARF: tens of MiB for a big controller) and keeps the file
-// open and the module data, which naming a type (TypeName, ItabTypeName) needs: a traced
-// executable costs the agent only what tracing it needs. A later call that needs a table reads
-// it again. Values already returned stay valid. Release must not run concurrently with other
-// methods.
+// open, the module data, which naming a type (TypeName, ItabTypeName) needs, and the itabs'
+// names (Itabs), which every attachment of the executable names types with: a
+// traced executable costs the agent only what tracing it needs. A later call that needs a
+// table reads it again. Values already returned stay valid. Release must not run concurrently
+// with other methods.
 func (b *Binary) Release() {
-	_, _ = b.modData() // read now, while the tables it is found with are at hand
+	// Read now, while the tables they are found with are at hand.
+	_, _ = b.modData()
+	_, _ = b.itabNames()
 	b.readOnDemand()
 }
 
@@ -147,6 +151,7 @@ func (b *Binary) Close() error {
 	b.pclnArgs = func() (pclnTable, error) { return pclnTable{}, closed() }
 	b.modData = func() (*moduledata, error) { return nil, closed() }
 	b.itabList = func() ([]Itab, error) { return nil, closed() }
+	b.itabNames = func() (map[uint64]string, error) { return nil, closed() }
 	b.relocs = func() map[uint64]uint64 { return nil }
 	b.dwarf = func() (*dwarfReader, error) { return nil, closed() }
 	b.r = closedReader{}
@@ -209,6 +214,7 @@ func newBinary(path string, r io.ReaderAt, size int64) (*Binary, error) {
 	}
 
 	b.modData = sync.OnceValues(b.readModuledata)
+	b.itabNames = sync.OnceValues(b.readItabNames)
 	b.readOnDemand()
 
 	if err := b.readBuildInfo(); err != nil {

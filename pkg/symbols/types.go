@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -102,7 +103,20 @@ func (b *Binary) readName(addr uint64) (string, error) {
 // Itabs returns the static itabs of the binary: itab address -> concrete type name, e.g.
 // 0x4d2e18 -> "*errors.errorString". It holds the itabs of every interface, `error` among
 // them; ItabList says which interface each belongs to.
+//
+// Unlike ItabList, it is kept across Release: what naming an itab's type (an error's, a cache
+// read's object) takes for as long as the executable is traced, read again after Release
+// from nothing but this map (for an unstripped binary ItabList is found through the whole
+// symbol table, tens of MiB read again). The map is the caller's.
 func (b *Binary) Itabs() (map[uint64]string, error) {
+	m, err := b.itabNames()
+	if err != nil {
+		return nil, err
+	}
+	return maps.Clone(m), nil
+}
+
+func (b *Binary) readItabNames() (map[uint64]string, error) {
 	list, err := b.itabList()
 	if err != nil {
 		return nil, err
