@@ -405,7 +405,9 @@ func (c *Collector) attach(path string, id proc.KernelFileID, plan *probes.Plan,
 
 // writeErrorLayouts tells the kernel where the message of each known error type is, for every
 // static itab of that type in the executable. The keys are per executable: a process is covered
-// from its first instruction, whatever its load address.
+// from its first instruction, whatever its load address. The itabs' names are kept after the
+// plan's tables are released (symbols.Binary.Itabs): attaching the calls probes later reads
+// no table of the file again.
 func (a *Attachment) writeErrorLayouts() error {
 	bin := a.Plan.Binary
 	itabs, err := bin.Itabs()

@@ -18,8 +18,11 @@ type process struct {
 	bias uint64
 	mem  *os.File // /proc/PID/mem, for itabs made at run time; nil when not readable
 
-	mu    sync.Mutex
-	names map[uint64]string // run-time itab address -> concrete type name
+	mu sync.Mutex
+	// names: run-time itab and type addresses -> concrete type name, for those not among the
+	// executable's static itabs (att.names, shared by its processes, looked up at the address
+	// minus the load bias): itabs built at run time, type words.
+	names map[uint64]string
 	funcs map[uint32]string // code address in the ELF file -> its function's name, "" if none
 	// workers: the frames' return addresses of a Done site's event (its values) -> the worker
 	// they name, so that an event costs a map look-up, not the naming of its worker.
@@ -71,10 +74,7 @@ func (c *Collector) newProcess(pid int, a *Attachment) (*process, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find load address of process %d: %w", pid, err)
 	}
-	p := &process{pid: uint32(pid), att: a, bias: bias, names: make(map[uint64]string, len(a.names)), funcs: map[uint32]string{}}
-	for addr, name := range a.names {
-		p.names[addr+bias] = name
-	}
+	p := &process{pid: uint32(pid), att: a, bias: bias, names: map[uint64]string{}, funcs: map[uint32]string{}}
 	if f, err := c.proc.OpenMem(pid); err == nil {
 		p.mem = f
 	}
@@ -131,6 +131,11 @@ func (c *Collector) adopt(pid uint32, a *Attachment) *process {
 
 // errorType names the concrete type behind a run-time itab address.
 func (p *process) errorType(itab uint64) string {
+	if p.att != nil {
+		if n, ok := p.att.names[itab-p.bias]; ok {
+			return n
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if n, ok := p.names[itab]; ok {
