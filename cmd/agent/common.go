@@ -93,6 +93,9 @@ func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock ktim
 		opts.Catalog = probes.DetailReconcile.Catalog(catalog)
 		opts.CallsCatalog = catalog
 	}
+	// And each inspection's: inspecting an executable runs code and reads tables of the
+	// agent's own (ELF, DWARF, disassembly) that tracing it does not.
+	opts.Inspected = func() { releaseExecutablePages(log) }
 	if configure != nil {
 		configure(&opts)
 	}
@@ -101,12 +104,18 @@ func (tf *tracerFlags) newTracer(w exporter.Writer, log *slog.Logger, clock ktim
 		return nil, err
 	}
 	// Start-up is done: the executable's pages it touched need not stay resident (issue 28, item 4).
+	releaseExecutablePages(log)
+	return t, nil
+}
+
+// releaseExecutablePages takes the agent's own executable's pages out of its address space
+// (agent.ReleaseExecutablePages): those it runs again come back from the page cache.
+func releaseExecutablePages(log *slog.Logger) {
 	if n, err := agent.ReleaseExecutablePages(); err != nil {
 		log.Debug("keep the executable's pages resident", "err", err)
 	} else {
 		log.Debug("released the executable's pages", "bytes", n)
 	}
-	return t, nil
 }
 
 // detailPolicy makes the per-controller detail of the flags (--detail, --detail-for,

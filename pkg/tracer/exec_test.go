@@ -200,17 +200,7 @@ func runNew(t *testing.T, sink *testkit.Sink, path string, n int) (*exec.Cmd, []
 func TestTracePIDConcurrent(t *testing.T) {
 	bpftest.Require(t)
 	forEachAttachMode(t, func(t *testing.T, single bool) {
-		bin := testkit.Build(t, "./test/fakectl")
-		never := filepath.Join(t.TempDir(), "never")
-		var pids []int
-		for range 4 {
-			cmd := exec.Command(bin, "-start", never)
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			pids = append(pids, cmd.Process.Pid)
-		}
+		bin, pids := startWaitingFakectls(t, 4)
 		tr, err := tracer.New(tracer.Options{
 			Catalog:   fakectltest.Catalog(t),
 			Logger:    testkit.Quiet(),
@@ -376,4 +366,49 @@ func TestTracePIDAcrossExec(t *testing.T) {
 	} else {
 		t.Logf("%d uprobe sites on %s: its plan's, once", sites, bin)
 	}
+}
+
+// TestInspectedOncePerExecutable: Options.Inspected (where the agent releases its own
+// executable's pages, issue 28) is called once per executable inspected and attached, after
+// the inspection: two processes of one executable are one inspection, one call.
+func TestInspectedOncePerExecutable(t *testing.T) {
+	bpftest.Require(t)
+	_, pids := startWaitingFakectls(t, 2)
+	var mu sync.Mutex
+	calls := 0
+	tr, err := tracer.New(tracer.Options{Catalog: fakectltest.Catalog(t), Logger: testkit.Quiet(),
+		Inspected: func() { mu.Lock(); calls++; mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for _, pid := range pids {
+		if _, err := tr.TracePID(pid); err != nil {
+			t.Fatalf("TracePID(%d): %v", pid, err)
+		}
+		mu.Lock()
+		got := calls
+		mu.Unlock()
+		if got != 1 {
+			t.Errorf("after tracing process %d: Inspected called %d times, want 1", pid, got)
+		}
+	}
+}
+
+// startWaitingFakectls starts n processes of one build of test/fakectl that wait for a start
+// file that never comes, killed at the test's end, and returns the build and their PIDs.
+func startWaitingFakectls(t *testing.T, n int) (string, []int) {
+	t.Helper()
+	bin := testkit.Build(t, "./test/fakectl")
+	never := filepath.Join(t.TempDir(), "never")
+	var pids []int
+	for range n {
+		cmd := exec.Command(bin, "-start", never)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		pids = append(pids, cmd.Process.Pid)
+	}
+	return bin, pids
 }

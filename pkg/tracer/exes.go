@@ -213,6 +213,9 @@ func (t *Tracer) inspectAndAttach(id proc.KernelFileID, open func() (*symbols.Bi
 	// inspection's peak came on top of it).
 	bin.Release()
 	debug.FreeOSMemory()
+	if t.opts.Inspected != nil {
+		t.opts.Inspected()
+	}
 	if t.opts.AdmitExecs {
 		if err := att.AdmitExecs(); err != nil {
 			t.log.Warn("new processes of this executable are traced once found, not from their exec", "exe", bin.Path, "err", err)

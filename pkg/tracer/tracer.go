@@ -54,6 +54,11 @@ type Options struct {
 	// Inspections bounds how many executables are inspected and attached at once. Zero means
 	// GOMAXPROCS, at least 2.
 	Inspections int
+	// Inspected, when set, is called after each executable is inspected and attached, once
+	// the inspection's heap is given back to the system: cmd/agent takes the pages of its own
+	// executable out of its address space there (agent.ReleaseExecutablePages), the code and
+	// tables only inspecting touched among them.
+	Inspected func()
 	// Controllers chooses the controllers whose spans are written, in processes whose
 	// ProcessMeta names no choice of its own; nil: every controller. The spans of the others
 	// are dropped, and the kernel is told to skip their controller instance from then on
