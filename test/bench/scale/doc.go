@@ -20,4 +20,10 @@
 // where each traced cycle's agent profiles go (CPU over the steps, heap and memory maps at the end);
 // _BASELINE_AGENT names another reconscope-agent (an earlier build) that traces too, as users
 // run it, in each round (the variant "baseline"): before and after, side by side.
+//
+// BenchmarkAgentMemory, apart, measures where the node agent's own memory goes (resident,
+// anonymous and file-backed, its heap profile, its eBPF maps) for several agents side by side,
+// `reconscope-agent run` tracing kube-controller-manager and a controller-runtime manager:
+//
+//	go test -v -run '^$' -bench BenchmarkAgentMemory -benchtime 1x ./test/bench/scale
 package scale
