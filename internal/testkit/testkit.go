@@ -1,6 +1,6 @@
 // Package testkit is what reconscope's tests share, so that each exists once: waiting for a
-// condition (Eventually, WaitFor), running a stage in the background (Go), a buffer safe for a
-// writer in another goroutine (LogBuffer), a logger that says nothing (Quiet), a span sink
+// condition (Eventually, WaitFor, Poll), running a stage in the background (Go), a buffer safe
+// for a writer in another goroutine (LogBuffer), a logger that says nothing (Quiet), a span sink
 // (Sink), spans compared with a program's ground truth (Compare, Mismatch), and go build of the
 // module's programs (Build). It depends on the standard library, pkg/span and test/groundtruth
 // only, so that a unit test can use it without pulling in the Kubernetes test bed
@@ -32,17 +32,34 @@ const (
 // hang: a test must not depend on how fast anything is.
 func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() (ok bool, detail string)) {
 	t.Helper()
+	ok, detail := poll(timeout, cond)
+	switch {
+	case ok:
+	case detail != "":
+		t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, detail)
+	default:
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// Poll polls cond as WaitFor does until it holds or timeout has passed, and tells whether it
+// held. It fails nothing: it is for a test that goes on after the timeout to report what it
+// saw beside its other checks (with t.Errorf, or by the assertions that follow), and for a
+// cleanup that may give up. A test that cannot go on without cond calls WaitFor.
+func Poll(timeout time.Duration, cond func() bool) bool {
+	ok, _ := poll(timeout, func() (bool, string) { return cond(), "" })
+	return ok
+}
+
+// poll is the loop of WaitFor and Poll: it calls cond at once, then after minPoll, each wait
+// doubling up to maxPoll, until cond holds or timeout has passed, and returns cond's last
+// answer.
+func poll(timeout time.Duration, cond func() (bool, string)) (bool, string) {
 	deadline := time.Now().Add(timeout)
 	for wait := minPoll; ; wait = min(2*wait, maxPoll) {
 		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			if detail != "" {
-				t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, detail)
-			}
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		if ok || time.Now().After(deadline) {
+			return ok, detail
 		}
 		time.Sleep(wait)
 	}
