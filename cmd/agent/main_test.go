@@ -65,21 +65,6 @@ func TestVersionAndHelp(t *testing.T) {
 	}
 }
 
-func goBuild(t *testing.T, dir, src string, args ...string) string {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(dir, "prog")
-	cmd := exec.Command("go", append(append([]string{"build", "-o", out}, args...), "main.go")...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GO111MODULE=off")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
-	}
-	return out
-}
-
 // TestInspectBadInput: a clear message and the right exit code, never a panic.
 func TestInspectBadInput(t *testing.T) {
 	dir := t.TempDir()
@@ -87,7 +72,8 @@ func TestInspectBadInput(t *testing.T) {
 	empty := filepath.Join(dir, "empty")
 	os.WriteFile(text, []byte("hello\n"), 0o644)
 	os.WriteFile(empty, nil, 0o644)
-	plainGo := goBuild(t, t.TempDir(), "package main\nfunc main() { println(1) }\n")
+	// A Go program with no controller in it: the test bed's pause container.
+	plainGo := testkit.Build(t, "./test/tools/pause")
 	whole, err := os.ReadFile(plainGo)
 	if err != nil {
 		t.Fatal(err)

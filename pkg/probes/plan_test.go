@@ -3,7 +3,6 @@ package probes
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
@@ -32,8 +32,8 @@ var (
 	buildDir   string
 )
 
-// buildWith builds pkg (an import path inside this module, or pkg@version with install)
-// with the given toolchain ("local" or a release) and linker flags, once per test binary.
+// buildWith builds pkg, an import path inside this module, with the given toolchain ("local"
+// or a release) and linker flags, once per test binary.
 func buildWith(t *testing.T, toolchain, pkg, ldflags string) string {
 	t.Helper()
 	if testing.Short() {
@@ -53,10 +53,8 @@ func buildWith(t *testing.T, toolchain, pkg, ldflags string) string {
 		buildDir = d
 	}
 	out := filepath.Join(buildDir, fmt.Sprintf("bin%d", len(buildCache)))
-	cmd := exec.Command("go", "build", "-o", out, "-ldflags="+ldflags, pkg)
-	cmd.Env = append(os.Environ(), "GOTOOLCHAIN="+toolchain)
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s with %s: %v\n%s", pkg, toolchain, err, msg)
+	if err := testkit.GoBuild(out, pkg, []string{"GOTOOLCHAIN=" + toolchain}, "-ldflags="+ldflags); err != nil {
+		t.Fatal(err)
 	}
 	buildCache[key] = out
 	return out

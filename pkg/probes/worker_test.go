@@ -1,14 +1,12 @@
 package probes
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
@@ -69,12 +67,7 @@ func TestWorkQueueDoneFrames(t *testing.T) {
 	for _, arch := range []string{"amd64", "arm64"} {
 		for _, ld := range []string{"-n -n", "-s -w"} {
 			t.Run(arch+" "+ld, func(t *testing.T) {
-				out := filepath.Join(t.TempDir(), "wq")
-				cmd := exec.Command("go", "build", "-o", out, "-ldflags="+ld, "github.com/reconscope/reconscope/test/fixtures/workqueue-controller")
-				cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
-				if msg, err := cmd.CombinedOutput(); err != nil {
-					t.Fatalf("go build for %s: %v\n%s", arch, err, msg)
-				}
+				out := testkit.BuildEnv(t, "./test/fixtures/workqueue-controller", []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + arch}, "-ldflags="+ld)
 				plan := planOf(t, out)
 				bin, err := symbols.Open(out)
 				if err != nil {

@@ -204,14 +204,11 @@ func run(t *testing.T, dir string, env []string, args ...string) {
 // buildFixture builds the scripted fixture controller of this repository with a toolchain.
 func buildFixture(t *testing.T, toolchain string, stripped bool) string {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "scripted-controller")
 	ld := "-ldflags="
 	if stripped {
 		ld = "-ldflags=-s -w"
 	}
-	run(t, "", []string{"GOTOOLCHAIN=" + toolchain}, "build", "-o", out, ld,
-		"github.com/reconscope/reconscope/test/fixtures/scripted-controller")
-	return out
+	return testkit.BuildEnv(t, "./test/fixtures/scripted-controller", []string{"GOTOOLCHAIN=" + toolchain}, ld)
 }
 
 // buildCRCell builds the controller program against one controller-runtime release, stripped,
