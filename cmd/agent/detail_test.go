@@ -135,17 +135,7 @@ func TestRunConfigDetailReload(t *testing.T) {
 		}
 	}
 	slices.SortFunc(spans, func(a, b exporter.JSONSpan) int { return a.Start.Compare(b.Start) })
-	var runs []bool
-	with := 0
-	for _, s := range spans {
-		calls := len(s.Calls) > 0
-		if calls {
-			with++
-		}
-		if len(runs) == 0 || runs[len(runs)-1] != calls {
-			runs = append(runs, calls)
-		}
-	}
+	runs, with := testkit.DetailRuns(spans, func(s exporter.JSONSpan) bool { return len(s.Calls) > 0 })
 	if !slices.Equal(runs, []bool{false, true}) {
 		t.Errorf("spans in start order, with calls or not: %v; want none, then calls", runs)
 	}

@@ -119,6 +119,23 @@ func ByReconcileID[S any](t testing.TB, spans []S, reconciles int, id func(S) st
 	return byID
 }
 
+// DetailRuns reads the detail of spans of any form in the order given (a caller sorts them by
+// start): whether each has calls (hasCalls), consecutive equal ones merged into one run, so a
+// switch to calls detail is [false true] and a switch there and back [false true false]. It
+// returns the runs and how many spans have calls.
+func DetailRuns[S any](spans []S, hasCalls func(S) bool) (runs []bool, with int) {
+	for _, s := range spans {
+		calls := hasCalls(s)
+		if calls {
+			with++
+		}
+		if len(runs) == 0 || runs[len(runs)-1] != calls {
+			runs = append(runs, calls)
+		}
+	}
+	return runs, with
+}
+
 // maxReported bounds the mismatches Compare reports one by one.
 const maxReported = 10
 

@@ -94,6 +94,27 @@ func TestByReconcileID(t *testing.T) {
 	}
 }
 
+// TestDetailRuns: consecutive spans of one detail are one run, and the spans with calls are
+// counted, whatever the spans' form.
+func TestDetailRuns(t *testing.T) {
+	for _, tt := range []struct {
+		calls []int
+		runs  []bool
+		with  int
+	}{
+		{nil, nil, 0},
+		{[]int{0, 0}, []bool{false}, 0},
+		{[]int{0, 0, 2, 1}, []bool{false, true}, 2},
+		{[]int{0, 3, 3, 0, 0}, []bool{false, true, false}, 2},
+		{[]int{1, 0, 1}, []bool{true, false, true}, 2},
+	} {
+		runs, with := DetailRuns(tt.calls, func(n int) bool { return n > 0 })
+		if !slices.Equal(runs, tt.runs) || with != tt.with {
+			t.Errorf("DetailRuns(%v) = %v, %d; want %v, %d", tt.calls, runs, with, tt.runs, tt.with)
+		}
+	}
+}
+
 func TestMessageMatches(t *testing.T) {
 	for _, tt := range []struct {
 		got, want string

@@ -203,22 +203,14 @@ func TestDetailSwitchAtRunTime(t *testing.T) {
 	exact := testkit.Compare(t, recs, spans, testkit.Match{Wall: f.clock.Wall, Slack: 500 * time.Millisecond})
 
 	slices.SortFunc(spans, func(a, b span.Span) int { return cmp.Compare(a.Start, b.Start) })
-	// runs: the detail of each span in start order, consecutive equal ones merged.
-	var runs []bool
-	before, with := 0, 0
+	runs, with := testkit.DetailRuns(spans, hasCalls)
+	before := 0
 	for _, s := range spans {
-		calls := len(s.Calls) > 0
-		if calls {
-			with++
-		}
 		if f.clock.Wall(s.Start).Before(switchedAt) {
 			before++
-			if calls {
+			if hasCalls(s) {
 				t.Errorf("%s/%s began %v before the switch and has %d calls", s.Namespace, s.Name, switchedAt.Sub(f.clock.Wall(s.Start)), len(s.Calls))
 			}
-		}
-		if len(runs) == 0 || runs[len(runs)-1] != calls {
-			runs = append(runs, calls)
 		}
 	}
 	if !slices.Equal(runs, []bool{false, true, false}) {
@@ -378,24 +370,19 @@ func TestDetailSwitchOnSlowP99(t *testing.T) {
 	t.Logf("%d reconciles, %d spans (%d exact), %d with calls", len(recs), len(spans), exact, with)
 }
 
+// hasCalls tells whether s has calls: whether its reconcile was traced at calls detail.
+func hasCalls(s span.Span) bool { return len(s.Calls) > 0 }
+
 // switchedAfter checks spans after a switch to calls detail when the reconcile named what ended
 // at end: none begun before end has calls, and in start order the spans are without calls, then
 // with. It returns how many have calls.
 func switchedAfter(t *testing.T, spans []span.Span, wall func(uint64) time.Time, end time.Time, what string) int {
 	t.Helper()
 	slices.SortFunc(spans, func(a, b span.Span) int { return cmp.Compare(a.Start, b.Start) })
-	var runs []bool
-	with := 0
+	runs, with := testkit.DetailRuns(spans, hasCalls)
 	for _, s := range spans {
-		calls := len(s.Calls) > 0
-		if calls {
-			with++
-		}
-		if calls && wall(s.Start).Before(end) {
+		if hasCalls(s) && wall(s.Start).Before(end) {
 			t.Errorf("%s/%s began %v before %s ended and has %d calls", s.Namespace, s.Name, end.Sub(wall(s.Start)), what, len(s.Calls))
-		}
-		if len(runs) == 0 || runs[len(runs)-1] != calls {
-			runs = append(runs, calls)
 		}
 	}
 	if !slices.Equal(runs, []bool{false, true}) {
