@@ -453,11 +453,7 @@ func memoryCgroup(t *testing.T) string {
 		bpftest.SkipOrFail(t, "cannot make a memory cgroup: %v", err)
 	}
 	t.Cleanup(func() {
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if err := os.Remove(dir); err == nil || time.Now().After(deadline) {
-				return
-			}
-		}
+		testkit.Poll(10*time.Second, func() bool { return os.Remove(dir) == nil })
 	})
 	return dir
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/collector"
 )
 
@@ -45,11 +46,10 @@ func TestRunBelowFloor(t *testing.T) {
 	}
 	var code int
 	var body string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if code, body = get("/readyz"); code != 0 {
-			break
-		}
-	}
+	testkit.WaitFor(t, "the agent to answer /readyz", 30*time.Second, func() (bool, string) {
+		code, body = get("/readyz")
+		return code != 0, body
+	})
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "attach cookies on uprobes") || !strings.Contains(body, "Linux 5.15") {
 		t.Fatalf("/readyz: %d %q, want 503 naming the missing feature and its release", code, body)
 	}

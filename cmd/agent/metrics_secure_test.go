@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -149,17 +150,10 @@ func TestRunMetricsSecure(t *testing.T) {
 	get := func(scheme, path, token string) (int, string, error) {
 		return do(hc, http.MethodGet, scheme+"://"+addr+path, token)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.WaitFor(t, "the agent to be ready over HTTPS", 60*time.Second, func() (bool, string) {
 		code, _, err := get("https", "/readyz", "")
-		if err == nil && code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent not ready over HTTPS (%d, %v):\n%s", code, err, logs.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err == nil && code == http.StatusOK, fmt.Sprintf("%d, %v; logs:\n%s", code, err, logs.String())
+	})
 
 	for _, tt := range []struct {
 		name, path, token string

@@ -167,9 +167,8 @@ func TestRunDaemonSetMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &strings.Builder{}
-	var logsMu sync.Mutex
-	cmd.Stderr = writerFunc(func(p []byte) (int, error) { logsMu.Lock(); defer logsMu.Unlock(); return logs.Write(p) })
+	logs := &testkit.LogBuffer{}
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -194,16 +193,11 @@ func TestRunDaemonSetMode(t *testing.T) {
 	}()
 
 	// Wait until the agent says it traces the fixture, then make it reconcile.
-	logText := func() string { logsMu.Lock(); defer logsMu.Unlock(); return logs.String() }
-	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(logText(), fmt.Sprintf(`"msg":"tracing","pid":%d`, ctl.PID())) {
-		if time.Now().After(deadline) {
-			t.Fatalf("agent did not start tracing the fixture:\n%s", logText())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitLogged(t, logs, "the agent to trace the fixture", func() bool {
+		return strings.Contains(logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d`, ctl.PID()))
+	})
 	kcmTraced := fmt.Sprintf(`"msg":"tracing","pid":%d`, env.ControllerManagerPID)
-	t.Logf("fixture traced; kube-controller-manager traced already: %v", strings.Contains(logText(), kcmTraced))
+	t.Logf("fixture traced; kube-controller-manager traced already: %v", strings.Contains(logs.String(), kcmTraced))
 	for _, name := range []string{"a", "b", "c"} {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name,
 			Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
@@ -217,11 +211,11 @@ func TestRunDaemonSetMode(t *testing.T) {
 		select {
 		case s, ok := <-spans:
 			if !ok {
-				t.Fatalf("the agent's output ended after spans for %d of 3 objects; logs:\n%s", len(got), logText())
+				t.Fatalf("the agent's output ended after spans for %d of 3 objects; logs:\n%s", len(got), logs.String())
 			}
 			got[s.Name] = s
 		case <-timeout:
-			t.Fatalf("spans for %d of 3 objects; logs:\n%s", len(got), logText())
+			t.Fatalf("spans for %d of 3 objects; logs:\n%s", len(got), logs.String())
 		}
 	}
 	for name, s := range got {
@@ -230,13 +224,7 @@ func TestRunDaemonSetMode(t *testing.T) {
 		}
 	}
 
-	deadline = time.Now().Add(60 * time.Second)
-	for !strings.Contains(logText(), kcmTraced) {
-		if time.Now().After(deadline) {
-			t.Fatalf("agent did not trace kube-controller-manager:\n%s", logText())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitLogged(t, logs, "the agent to trace kube-controller-manager", func() bool { return strings.Contains(logs.String(), kcmTraced) })
 	body := httpGet(t, "http://"+metrics+"/metrics")
 	// The fixture's series names its pod and container (the series also carries the other
 	// workload labels: service_name, k8s_workload_name, k8s_workload_kind).
@@ -319,11 +307,8 @@ func TestRunWithoutAPI(t *testing.T) {
 	if err := env.Client.Create(context.Background(), cm); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if strings.Contains(a.spans.String(), `"name":"no-api"`) {
-			break
-		}
-	}
+	// Not WaitFor: without the span the test goes on, and the checks below say what is missing.
+	testkit.Poll(30*time.Second, func() bool { return strings.Contains(a.spans.String(), `"name":"no-api"`) })
 	if err := a.Stop(); err != nil {
 		t.Fatalf("agent: %v", err)
 	}
@@ -338,10 +323,6 @@ func TestRunWithoutAPI(t *testing.T) {
 		t.Errorf("pod metadata without API access?\n%s", out)
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func httpGet(t *testing.T, url string) string {
 	t.Helper()
@@ -362,24 +343,13 @@ func httpGet(t *testing.T, url string) string {
 func TestRunFindsNewProcessOnExec(t *testing.T) {
 	_, env, fixture := agentWithFixture(t, testenv.Options{})
 	a := startAgent(t, "run", "--metrics-addr", "", "--scan-interval", "1h", "--log-format", "json")
-	logs := a.logs
-	waitLog := func(what string) bool {
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			if strings.Contains(logs.String(), what) {
-				return true
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		return false
-	}
-	if !waitLog(`"msg":"reconscope agent running"`) {
-		t.Fatalf("agent did not start:\n%s", logs.String())
-	}
+	waitLogged(t, a.logs, "the agent to start", func() bool {
+		return strings.Contains(a.logs.String(), `"msg":"reconscope agent running"`)
+	})
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
-	if !waitLog(fmt.Sprintf(`"msg":"tracing","pid":%d`, ctl.PID())) {
-		t.Fatalf("the fixture (pid %d), started after the agent, was not traced without a /proc scan:\n%s", ctl.PID(), logs.String())
-	}
+	waitLogged(t, a.logs, fmt.Sprintf("the fixture (pid %d), started after the agent, to be traced without a /proc scan", ctl.PID()), func() bool {
+		return strings.Contains(a.logs.String(), fmt.Sprintf(`"msg":"tracing","pid":%d`, ctl.PID()))
+	})
 	if err := a.Stop(); err != nil {
 		t.Errorf("agent exit on SIGTERM: %v", err)
 	}

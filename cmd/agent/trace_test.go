@@ -72,25 +72,16 @@ func TestTraceExeRunningController(t *testing.T) {
 	cmd, out, logs := startTraceExe(t, agent, fixture)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "already-running",
 		Annotations: map[string]string{"scripted.reconscope.io/script": "success"}}}
-	deadline := time.Now().Add(60 * time.Second)
-	created := false
-	for {
-		if !created && attachedLogged(logs) {
-			// Give the scan a moment to find the process, then reconcile.
-			time.Sleep(time.Second)
-			if err := env.Client.Create(context.Background(), cm); err != nil {
-				t.Fatal(err)
-			}
-			created = true
-		}
-		if created && strings.Contains(out.String(), `"name":"already-running"`) && strings.Contains(out.String(), fmt.Sprintf(`"pid":%d`, ctl.PID())) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no span of the running controller (pid %d); logs:\n%s\nout:\n%s", ctl.PID(), logs.String(), out.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+	waitAttached(t, logs)
+	// Give the scan a moment to find the process, then reconcile.
+	time.Sleep(time.Second)
+	if err := env.Client.Create(context.Background(), cm); err != nil {
+		t.Fatal(err)
 	}
+	testkit.WaitFor(t, fmt.Sprintf("a span of the running controller (pid %d)", ctl.PID()), 60*time.Second, func() (bool, string) {
+		return strings.Contains(out.String(), `"name":"already-running"`) && strings.Contains(out.String(), fmt.Sprintf(`"pid":%d`, ctl.PID())),
+			fmt.Sprintf("logs:\n%s\nout:\n%s", logs.String(), out.String())
+	})
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
 }
