@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/span"
 )
 
@@ -59,16 +60,12 @@ func TestPIDFilter(t *testing.T) {
 			t.Fatalf("fakectl: %v", err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// The counts are checked below, after what else would come, whether or not they came.
+	testkit.Poll(5*time.Second, func() bool {
 		mu.Lock()
-		got := perPID[uint32(traced.Process.Pid)]
-		mu.Unlock()
-		if got >= 2*n || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer mu.Unlock()
+		return perPID[uint32(traced.Process.Pid)] >= 2*n
+	})
 	time.Sleep(2 * PollInterval) // what else would come
 	cancel()
 	<-done

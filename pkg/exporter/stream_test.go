@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/ktime"
 	"github.com/reconscope/reconscope/pkg/span"
 )
@@ -95,9 +96,8 @@ func TestSpanStreamFollow(t *testing.T) {
 	if got := names(readLines(t, r, 1)); strings.Join(got, ",") != "obj-0" {
 		t.Fatalf("ring = %v, want obj-0 (gadgets filtered out)", got)
 	}
-	for st.Followers() == 0 {
-		time.Sleep(time.Millisecond) // the follower registers with the ring's snapshot: before the first line
-	}
+	// The follower registers with the ring's snapshot: before the first line.
+	testkit.Eventually(t, "the follower to register", 10*time.Second, func() bool { return st.Followers() != 0 })
 	_ = st.Write(streamSpan(2, "gadgets", "success"))
 	_ = st.Write(streamSpan(3, "widgets", "error"))
 	if got := names(readLines(t, r, 1)); strings.Join(got, ",") != "obj-3" {
@@ -105,10 +105,15 @@ func TestSpanStreamFollow(t *testing.T) {
 	}
 	resp.Body.Close()
 	// the reader left: the stream forgets it
-	for deadline := time.Now().Add(10 * time.Second); st.Followers() != 0 && time.Now().Before(deadline); {
+	// Spans keep coming while it waits: the handler ends on its request's context or on a write
+	// that fails, whichever comes first.
+	testkit.Poll(10*time.Second, func() bool {
+		if st.Followers() == 0 {
+			return true
+		}
 		_ = st.Write(streamSpan(4, "widgets", "success"))
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
 	if n := st.Followers(); n != 0 {
 		t.Errorf("%d followers after the reader closed its connection", n)
 	}

@@ -187,10 +187,8 @@ func runNew(t *testing.T, sink *testkit.Sink, path string, n int) (*exec.Cmd, []
 		}
 		return out
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(mine()) < len(truths) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The caller compares the spans with the truths, so a span still missing fails there.
+	testkit.Poll(10*time.Second, func() bool { return len(mine()) >= len(truths) })
 	return cmd, truths, mine()
 }
 
@@ -280,11 +278,10 @@ func TestTracePIDSiblingExitsMidInspection(t *testing.T) {
 	release := tr.HoldInspections()
 	waitUsers := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); tr.Users(second.Process.Pid) != n; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d callers of the executable, want %d", tr.Users(second.Process.Pid), n)
-			}
-		}
+		testkit.WaitFor(t, fmt.Sprintf("%d callers of the executable", n), 10*time.Second, func() (bool, string) {
+			got := tr.Users(second.Process.Pid)
+			return got == n, fmt.Sprintf("%d callers", got)
+		})
 	}
 	errs := [2]chan error{make(chan error, 1), make(chan error, 1)}
 	go func() { _, err := tr.TracePID(first.Process.Pid); errs[0] <- err }()

@@ -66,10 +66,7 @@ func traceFakeWith(t *testing.T, catalog []*probes.Probe, bin string, args ...st
 		t.Fatalf("fakectl failed while traced: %v", err)
 	}
 	// The tracer notices the exit and closes the process at an idle poll.
-	deadline := time.Now().Add(10 * time.Second)
-	for len(tr.PIDs()) > 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Poll(10*time.Second, func() bool { return len(tr.PIDs()) == 0 })
 	if n := len(tr.PIDs()); n > 0 {
 		t.Errorf("tracer still traces %d processes after fakectl exited", n)
 	}
