@@ -82,20 +82,17 @@ func TestControllerFight(t *testing.T) {
 		touch(t, env.Client, "calm", "calm", string(rune('a'+i)))
 	}
 	arena := &corev1.ConfigMap{}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		spans := s.Snapshot()
-		found := false
-		for _, sp := range spans {
+	// Without a fight the test goes on: the checks below say what is missing.
+	testkit.Poll(60*time.Second, func() bool {
+		for _, sp := range s.Snapshot() {
 			for _, f := range sp.Fights {
-				found = found || f.Start
+				if f.Start {
+					return true
+				}
 			}
 		}
-		if found || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false
+	})
 	time.Sleep(3 * time.Second) // the fight runs out (times:8); let the last events drain
 	if err := env.Client.Get(bg, client.ObjectKey{Namespace: "fight", Name: "arena"}, arena); err != nil {
 		t.Fatal(err)

@@ -328,18 +328,11 @@ func TestLifelineFromOperatorToControllerManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dep appsv1.Deployment
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.WaitFor(t, "a Deployment made with its ReplicaSet", 60*time.Second, func() (bool, string) {
 		var rs appsv1.ReplicaSetList
 		err := c.Get(bg, client.ObjectKey{Namespace: ns, Name: "made"}, &dep)
-		if err == nil && c.List(bg, &rs, client.InNamespace(ns)) == nil && len(rs.Items) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no Deployment made with its ReplicaSet within 60s (%v)", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err == nil && c.List(bg, &rs, client.InNamespace(ns)) == nil && len(rs.Items) > 0, fmt.Sprintf("the Deployment's get: %v", err)
+	})
 	time.Sleep(1500 * time.Millisecond)
 	lt.stop(t)
 

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/test/groundtruth"
 )
@@ -20,24 +21,19 @@ import (
 // attempt order.
 func truthOf(t *testing.T, path, name string, n int, timeout time.Duration) []groundtruth.Record {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var mine []groundtruth.Record
+	testkit.WaitFor(t, fmt.Sprintf("%d reconciles of %s in the ground truth", n, name), timeout, func() (bool, string) {
 		recs, _ := groundtruth.ReadFile(path)
-		var mine []groundtruth.Record
+		mine = mine[:0]
 		for _, r := range recs {
 			if r.Name == name {
 				mine = append(mine, r)
 			}
 		}
-		if len(mine) >= n {
-			sort.Slice(mine, func(i, j int) bool { return mine[i].Start.Before(mine[j].Start) })
-			return mine
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d reconciles in the ground truth, want %d", name, len(mine), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(mine) >= n, fmt.Sprintf("%d of them", len(mine))
+	})
+	sort.Slice(mine, func(i, j int) bool { return mine[i].Start.Before(mine[j].Start) })
+	return mine
 }
 
 // spanOf is the span of the reconcile the fixture recorded as r.

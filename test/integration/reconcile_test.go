@@ -5,6 +5,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -131,10 +132,10 @@ func createScriptedIn(t *testing.T, env *testenv.Env, ns string, scripts map[str
 // settle waits until the ground truth has a line for every object and stops growing.
 func settle(t *testing.T, path string, names []string) []groundtruth.Record {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	var recs []groundtruth.Record
 	lastN, stableSince := -1, time.Now()
-	for time.Now().Before(deadline) {
-		recs, _ := groundtruth.ReadFile(path)
+	testkit.WaitFor(t, "the ground truth to settle", 60*time.Second, func() (bool, string) {
+		recs, _ = groundtruth.ReadFile(path)
 		seen := map[string]bool{}
 		for _, r := range recs {
 			seen[r.Name] = true
@@ -146,14 +147,9 @@ func settle(t *testing.T, path string, names []string) []groundtruth.Record {
 		if len(recs) != lastN {
 			lastN, stableSince = len(recs), time.Now()
 		}
-		if all && time.Since(stableSince) > 1500*time.Millisecond {
-			return recs
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	recs, _ := groundtruth.ReadFile(path)
-	t.Fatalf("ground truth did not settle: %d lines", len(recs))
-	return nil
+		return all && time.Since(stableSince) > 1500*time.Millisecond, fmt.Sprintf("%d lines", len(recs))
+	})
+	return recs
 }
 
 // fixtureBuild is one way the fixture is built: its name and go build flags.
