@@ -807,18 +807,14 @@ func TestManifestsOnAPIServer(t *testing.T) {
 	if !x.WaitSynced(waitCtx) {
 		t.Fatalf("pod index did not sync as the agent's service account:\n%s", logs.String())
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if info, ok := x.Lookup(id); ok {
-			if info.Name != "manager" || info.Container != "manager" || info.Node != node {
-				t.Errorf("Lookup = %+v", info)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pod index never found the pod's container:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	var info discovery.PodInfo
+	testkit.WaitFor(t, "the pod index to find the pod's container", 20*time.Second, func() (bool, string) {
+		var ok bool
+		info, ok = x.Lookup(id)
+		return ok, "logs:\n" + logs.String()
+	})
+	if info.Name != "manager" || info.Container != "manager" || info.Node != node {
+		t.Errorf("Lookup = %+v", info)
 	}
 }
 

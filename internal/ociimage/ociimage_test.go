@@ -21,6 +21,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/ociimage"
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 // tinySpec writes a fake executable per architecture and a data file, and returns a spec of
@@ -347,7 +348,7 @@ func TestContainerdImport(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "config.toml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var log bytes.Buffer
+	var log testkit.LogBuffer // containerd writes it while the test reads it
 	ctx, cancel := context.WithCancel(context.Background())
 	daemon := exec.CommandContext(ctx, containerd, "--config", filepath.Join(dir, "config.toml"))
 	daemon.Stdout, daemon.Stderr = &log, &log
@@ -372,18 +373,10 @@ func TestContainerdImport(t *testing.T) {
 		}
 		return string(out)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			if err := exec.Command(ctr, "--address", sock, "version").Run(); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("containerd did not start:\n%s", log.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testkit.WaitFor(t, "containerd to start", 30*time.Second, func() (bool, string) {
+		_, err := os.Stat(sock)
+		return err == nil && exec.Command(ctr, "--address", sock, "version").Run() == nil, "containerd log:\n" + log.String()
+	})
 
 	multi := writeTar(t, tinySpec(t, "example.com/team/app:v1", "linux/amd64", "linux/arm64"))
 	single := writeTar(t, tinySpec(t, "app:v2", "linux/amd64"))

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 func TestParseStat(t *testing.T) {
@@ -88,14 +90,10 @@ func (r *errRecorder) Helper() {}
 // waitForFile waits until the file at path contains s.
 func waitForFile(t *testing.T, path, s string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if data, _ := os.ReadFile(path); strings.Contains(string(data), s) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s never contained %q", path, s)
+	testkit.Eventually(t, fmt.Sprintf("%s to contain %q", path, s), 10*time.Second, func() bool {
+		data, _ := os.ReadFile(path)
+		return strings.Contains(string(data), s)
+	})
 }
 
 // groupMembers returns the live processes of group pgid.
@@ -117,11 +115,8 @@ func groupMembers(t *testing.T, pgid int) []Stat {
 // waitGroupEmpty waits until group pgid has no live member (a killed orphan is reaped by init).
 func waitGroupEmpty(t *testing.T, pgid int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(groupMembers(t, pgid)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("process group %d still has members: %+v", pgid, groupMembers(t, pgid))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.WaitFor(t, fmt.Sprintf("process group %d to have no live member", pgid), 5*time.Second, func() (bool, string) {
+		members := groupMembers(t, pgid)
+		return len(members) == 0, fmt.Sprintf("%+v", members)
+	})
 }
