@@ -78,29 +78,26 @@ func truthProblems(required, all []groundtruth.Record, spans []recvSpan) []strin
 
 // checkTruth waits up to timeout for truthProblems(required, truth read anew, spans()) to be
 // empty, then reports each problem left as an error. spans is read before the ground truth,
-// so that every span's reconcile is already written down. It returns how many records were
-// required.
+// so that every span's reconcile is already written down.
 func checkTruth(t *testing.T, what string, required []groundtruth.Record, truthPath string, spans func() []recvSpan, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		got := spans()
+	var got []recvSpan
+	var problems []string
+	settled := testkit.Poll(timeout, func() bool {
+		got = spans()
 		all, err := groundtruth.ReadFile(truthPath)
 		if err != nil {
 			t.Fatal(err)
 		}
-		problems := truthProblems(required, all, got)
-		if len(problems) == 0 {
-			t.Logf("%s: each of the %d reconciles of the window has exactly one span with its reconcile ID, object, UID and result; each of the %d spans has its reconcile",
-				what, len(required), len(got))
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%s: %d reconciles required, %d spans; after %s, %d problems:\n  %s", what, len(required), len(got), timeout, len(problems), strings.Join(problems, "\n  "))
-			return
-		}
-		time.Sleep(time.Second)
+		problems = truthProblems(required, all, got)
+		return len(problems) == 0
+	})
+	if settled {
+		t.Logf("%s: each of the %d reconciles of the window has exactly one span with its reconcile ID, object, UID and result; each of the %d spans has its reconcile",
+			what, len(required), len(got))
+		return
 	}
+	t.Errorf("%s: %d reconciles required, %d spans; after %s, %d problems:\n  %s", what, len(required), len(got), timeout, len(problems), strings.Join(problems, "\n  "))
 }
 
 // truthOf returns the records of the ground truth at path whose object keep accepts.

@@ -203,12 +203,13 @@ func deleteWorkloads(t *testing.T, cs *kubernetes.Clientset) {
 	if err := cs.AppsV1().DaemonSets("reconscope").Delete(ctx, "reconscope-agent", opts); err != nil {
 		t.Errorf("delete the agent's DaemonSet: %v", err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if rs, err := cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{}); err == nil && len(rs.Items) == 0 {
-			return
-		}
+	gone := testkit.Poll(30*time.Second, func() bool {
+		rs, err := cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(rs.Items) == 0
+	})
+	if !gone {
+		t.Logf("the fixtures' ReplicaSets are still there 30 s after their Deployments were deleted")
 	}
-	t.Logf("the fixtures' ReplicaSets are still there 30 s after their Deployments were deleted")
 }
 
 // waitNodeAgent waits for a Running and Ready agent pod on node, other than not.

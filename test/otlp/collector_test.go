@@ -69,17 +69,13 @@ func export(t *testing.T, protocol exporter.Protocol, endpoint string, spans ...
 // waitResourceSpans returns Jaeger's spans of service, waiting up to 30 s for them.
 func waitResourceSpans(t *testing.T, j *testenv.Jaeger, service string, since time.Time) []*tracepb.ResourceSpans {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		rs, err := j.FindTraces(service, since, time.Now().Add(time.Minute))
-		if err == nil && len(rs) > 0 {
-			return rs
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no span of service %s reached Jaeger through the collector (last error: %v)", service, err)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	var rs []*tracepb.ResourceSpans
+	testkit.WaitFor(t, fmt.Sprintf("a span of service %s to reach Jaeger through the collector", service), 30*time.Second, func() (bool, string) {
+		var err error
+		rs, err = j.FindTraces(service, since, time.Now().Add(time.Minute))
+		return err == nil && len(rs) > 0, fmt.Sprintf("last error: %v", err)
+	})
+	return rs
 }
 
 func resourceAttrs(rs *tracepb.ResourceSpans) map[string]string {

@@ -169,9 +169,7 @@ func TestSoak(t *testing.T) {
 		t.Errorf("fakectl did not exit cleanly while traced: %v", waitErr)
 	}
 	// The tracer notices the exit and closes the process at an idle poll.
-	for deadline := time.Now().Add(60 * time.Second); len(tr.PIDs()) > 0 && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testkit.Poll(60*time.Second, func() bool { return len(tr.PIDs()) == 0 })
 	if err := stop(); err != nil {
 		t.Fatalf("tracer run: %v", err)
 	}

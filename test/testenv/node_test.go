@@ -7,6 +7,7 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/reconscope/reconscope/internal/bpftest"
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 // TestNodeRunsPod starts the test bed with a node and runs a pod on it: the node registers
@@ -62,17 +64,14 @@ func TestNodeRunsPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got *corev1.Pod
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.WaitFor(t, "the pod to be Running and Ready", 60*time.Second, func() (bool, string) {
 		got, err = cs.CoreV1().Pods(ns.Name).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err == nil && got.Status.Phase == corev1.PodRunning && len(got.Status.ContainerStatuses) == 1 && got.Status.ContainerStatuses[0].Ready {
-			break
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod not Running and Ready after 60s: %v %+v", err, got.Status)
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return got.Status.Phase == corev1.PodRunning && len(got.Status.ContainerStatuses) == 1 && got.Status.ContainerStatuses[0].Ready,
+			fmt.Sprintf("%+v", got.Status)
+	})
 	if got.Spec.NodeName != node.Name {
 		t.Errorf("pod on node %q, want %q", got.Spec.NodeName, node.Name)
 	}

@@ -521,6 +521,7 @@ func countPods(b *testing.B, env *testenv.Env, ns string) int {
 func quiesce(b *testing.B, t target, agent *testenv.Process) sample {
 	last, err := sampleOf(t, agent)
 	must(b, err)
+	// Not a testkit wait: each turn is a measurement, the count of a second's window.
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		time.Sleep(time.Second)

@@ -206,9 +206,9 @@ func traceFake(t *testing.T, bin string, checkController bool, n int) Trace {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("fakectl failed while traced: %v", err)
 	}
-	for deadline := time.Now().Add(20 * time.Second); len(tr.PIDs()) > 0 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The tracer notices the exit and closes the process at an idle poll; spans it did not
+	// write by then are counted below.
+	testkit.Poll(20*time.Second, func() bool { return len(tr.PIDs()) == 0 })
 	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -336,20 +336,19 @@ func TestExecNotifications(t *testing.T) {
 		}
 		pids = append(pids, cmd.Process.Pid)
 	}
+	// Not WaitFor: the report records how many were seen either way.
 	seen := 0
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	testkit.Poll(20*time.Second, func() bool {
 		smu.Lock()
+		defer smu.Unlock()
 		seen = 0
 		for _, p := range pids {
 			if seenPIDs[p] {
 				seen++
 			}
 		}
-		smu.Unlock()
-		if seen == len(pids) {
-			break
-		}
-	}
+		return seen == len(pids)
+	})
 	record(func(r *Report) { r.Execs = fmt.Sprintf("%d/%d seen", seen, len(pids)) })
 	if seen != len(pids) {
 		t.Fatalf("%d of %d execs reported", seen, len(pids))
