@@ -2,9 +2,10 @@
 // condition (Eventually, WaitFor, Poll), running a stage in the background (Go), a buffer safe
 // for a writer in another goroutine (LogBuffer), a logger that says nothing (Quiet), a span sink
 // (Sink), spans compared with a program's ground truth (Compare, Mismatch) and read as runs of
-// one detail (DetailRuns), and go build of the module's programs (Build). It depends on the
-// standard library, pkg/span and test/groundtruth only, so that a unit test can use it without
-// pulling in the Kubernetes test bed (test/testenv) or eBPF (internal/bpftest).
+// one detail (DetailRuns), go build of the module's programs (Build) and an OTLP receiver
+// (otlp.go). It depends on the standard library, pkg/span, test/groundtruth and, for the
+// receiver, gRPC and the OTLP protobufs only: no Kubernetes package, so that a unit test can use
+// it without pulling in the Kubernetes test bed (test/testenv) or eBPF (internal/bpftest).
 package testkit
 
 import (
