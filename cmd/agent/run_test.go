@@ -464,20 +464,7 @@ func TestRunAPIServerDown(t *testing.T) {
 	ctl := fixtureInPod(t, env, fixture, node, "operator-1", strings.Repeat("cd34", 16))
 
 	// The agent reaches the API server through the proxy; the fixture directly.
-	target := strings.TrimSuffix(strings.TrimPrefix(env.Config.Host, "https://"), "/")
-	proxy := &apiProxy{target: target, addr: "127.0.0.1:0"}
-	proxy.up(t)
-	kc, err := os.ReadFile(env.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(kc), "https://"+target) {
-		t.Fatalf("kubeconfig does not name the API server %s", target)
-	}
-	agentKubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(agentKubeconfig, []byte(strings.ReplaceAll(string(kc), "https://"+target, "https://"+proxy.addr)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	proxy, agentKubeconfig := agentKubeconfigVia(t, env)
 	a := startAgent(t, "run", "--kubeconfig", agentKubeconfig, "--node-name", node, "--metrics-addr", "",
 		"--scan-interval", "200ms", "--log-format", "json", "-o", "json")
 	out, logs := a.spans, a.logs

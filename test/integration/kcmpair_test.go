@@ -39,26 +39,9 @@ import (
 // one whose sync stopped with a consistency error before reading anything (issue 27, item 6).
 func TestControllerManagerTriggeredByOperator(t *testing.T) {
 	bpftest.Require(t)
-	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: true})
 	const ns, app = "operator-pair", "web"
-	c, bg := env.Client, context.Background()
-	if err := c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	bin := testkit.Build(t, fixturePkg)
-	truth := filepath.Join(t.TempDir(), "truth.jsonl")
-	op := testenv.StartProcess(t, "scripted", exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--namespace", ns, "--ground-truth", truth))
-	lt := startLifelineTracer(t, env.ControllerManagerPID, op.PID())
-
-	labels := map[string]string{"app": app}
-	replicas := int32(1)
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
-		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "pause"}}}}}}
-	if err := c.Create(bg, dep); err != nil {
-		t.Fatal(err)
-	}
+	env, truth, lt, dep := startOperatorPair(t, ns, app)
+	c, bg, labels := env.Client, context.Background(), dep.Spec.Selector.MatchLabels
 	var rs appsv1.ReplicaSet
 	testkit.WaitFor(t, "the Deployment's ReplicaSet", 60*time.Second, func() (bool, string) {
 		var list appsv1.ReplicaSetList
@@ -172,26 +155,9 @@ func TestControllerManagerTriggeredByOperator(t *testing.T) {
 // controller's, status the replicaset controller's).
 func TestControllerManagerConflictNamesWriter(t *testing.T) {
 	bpftest.Require(t)
-	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: true})
 	const ns, app = "operator-conflict", "web"
-	c, bg := env.Client, context.Background()
-	if err := c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	bin := testkit.Build(t, fixturePkg)
-	truth := filepath.Join(t.TempDir(), "truth.jsonl")
-	op := testenv.StartProcess(t, "scripted", exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--namespace", ns, "--ground-truth", truth))
-	lt := startLifelineTracer(t, env.ControllerManagerPID, op.PID())
-
-	labels := map[string]string{"app": app}
-	replicas := int32(1)
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
-		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "pause"}}}}}}
-	if err := c.Create(bg, dep); err != nil {
-		t.Fatal(err)
-	}
+	env, truth, lt, dep := startOperatorPair(t, ns, app)
+	c, bg, labels := env.Client, context.Background(), dep.Spec.Selector.MatchLabels
 	var rs appsv1.ReplicaSet
 	testkit.WaitFor(t, "the Deployment's ReplicaSet with its Pod", 60*time.Second, func() (bool, string) {
 		var list appsv1.ReplicaSetList
@@ -317,4 +283,39 @@ func TestControllerManagerConflictNamesWriter(t *testing.T) {
 	if !found {
 		t.Error("no span of the fixture has its update of the ReplicaSet answered 409")
 	}
+}
+
+// startOperatorPair starts the test bed's stripped kube-controller-manager with its replicaset
+// and deployment controllers and the scripted fixture in namespace ns (its ground truth in
+// the returned file), traces both with a lifeline tracer, and creates the Deployment app of one
+// replica, labelled app=app: the start of the operator-and-controller-manager tests.
+func startOperatorPair(t *testing.T, ns, app string) (*testenv.Env, string, lifelineTracer, *appsv1.Deployment) {
+	t.Helper()
+	env, truth, lt := startOperatorAndControllerManager(t, ns)
+	c, bg := env.Client, context.Background()
+	labels := map[string]string{"app": app}
+	replicas := int32(1)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: app},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "pause"}}}}}}
+	if err := c.Create(bg, dep); err != nil {
+		t.Fatal(err)
+	}
+	return env, truth, lt, dep
+}
+
+// startOperatorAndControllerManager starts the test bed's stripped kube-controller-manager with
+// its replicaset and deployment controllers and the scripted fixture in a new namespace ns
+// (its ground truth in the returned file), both traced by a lifeline tracer.
+func startOperatorAndControllerManager(t *testing.T, ns string) (*testenv.Env, string, lifelineTracer) {
+	t.Helper()
+	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: true})
+	if err := env.Client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	bin := testkit.Build(t, fixturePkg)
+	truth := filepath.Join(t.TempDir(), "truth.jsonl")
+	op := testenv.StartProcess(t, "scripted", exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--namespace", ns, "--ground-truth", truth))
+	return env, truth, startLifelineTracer(t, env.ControllerManagerPID, op.PID())
 }

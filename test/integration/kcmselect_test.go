@@ -103,20 +103,33 @@ func TestKubeControllerManagerSelectController(t *testing.T) {
 // the function that stops its Run.
 func traceControllerManager(t *testing.T, ctx context.Context, opts tracer.Options, attached func(*probes.Plan)) (*testenv.Env, *tracer.Tracer, *testkit.Sink, func() error) {
 	t.Helper()
-	var (
-		tr   *tracer.Tracer
-		sink *testkit.Sink
-		stop func() error
-	)
+	env, tracers := traceControllerManagerBy(t, ctx, []tracer.Options{opts}, func(_ int, plan *probes.Plan) { attached(plan) })
+	return env, tracers[0].tr, tracers[0].sink, tracers[0].stop
+}
+
+// runningTracer is a tracer whose Run runs, its sink and the function that stops its Run.
+type runningTracer struct {
+	tr   *tracer.Tracer
+	sink *testkit.Sink
+	stop func() error
+}
+
+// traceControllerManagerBy is traceControllerManager with one tracer of each of opts, all
+// attached from the exec; attached is given each one's index and plan.
+func traceControllerManagerBy(t *testing.T, ctx context.Context, opts []tracer.Options, attached func(int, *probes.Plan)) (*testenv.Env, []runningTracer) {
+	t.Helper()
+	tracers := make([]runningTracer, len(opts))
 	env := testenv.Start(t, testenv.Options{
 		ControllerManager:         []string{"*"},
 		StrippedControllerManager: true,
 		ControllerManagerFlags:    []string{"--authorization-always-allow-paths=/healthz,/metrics"},
 		BeforeControllerManager: func(path string) {
-			traced, s, plan := testenv.TraceExeWith(t, ctx, path, opts)
-			attached(plan)
-			tr, sink, stop = traced, s, testkit.Go(t, traced.Run)
+			for i, o := range opts {
+				traced, s, plan := testenv.TraceExeWith(t, ctx, path, o)
+				attached(i, plan)
+				tracers[i] = runningTracer{traced, s, testkit.Go(t, traced.Run)}
+			}
 		},
 	})
-	return env, tr, sink, stop
+	return env, tracers
 }

@@ -6,8 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -313,16 +311,9 @@ func linksOfType(sp *tracepb.Span, typ string) []*tracepb.Span_Link {
 // to kube-controller-manager, through derived IDs only. Its UID is the API server's.
 func TestLifelineFromOperatorToControllerManager(t *testing.T) {
 	bpftest.Require(t)
-	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: true})
 	const ns = "operator-lifeline"
+	env, truth, lt := startOperatorAndControllerManager(t, ns)
 	c, bg := env.Client, context.Background()
-	if err := c.Create(bg, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	bin := testkit.Build(t, fixturePkg)
-	truth := filepath.Join(t.TempDir(), "truth.jsonl")
-	op := testenv.StartProcess(t, "scripted", exec.Command(bin, "--kubeconfig", env.Kubeconfig, "--namespace", ns, "--ground-truth", truth))
-	lt := startLifelineTracer(t, env.ControllerManagerPID, op.PID())
 	if err := c.Create(bg, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "maker",
 		Annotations: map[string]string{"scripted.reconscope.io/script": "times:1;create:deployment/made"}}}); err != nil {
 		t.Fatal(err)

@@ -243,26 +243,8 @@ func waitCount(t *testing.T, count func() int, n int) {
 // in the order of their starts the spans are without calls, then with.
 func TestDetailSwitchOnSlowReconcile(t *testing.T) {
 	bpftest.Require(t)
-	var mu sync.Mutex
-	var switches []string
-	pol, err := detail.New(detail.Options{Default: probes.DetailReconcile, Switches: true, MaxSwitched: 1, SlowThreshold: 100 * time.Millisecond,
-		SwitchFor: time.Hour, Logger: testkit.Quiet(),
-		OnSwitch: func(c string, to probes.Detail, _ string) {
-			mu.Lock()
-			switches = append(switches, c+"="+to.String())
-			mu.Unlock()
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := startTracedFixtureOptions(t, mixedOptions(pol), []string{"--max-concurrent-reconciles", "4"})
 	ns := "slowswitch"
-	flowing := map[string]string{"flow-0": "list:configmap;requeue-after:20ms", "flow-1": "list:configmap;requeue-after:20ms"}
-	createScripted(t, f.env, ns, flowing)
-	count := func() int {
-		recs, _ := groundtruth.ReadFile(f.truth)
-		return len(recs)
-	}
+	f, flowing, count, switched := startSlowSwitch(t, detail.SwitchWhenReconcile, ns)
 	waitCount(t, count, 50)
 	createScriptedIn(t, f.env, ns, map[string]string{"slow": "times:1;sleep:150ms"})
 	var slowEnd time.Time
@@ -287,11 +269,9 @@ func TestDetailSwitchOnSlowReconcile(t *testing.T) {
 	spans := f.sink.Snapshot()
 	exact := testkit.Compare(t, recs, spans, testkit.Match{Wall: f.clock.Wall, Slack: 500 * time.Millisecond})
 	with := switchedAfter(t, spans, f.clock.Wall, slowEnd, "the slow reconcile")
-	mu.Lock()
-	if !slices.Equal(switches, []string{"scripted=calls"}) {
-		t.Errorf("switches %v, want scripted to calls", switches)
+	if sw := switched(); !slices.Equal(sw, []string{"scripted=calls"}) {
+		t.Errorf("switches %v, want scripted to calls", sw)
 	}
-	mu.Unlock()
 	t.Logf("%d reconciles, %d spans (%d exact), %d with calls", len(recs), len(spans), exact, with)
 }
 
@@ -303,27 +283,8 @@ func TestDetailSwitchOnSlowReconcile(t *testing.T) {
 // calls, then with.
 func TestDetailSwitchOnSlowP99(t *testing.T) {
 	bpftest.Require(t)
-	var mu sync.Mutex
-	var switches []string
-	switched := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(switches) }
-	pol, err := detail.New(detail.Options{Default: probes.DetailReconcile, Switches: true, MaxSwitched: 1, SlowThreshold: 100 * time.Millisecond,
-		SwitchWhen: detail.SwitchWhenP99, SwitchFor: time.Hour, Logger: testkit.Quiet(),
-		OnSwitch: func(c string, to probes.Detail, _ string) {
-			mu.Lock()
-			switches = append(switches, c+"="+to.String())
-			mu.Unlock()
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := startTracedFixtureOptions(t, mixedOptions(pol), []string{"--max-concurrent-reconciles", "4"})
 	ns := "p99switch"
-	flowing := map[string]string{"flow-0": "list:configmap;requeue-after:20ms", "flow-1": "list:configmap;requeue-after:20ms"}
-	createScripted(t, f.env, ns, flowing)
-	count := func() int {
-		recs, _ := groundtruth.ReadFile(f.truth)
-		return len(recs)
-	}
+	f, flowing, count, switched := startSlowSwitch(t, detail.SwitchWhenP99, ns)
 	waitCount(t, count, detail.P99Window+20) // the policy holds 100 reconciles of the controller
 	// slow makes a reconcile of 150 ms and waits until the policy has seen its span: it returns
 	// when that reconcile ended.
@@ -389,4 +350,34 @@ func switchedAfter(t *testing.T, spans []span.Span, wall func(uint64) time.Time,
 		t.Errorf("spans in start order, with calls or not: %v; want none, then calls", runs)
 	}
 	return with
+}
+
+// startSlowSwitch starts the fixture (four workers) traced at detail reconcile with automatic
+// switches to calls of at most one controller for an hour when reconciles reach 100 ms (when:
+// one reconcile or the p99), and two objects in namespace ns that requeue every 20 ms. It
+// returns the fixture, those objects, a count of the fixture's reconciles so far, and the
+// switches made so far ("controller=detail").
+func startSlowSwitch(t *testing.T, when detail.SwitchWhen, ns string) (*tracedFixture, map[string]string, func() int, func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var switches []string
+	pol, err := detail.New(detail.Options{Default: probes.DetailReconcile, Switches: true, MaxSwitched: 1, SlowThreshold: 100 * time.Millisecond,
+		SwitchWhen: when, SwitchFor: time.Hour, Logger: testkit.Quiet(),
+		OnSwitch: func(c string, to probes.Detail, _ string) {
+			mu.Lock()
+			switches = append(switches, c+"="+to.String())
+			mu.Unlock()
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startTracedFixtureOptions(t, mixedOptions(pol), []string{"--max-concurrent-reconciles", "4"})
+	flowing := map[string]string{"flow-0": "list:configmap;requeue-after:20ms", "flow-1": "list:configmap;requeue-after:20ms"}
+	createScripted(t, f.env, ns, flowing)
+	count := func() int {
+		recs, _ := groundtruth.ReadFile(f.truth)
+		return len(recs)
+	}
+	switched := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(switches) }
+	return f, flowing, count, switched
 }
