@@ -17,6 +17,30 @@ const (
 // gated sites (AttachCalls). The kernel reads it at each span's entry: a span in flight keeps
 // the detail it began with. The keys go with the process (Untrace).
 func (c *Collector) SetCallDetail(pid uint32, key uint64, calls bool) error {
+	return c.controller(pid, key, func(p *process, k *rbpf.TraceCtlKey) error {
+		if err := c.detail.Update(k, detailMode(calls), 0); err != nil {
+			return fmt.Errorf("set the detail of a controller of process %d in the kernel: %w", pid, err)
+		}
+		if p.detail == nil {
+			p.detail = map[uint64]bool{}
+		}
+		p.detail[key] = calls
+		return nil
+	})
+}
+
+// detailMode is the kernel's call_detail value of a controller that records its calls or not.
+func detailMode(calls bool) uint32 {
+	if calls {
+		return callDetailCalls
+	}
+	return callDetailReconcile
+}
+
+// controller calls f with process pid's state and the kernel's key of its controller instance
+// key, under the collector's lock, unless key is 0 (no instance) or the process is no longer
+// traced: the shared start of SetCallDetail and Exclude.
+func (c *Collector) controller(pid uint32, key uint64, f func(*process, *rbpf.TraceCtlKey) error) error {
 	if key == 0 {
 		return nil
 	}
@@ -26,19 +50,7 @@ func (c *Collector) SetCallDetail(pid uint32, key uint64, calls bool) error {
 	if p == nil {
 		return nil // untraced meanwhile
 	}
-	v := callDetailReconcile
-	if calls {
-		v = callDetailCalls
-	}
-	k := rbpf.TraceCtlKey{Pid: pid, Ptr: key}
-	if err := c.detail.Update(&k, v, 0); err != nil {
-		return fmt.Errorf("set the detail of a controller of process %d in the kernel: %w", pid, err)
-	}
-	if p.detail == nil {
-		p.detail = map[uint64]bool{}
-	}
-	p.detail[key] = calls
-	return nil
+	return f(p, &rbpf.TraceCtlKey{Pid: pid, Ptr: key})
 }
 
 // SetCallDetailDefault says whether the spans of controller instances SetCallDetail was not
@@ -47,11 +59,7 @@ func (c *Collector) SetCallDetail(pid uint32, key uint64, calls bool) error {
 // strips them from the spans of the others, and tells the kernel their instances).
 func (c *Collector) SetCallDetailDefault(calls bool) error {
 	var k rbpf.TraceCtlKey
-	v := callDetailReconcile
-	if calls {
-		v = callDetailCalls
-	}
-	if err := c.detail.Update(&k, v, 0); err != nil {
+	if err := c.detail.Update(&k, detailMode(calls), 0); err != nil {
 		return fmt.Errorf("set the default detail in the kernel: %w", err)
 	}
 	return nil

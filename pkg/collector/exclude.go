@@ -12,27 +12,19 @@ import (
 // inside the span is recorded either, and the kernel counts the exit (Counters.Excluded).
 // The keys go with the process (Untrace). Excluding a key twice changes nothing.
 func (c *Collector) Exclude(pid uint32, key uint64) error {
-	if key == 0 {
+	return c.controller(pid, key, func(p *process, k *rbpf.TraceCtlKey) error {
+		if p.excluded[key] {
+			return nil
+		}
+		if err := c.excluded.Update(k, uint32(1), 0); err != nil {
+			return fmt.Errorf("exclude a controller of process %d in the kernel (its spans are dropped by the agent instead): %w", pid, err)
+		}
+		if p.excluded == nil {
+			p.excluded = map[uint64]bool{}
+		}
+		p.excluded[key] = true
 		return nil
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := c.procs[pid]
-	if p == nil {
-		return nil // untraced meanwhile
-	}
-	if p.excluded[key] {
-		return nil
-	}
-	k := rbpf.TraceCtlKey{Pid: pid, Ptr: key}
-	if err := c.excluded.Update(&k, uint32(1), 0); err != nil {
-		return fmt.Errorf("exclude a controller of process %d in the kernel (its spans are dropped by the agent instead): %w", pid, err)
-	}
-	if p.excluded == nil {
-		p.excluded = map[uint64]bool{}
-	}
-	p.excluded[key] = true
-	return nil
+	})
 }
 
 // forgetExcluded removes process p's keys from the kernel's excluded map.
