@@ -163,15 +163,20 @@ func agentPods(pods []corev1.Pod, port int) []agentPod {
 					a.port = int(cp.ContainerPort)
 				}
 			}
-			for _, arg := range c.Args {
-				if arg == "--metrics-secure" || arg == "--metrics-secure=true" || arg == "-metrics-secure" {
-					a.secure = true
-				}
-			}
+			// As the agent reads it: the command line wins over the environment.
 			for _, e := range c.Env {
 				if e.Name == "RECONSCOPE_METRICS_SECURE" {
 					if v, err := strconv.ParseBool(e.Value); err == nil {
 						a.secure = v
+					}
+				}
+			}
+			for _, arg := range c.Args {
+				if arg == "--metrics-secure" {
+					a.secure = true
+				} else if v, ok := strings.CutPrefix(arg, "--metrics-secure="); ok {
+					if b, err := strconv.ParseBool(v); err == nil {
+						a.secure = b
 					}
 				}
 			}
