@@ -149,18 +149,7 @@ func testDetailPerController(t *testing.T, ns string, flags []string) {
 // switch's end): a span keeps the detail it began with.
 func TestDetailSwitchAtRunTime(t *testing.T) {
 	bpftest.Require(t)
-	var mu sync.Mutex
-	var switches []string
-	pol, err := detail.New(detail.Options{Default: probes.DetailReconcile, Switches: true, MaxSwitched: 1, Logger: testkit.Quiet(),
-		OnSwitch: func(c string, to probes.Detail, _ string) {
-			mu.Lock()
-			switches = append(switches, c+"="+to.String())
-			mu.Unlock()
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := startTracedFixtureOptions(t, mixedOptions(pol), []string{"--max-concurrent-reconciles", "4"})
+	pol, f, switched := startSwitching(t, detail.Options{})
 	ctx := context.Background()
 	ns := "switch"
 	flowing := map[string]string{}
@@ -216,11 +205,9 @@ func TestDetailSwitchAtRunTime(t *testing.T) {
 	if !slices.Equal(runs, []bool{false, true, false}) {
 		t.Errorf("spans in start order, with calls or not: %v; want none, then calls, then none", runs)
 	}
-	mu.Lock()
-	if !slices.Equal(switches, []string{"scripted=calls", "scripted=reconcile"}) {
-		t.Errorf("switches %v, want scripted to calls and back", switches)
+	if sw := switched(); !slices.Equal(sw, []string{"scripted=calls", "scripted=reconcile"}) {
+		t.Errorf("switches %v, want scripted to calls and back", sw)
 	}
-	mu.Unlock()
 	if f.stats.Sites != len(f.plan.Sites) {
 		t.Errorf("%d sites attached at the end, the plan at detail reconcile has %d: the calls probes stayed", f.stats.Sites, len(f.plan.Sites))
 	}
@@ -352,6 +339,27 @@ func switchedAfter(t *testing.T, spans []span.Span, wall func(uint64) time.Time,
 	return with
 }
 
+// startSwitching starts the fixture (four workers) traced at detail reconcile with switches to
+// calls of at most one controller allowed (opts: what else the policy is told). It returns the
+// policy, the fixture and the switches made so far ("controller=detail").
+func startSwitching(t *testing.T, opts detail.Options) (*detail.Policy, *tracedFixture, func() []string) {
+	t.Helper()
+	var mu sync.Mutex
+	var switches []string
+	opts.Default, opts.Switches, opts.MaxSwitched, opts.Logger = probes.DetailReconcile, true, 1, testkit.Quiet()
+	opts.OnSwitch = func(c string, to probes.Detail, _ string) {
+		mu.Lock()
+		switches = append(switches, c+"="+to.String())
+		mu.Unlock()
+	}
+	pol, err := detail.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startTracedFixtureOptions(t, mixedOptions(pol), []string{"--max-concurrent-reconciles", "4"})
+	return pol, f, func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(switches) }
+}
+
 // startSlowSwitch starts the fixture (four workers) traced at detail reconcile with automatic
 // switches to calls of at most one controller for an hour when reconciles reach 100 ms (when:
 // one reconcile or the p99), and two objects in namespace ns that requeue every 20 ms. It
@@ -359,25 +367,12 @@ func switchedAfter(t *testing.T, spans []span.Span, wall func(uint64) time.Time,
 // switches made so far ("controller=detail").
 func startSlowSwitch(t *testing.T, when detail.SwitchWhen, ns string) (*tracedFixture, map[string]string, func() int, func() []string) {
 	t.Helper()
-	var mu sync.Mutex
-	var switches []string
-	pol, err := detail.New(detail.Options{Default: probes.DetailReconcile, Switches: true, MaxSwitched: 1, SlowThreshold: 100 * time.Millisecond,
-		SwitchWhen: when, SwitchFor: time.Hour, Logger: testkit.Quiet(),
-		OnSwitch: func(c string, to probes.Detail, _ string) {
-			mu.Lock()
-			switches = append(switches, c+"="+to.String())
-			mu.Unlock()
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := startTracedFixtureOptions(t, mixedOptions(pol), []string{"--max-concurrent-reconciles", "4"})
+	_, f, switched := startSwitching(t, detail.Options{SlowThreshold: 100 * time.Millisecond, SwitchWhen: when, SwitchFor: time.Hour})
 	flowing := map[string]string{"flow-0": "list:configmap;requeue-after:20ms", "flow-1": "list:configmap;requeue-after:20ms"}
 	createScripted(t, f.env, ns, flowing)
 	count := func() int {
 		recs, _ := groundtruth.ReadFile(f.truth)
 		return len(recs)
 	}
-	switched := func() []string { mu.Lock(); defer mu.Unlock(); return slices.Clone(switches) }
 	return f, flowing, count, switched
 }
