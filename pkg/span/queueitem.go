@@ -22,13 +22,23 @@ func (a *Assembler) enrich(o *openSpan, e Event) {
 // manager's deployment and cronjob controllers add their item again after a delay from inside
 // the handler) is the worker's requeue, as at detail reconcile, where no handler is seen.
 func (a *Assembler) queueEnd(o *openSpan, e Event) Event {
+	s := &o.span
+	switch name := a.names.of(e.PID, e.QueueID); {
+	case name != "":
+		s.Controller = name // as the queue's workqueue_* metrics name it
+	case o.handler: // the handler named it
+	case e.Worker != "":
+		s.Controller = e.Worker
+	default:
+		s.Controller = UnnamedQueue
+	}
+	if !o.handler {
+		s.Namespace, s.Name, s.ItemType = e.Namespace, e.Name, e.ItemType
+	}
+	if s.Name != "" {
+		a.queues.serve(o, objectKey{pid: e.PID, namespace: s.Namespace, name: s.Name}, e.QueueID)
+	}
 	if o.handler {
-		if name := a.names.of(e.PID, e.QueueID); name != "" {
-			o.span.Controller = name // as the queue's workqueue_* metrics name it
-		}
-		if o.span.Name != "" {
-			a.queues.serve(o, objectKey{pid: e.PID, namespace: o.span.Namespace, name: o.span.Name}, e.QueueID)
-		}
 		if o.handlerEnd == nil {
 			e.Incomplete = true // the handler's return was not seen
 			return e
@@ -38,18 +48,6 @@ func (a *Assembler) queueEnd(o *openSpan, e Event) Event {
 			o.itemResult(&end)
 		}
 		return end
-	}
-	s := &o.span
-	s.Controller = a.names.of(e.PID, e.QueueID)
-	if s.Controller == "" {
-		s.Controller = e.Worker
-	}
-	if s.Controller == "" {
-		s.Controller = UnnamedQueue
-	}
-	s.Namespace, s.Name, s.ItemType = e.Namespace, e.Name, e.ItemType
-	if s.Name != "" {
-		a.queues.serve(o, objectKey{pid: e.PID, namespace: e.Namespace, name: e.Name}, e.QueueID)
 	}
 	e.Result = ResultSuccess
 	o.itemResult(&e)
