@@ -224,7 +224,7 @@ func TestRunAPIServerUnreachableForAMinute(t *testing.T) {
 	first, execFirst := fixtureOnNode(t, env, fixture, node, "operator-1", strings.Repeat("a1b2", 16), "--ground-truth", truth1)
 	execFirst()
 	proxy, kubeconfig := agentKubeconfigVia(t, env)
-	metrics := freePort(t)
+	metrics := testenv.FreeAddr(t)
 	a := startAgent(t, "run", "--kubeconfig", kubeconfig, "--node-name", node, "--metrics-addr", metrics,
 		"--scan-interval", "200ms", "--log-format", "json", "-o", "json")
 	spans, logs := a.spans, a.logs
@@ -548,7 +548,7 @@ func TestRunAgentOOMKilled(t *testing.T) {
 	}
 	kcm := exec.Command(filepath.Join(env.BinDir, "kube-controller-manager"), "--kubeconfig="+env.Kubeconfig,
 		"--authentication-kubeconfig="+env.Kubeconfig, "--authorization-kubeconfig="+env.Kubeconfig, "--authentication-skip-lookup=true",
-		"--bind-address=127.0.0.1", "--secure-port="+strings.TrimPrefix(freePort(t), "127.0.0.1:"), "--cert-dir="+t.TempDir(),
+		"--bind-address=127.0.0.1", "--secure-port="+strings.TrimPrefix(testenv.FreeAddr(t), "127.0.0.1:"), "--cert-dir="+t.TempDir(),
 		"--leader-elect=false", "--use-service-account-credentials=false", "--controllers=deployment")
 	testenv.StartProcess(t, "kube-controller-manager", kcm)
 	select {

@@ -11,21 +11,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/collector"
+	"github.com/reconscope/reconscope/test/testenv"
 )
 
 // TestRunBelowFloor: on a node whose kernel lacks a required feature (forced here), `run`
 // stays up and not Ready, says why in one log line and on /readyz, is live on /healthz (no
 // restart loop), prints no verifier log, and exits 0 on SIGTERM.
 func TestRunBelowFloor(t *testing.T) {
-	bpftest.Require(t)
-	bin, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := freePort(t)
+	bin := requireAgent(t)
+	addr := testenv.FreeAddr(t)
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, "run", "--metrics-addr", addr, "--log-format", "text", "--kubeconfig", "")
 	cmd.Env = append(os.Environ(), collector.PretendMissingEnv+"=cookie")

@@ -116,7 +116,7 @@ func TestSecretSpansCarryNamesNotData(t *testing.T) {
 	// A second agent, with --error-messages drop and metrics, traces the same controller: the
 	// error span of a new Secret has no message, its type and result kept, and each message
 	// dropped is counted in reconscope_error_messages_redacted_total.
-	metricsAddr := freePort(t)
+	metricsAddr := testenv.FreeAddr(t)
 	drop := exec.Command(agent, "trace", "--exe", fixture, "--output", "json", "--error-messages", "drop", "--metrics-addr", metricsAddr)
 	var out2, logs2 testkit.LogBuffer
 	drop.Stdout, drop.Stderr = &out2, &logs2

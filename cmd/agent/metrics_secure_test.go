@@ -26,7 +26,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/test/testenv"
 )
@@ -89,11 +88,7 @@ func serviceAccountToken(t *testing.T, cs kubernetes.Interface, namespace, name 
 // HTTP is refused. The span stream (/spans) is behind the same check: a kubectl reconscope
 // user bound to the spans reader role reads it and /metrics, the metrics reader does not.
 func TestRunMetricsSecure(t *testing.T) {
-	bpftest.Require(t)
-	agent, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent := requireAgent(t)
 	env := testenv.Start(t, testenv.Options{})
 	ctx := context.Background()
 	cs := kubernetes.NewForConfigOrDie(env.Config)
@@ -134,7 +129,7 @@ func TestRunMetricsSecure(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	addr := freePort(t)
+	addr := testenv.FreeAddr(t)
 	cmd := exec.Command(agent, "run", "--kubeconfig", agentKubeconfig, "--node-name", "node-1", "--metrics-addr", addr,
 		"--metrics-secure", "--log-format", "json", "--detail-switch-max", "1")
 	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=")

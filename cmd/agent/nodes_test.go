@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"strings"
@@ -68,22 +66,10 @@ func TestRunLeavesOtherNodesPods(t *testing.T) {
 		}
 	})
 	var otherPID atomic.Int64
-	spans := make(chan exporter.JSONSpan, 1000)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var s exporter.JSONSpan
-			// Only these two: other tests' fixtures on the machine, outside any pod, are traced.
-			if json.Unmarshal(sc.Bytes(), &s) == nil && s.Controller == "scripted" && (s.PID == uint32(own.PID()) || s.PID == uint32(otherPID.Load())) {
-				select {
-				case spans <- s:
-				default:
-				}
-			}
-		}
-		close(spans)
-	}()
+	// Only these two: other tests' fixtures on the machine, outside any pod, are traced.
+	spans := keepSpans(stdout, 1000, func(s exporter.JSONSpan) bool {
+		return s.Controller == "scripted" && (s.PID == uint32(own.PID()) || s.PID == uint32(otherPID.Load()))
+	})
 	logged := func(msg string, pid int) bool {
 		return strings.Contains(logs.String(), fmt.Sprintf(`"msg":%q,"pid":%d,`, msg, pid))
 	}

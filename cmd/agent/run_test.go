@@ -30,8 +30,8 @@ import (
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
-// agentBinary builds reconscope-agent once per test binary.
-var agentBinary = sync.OnceValues(func() (string, error) {
+// buildAgent builds reconscope-agent once per test binary.
+var buildAgent = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "reconscope-agent-")
 	if err != nil {
 		return "", err
@@ -40,15 +40,29 @@ var agentBinary = sync.OnceValues(func() (string, error) {
 	return out, testkit.GoBuild(out, "./cmd/agent", nil)
 })
 
+// agentBinary returns reconscope-agent's binary, built once per test binary (buildAgent).
+func agentBinary(t *testing.T) string {
+	t.Helper()
+	agent, err := buildAgent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agent
+}
+
+// requireAgent skips (or fails, under RECONSCOPE_REQUIRE_BPF=1) without eBPF, then returns
+// reconscope-agent's binary (agentBinary).
+func requireAgent(t *testing.T) string {
+	t.Helper()
+	bpftest.Require(t)
+	return agentBinary(t)
+}
+
 // agentWithFixture skips (or fails, under RECONSCOPE_REQUIRE_BPF=1) without eBPF, then returns
 // the agent's binary, a control plane started with opts and the scripted fixture's binary.
 func agentWithFixture(t *testing.T, opts testenv.Options) (string, *testenv.Env, string) {
 	t.Helper()
-	bpftest.Require(t)
-	agent, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent := requireAgent(t)
 	env := testenv.Start(t, opts)
 	return agent, env, testkit.Build(t, "./test/fixtures/scripted-controller")
 }
@@ -67,11 +81,7 @@ type agentProcess struct {
 // running, and every line of its output must have been a JSON span of exporter.SpanSchema.
 func startAgent(t *testing.T, args ...string) *agentProcess {
 	t.Helper()
-	agent, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return startAgentCommand(t, "reconscope-agent", exec.Command(agent, args...))
+	return startAgentCommand(t, "reconscope-agent", exec.Command(agentBinary(t), args...))
 }
 
 // startAgentCommand is startAgent for a command that runs the agent (a shell that execs it).
@@ -89,14 +99,26 @@ func startAgentCommand(t *testing.T, name string, cmd *exec.Cmd) *agentProcess {
 	return a
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+// keepSpans reads the agent's JSON spans from stdout to its end, whatever comes, so the agent
+// never blocks writing it, and passes those keep accepts on the returned channel, of capacity
+// n; it closes the channel at stdout's end.
+func keepSpans(stdout io.Reader, n int, keep func(exporter.JSONSpan) bool) <-chan exporter.JSONSpan {
+	spans := make(chan exporter.JSONSpan, n)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var s exporter.JSONSpan
+			if json.Unmarshal(sc.Bytes(), &s) == nil && keep(s) {
+				select {
+				case spans <- s:
+				default: // more than the test reads: dropped here, not in the agent
+				}
+			}
+		}
+		close(spans)
+	}()
+	return spans
 }
 
 // fakeContainer puts pid into a cgroup whose path is what containerd's cgroupfs driver makes
@@ -160,7 +182,7 @@ func TestRunDaemonSetMode(t *testing.T) {
 	const node = "node-1"
 	ctl := fixtureInPod(t, env, fixture, node, "operator-0", strings.Repeat("ab12", 16))
 
-	metrics := freePort(t)
+	metrics := testenv.FreeAddr(t)
 	cmd := exec.Command(agent, "run", "--kubeconfig", env.Kubeconfig, "--node-name", node, "--metrics-addr", metrics,
 		"--scan-interval", "200ms", "--log-format", "json", "--output", "json")
 	stdout, err := cmd.StdoutPipe()
@@ -176,21 +198,7 @@ func TestRunDaemonSetMode(t *testing.T) {
 	// The agent traces every Go controller of the machine it finds (other tests' control planes
 	// too): keep only the fixture's spans, and keep reading stdout to its end whatever comes, so
 	// the agent never blocks writing it.
-	spans := make(chan exporter.JSONSpan, 100)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var s exporter.JSONSpan
-			if json.Unmarshal(sc.Bytes(), &s) == nil && s.PID == uint32(ctl.PID()) {
-				select {
-				case spans <- s:
-				default: // more than the test reads: dropped here, not in the agent
-				}
-			}
-		}
-		close(spans)
-	}()
+	spans := keepSpans(stdout, 100, func(s exporter.JSONSpan) bool { return s.PID == uint32(ctl.PID()) })
 
 	// Wait until the agent says it traces the fixture, then make it reconcile.
 	waitLogged(t, logs, "the agent to trace the fixture", func() bool {
@@ -552,10 +560,7 @@ func TestRunProcRoot(t *testing.T) {
 	if err != nil {
 		bpftest.SkipOrFail(t, "needs util-linux's unshare for a PID namespace: %v", err)
 	}
-	agent, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent := agentBinary(t)
 	env := testenv.Start(t, testenv.Options{})
 	fixture := testkit.Build(t, "./test/fixtures/scripted-controller")
 	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/test/groundtruth"
 	"github.com/reconscope/reconscope/test/testenv"
@@ -26,11 +25,7 @@ import (
 // per item the fixture's workers processed from it (its own record), and its summary counts the
 // other queues' items as skipped: some by the kernel (no record), the rest by the agent.
 func TestTraceControllerWorkQueues(t *testing.T) {
-	bpftest.Require(t)
-	agent, err := agentBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent := requireAgent(t)
 	fixture := testkit.Build(t, "./test/fixtures/workqueue-controller")
 	cmd, out, logs := startTraceExe(t, agent, fixture, "--controller", "k?ys")
 	waitAttached(t, logs)
