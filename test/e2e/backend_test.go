@@ -268,7 +268,7 @@ func startRulesPrometheus(t *testing.T, cs kubernetes.Interface, rules string, f
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := testenv.FreeAddr(t)
 	args := []string{"--config.file=" + path, "--storage.tsdb.path=" + filepath.Join(dir, "data"), "--web.listen-address=" + addr}
 	if len(features) > 0 {
 		args = append(args, "--enable-feature="+strings.Join(features, ","))

@@ -161,17 +161,6 @@ func writeServingCert(t *testing.T, dir string) {
 	}
 }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // mustRun fails the test when p has exited.
 func mustRun(t *testing.T, p *testenv.Process, name string) {
 	t.Helper()
@@ -281,7 +270,7 @@ func startRunAgent(t *testing.T, agentBin, kubeconfig, node, otlpAddr string, ex
 	if err := os.WriteFile(cfgPath, []byte("include:\n  - executables: "+string(list)+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	metricsAddr := freeAddr(t)
+	metricsAddr := testenv.FreeAddr(t)
 	agent := testenv.StartProcess(t, "reconscope-agent "+node, exec.Command(agentBin, "run",
 		"--kubeconfig", kubeconfig, "--node-name", node, "--metrics-addr", metricsAddr, "--scan-interval", "200ms",
 		"--otlp-endpoint", otlpAddr, "--otlp-protocol", "grpc", "--otlp-insecure",
