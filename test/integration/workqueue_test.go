@@ -17,8 +17,24 @@ import (
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/probes"
 	"github.com/reconscope/reconscope/pkg/span"
+	"github.com/reconscope/reconscope/pkg/tracer"
 	"github.com/reconscope/reconscope/test/testenv"
 )
+
+// traceWorkQueues skips (or fails, under RECONSCOPE_REQUIRE_BPF=1) without eBPF, builds the
+// client-go fixture (go build flags) and traces every process that execs it
+// (testenv.TraceExe), the tracer running until stop or the test's end: the fixture's binary,
+// the tracer, its sink and its plan.
+func traceWorkQueues(t *testing.T, flags ...string) (bin string, tr *tracer.Tracer, s *testkit.Sink, plan *probes.Plan, stop func() error) {
+	t.Helper()
+	bpftest.Require(t)
+	bin = testkit.Build(t, "./test/fixtures/workqueue-controller", flags...)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	tr, s, plan = testenv.TraceExe(t, ctx, bin)
+	t.Cleanup(func() { tr.Close() })
+	return bin, tr, s, plan, testkit.Go(t, tr.Run)
+}
 
 // TestWorkQueueItems traces a program that uses client-go's work queues and nothing else
 // reconscope knows (no controller-runtime, no catalogued handler), from its exec: every item
@@ -34,13 +50,8 @@ func TestWorkQueueItems(t *testing.T) {
 			name, flags = "stripped", []string{"-ldflags=-s -w"}
 		}
 		t.Run(name, func(t *testing.T) {
-			bin := testkit.Build(t, "./test/fixtures/workqueue-controller", flags...)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			tr, s, plan := testenv.TraceExe(t, ctx, bin)
-			defer tr.Close()
+			bin, _, s, plan, stop := traceWorkQueues(t, flags...)
 			t.Logf("attached %s", plan)
-			stop := testkit.Go(t, tr.Run)
 
 			truth := filepath.Join(t.TempDir(), "truth.jsonl")
 			cmd := exec.Command(bin, "-truth", truth, "-items", "40")
@@ -96,13 +107,7 @@ func TestWorkQueueItems(t *testing.T) {
 // checks the instructions); Forget costs none. An item of a string-keyed queue costs one more,
 // its Add (client-go/queue-add, for its queue wait).
 func TestWorkQueueHitsPerItem(t *testing.T) {
-	bpftest.Require(t)
-	bin := testkit.Build(t, "./test/fixtures/workqueue-controller")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	tr, s, _ := testenv.TraceExe(t, ctx, bin)
-	defer tr.Close()
-	stop := testkit.Go(t, tr.Run)
+	bin, tr, s, _, stop := traceWorkQueues(t)
 	defer stop()
 	// run returns the hits of one run, its items and those of its string-keyed queues.
 	run := func(items int) (hits uint64, processed, keyed int) {
@@ -205,13 +210,7 @@ func readQueueTruth(t *testing.T, path string) []string {
 // the pool goroutine chose (its AddRateLimited and AddAfter, also off the Get's goroutine),
 // exactly as the program's own record; no span of an item that could not be paired, none lost.
 func TestWorkQueueHandoff(t *testing.T) {
-	bpftest.Require(t)
-	bin := testkit.Build(t, "./test/fixtures/workqueue-controller")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	tr, s, _ := testenv.TraceExe(t, ctx, bin)
-	defer tr.Close()
-	stop := testkit.Go(t, tr.Run)
+	bin, tr, s, _, stop := traceWorkQueues(t)
 
 	truth := filepath.Join(t.TempDir(), "truth.jsonl")
 	if out, err := exec.Command(bin, "-truth", truth, "-items", "40", "-handoff").CombinedOutput(); err != nil {
