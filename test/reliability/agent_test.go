@@ -22,13 +22,18 @@ import (
 	"github.com/reconscope/reconscope/test/fakectl/fakectltest"
 )
 
-// busyFakectl copies fakectl into dir (copyRelctl) and starts the copy reconciling until
-// stopFile (dir/stop) exists: workers goroutines, a pause of interval after each reconcile.
-func busyFakectl(t *testing.T, dir string, workers int, interval string) (bin, stopFile string, ctl *testproc.Process) {
+// agentAndBusyFakectl is where the agent's tests start: it skips (or fails, under
+// RECONSCOPE_REQUIRE_BPF=1) without eBPF, builds the agent (programs), copies fakectl into a
+// folder of the test's own (copyRelctl) and starts the copy reconciling until stopFile exists:
+// workers goroutines, a pause of interval after each reconcile.
+func agentAndBusyFakectl(t *testing.T, workers int, interval string) (agent, bin, stopFile string, ctl *testproc.Process) {
 	t.Helper()
+	bpftest.Require(t)
+	_, agent = programs(t)
+	dir := t.TempDir()
 	bin, stopFile = copyRelctl(t, dir), filepath.Join(dir, "stop")
 	ctl = testproc.Start(t, "fakectl", exec.Command(bin, "-n", "1000000000", "-workers", strconv.Itoa(workers), "-interval", interval, "-stop", stopFile))
-	return bin, stopFile, ctl
+	return agent, bin, stopFile, ctl
 }
 
 // stopFakectl ends fakectl cleanly and checks it never crashed and reconciled every object
@@ -48,14 +53,26 @@ func stopFakectl(t *testing.T, p *testproc.Process, stopFile string) int {
 // startAgent runs the agent's trace command on pid, printing JSON lines.
 func startAgent(t *testing.T, agent, bin string, pid int, extra ...string) *testproc.Process {
 	t.Helper()
-	return testproc.Start(t, "agent", agentCommand(t, agent, bin, pid, extra...))
+	return testproc.Start(t, "agent", agentCommand(agent, agentProbe(t, bin), pid, extra...))
 }
 
-// agentCommand is the agent's trace command on pid, printing JSON lines.
-func agentCommand(t *testing.T, agent, bin string, pid int, extra ...string) *exec.Cmd {
-	t.Helper()
-	args := append([]string{"trace", "--pid", strconv.Itoa(pid), "--output", "json", "--probe", agentProbe(t, bin)}, extra...)
+// agentCommand is the agent's trace command on pid with --probe probe (agentProbe), printing
+// JSON lines.
+func agentCommand(agent, probe string, pid int, extra ...string) *exec.Cmd {
+	args := append([]string{"trace", "--pid", strconv.Itoa(pid), "--output", "json", "--probe", probe}, extra...)
 	return exec.Command(agent, args...)
+}
+
+// stopAgent stops the agent with SIGTERM and fails t unless it exits cleanly.
+func stopAgent(t *testing.T, a *testproc.Process) {
+	t.Helper()
+	if err := a.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-a.Done()
+	if a.Wait() != nil {
+		t.Errorf("agent exited with %v", a.Wait())
+	}
 }
 
 // waitSpans waits until the agent has printed at least n spans of process pid.
@@ -92,10 +109,7 @@ func waitSpansFrom(t *testing.T, a *testproc.Process, pid, first, n int, what st
 // drops every uprobe link with the agent's file descriptors (nothing is pinned), the traced
 // process goes on unharmed, and a new agent traces it again.
 func TestAgentKilled(t *testing.T) {
-	bpftest.Require(t)
-	_, agent := programs(t)
-	dir := t.TempDir()
-	bin, stop, ctl := busyFakectl(t, dir, 2, "2ms")
+	agent, bin, stop, ctl := agentAndBusyFakectl(t, 2, "2ms")
 
 	for round := range 3 {
 		a := startAgent(t, agent, bin, ctl.PID())
@@ -160,13 +174,12 @@ func TestBinaryDeletedOrReplaced(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			bin, stop, ctl := busyFakectl(t, dir, 2, "2ms")
+			_, bin, stop, ctl := agentAndBusyFakectl(t, 2, "2ms")
 			probe := agentProbe(t, bin) // read the symbol while the file is still there
 			if tc.before {
 				tc.change(t, bin)
 			}
-			a := testproc.Start(t, "agent", exec.Command(agent, "trace", "--pid", strconv.Itoa(ctl.PID()), "--output", "json", "--probe", probe))
+			a := testproc.Start(t, "agent", agentCommand(agent, probe, ctl.PID()))
 			n := waitSpans(t, a, ctl.PID(), 20, "before the change")
 			if !tc.before {
 				tc.change(t, bin)
@@ -175,13 +188,7 @@ func TestBinaryDeletedOrReplaced(t *testing.T) {
 			after := len(lines(t, ctl)) + 8
 			m := waitSpansFrom(t, a, ctl.PID(), after, 100, "of reconciles begun after the change")
 			exe := agentSpans(t, a)[0].Exe
-			if err := a.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			<-a.Done()
-			if a.Wait() != nil {
-				t.Errorf("agent exited with %v", a.Wait())
-			}
+			stopAgent(t, a)
 			total := stopFakectl(t, ctl, stop)
 			t.Logf("%d spans before the change, %d of reconciles from obj-%d on (exe reported as %q); fakectl: %d reconciles, exit 0", n, m, after, exe, total)
 		})
@@ -246,10 +253,7 @@ func vmRSS(t *testing.T, pid int) int {
 // keeps tracing and printing, its /metrics counts the spans it could not deliver, and its
 // memory stays bounded (the export queue is bounded) while thousands of spans go nowhere.
 func TestOTLPUnreachable(t *testing.T) {
-	bpftest.Require(t)
-	_, agent := programs(t)
-	dir := t.TempDir()
-	bin, stop, ctl := busyFakectl(t, dir, 4, "100us")
+	agent, bin, stop, ctl := agentAndBusyFakectl(t, 4, "100us")
 	metrics := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	a := startAgent(t, agent, bin, ctl.PID(),
 		"--otlp-endpoint", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--otlp-protocol", "grpc", "--metrics-addr", metrics)
@@ -286,13 +290,7 @@ func TestOTLPUnreachable(t *testing.T) {
 	if exported != 0 {
 		t.Errorf("%v spans exported to a port nothing listens on", exported)
 	}
-	if err := a.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	<-a.Done()
-	if a.Wait() != nil {
-		t.Errorf("agent exited with %v", a.Wait())
-	}
+	stopAgent(t, a)
 	stopFakectl(t, ctl, stop)
 	t.Logf("printed %d spans; spans_dropped_total at each step %v; success reconciles counted %v; VmRSS (KiB) %v", lines, dropped, reconciles, rss)
 }

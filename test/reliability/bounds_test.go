@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	rbpf "github.com/reconscope/reconscope/bpf"
-	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/collector"
 )
@@ -18,10 +17,7 @@ const strMax = len(rbpf.TraceEvent{}.Str[0])
 // ends with "…"; everything else (result, error type, requeue, reconcile ID, pairing) is
 // exact, and nothing is lost.
 func TestLongStringsTruncated(t *testing.T) {
-	bpftest.Require(t)
-	dir := t.TempDir()
-	bin := copyRelctl(t, dir)
-	tr, out, stop := newTracer(t, collector.Options{})
+	dir, bin, tr, out, stop := tracerOfFakectl(t, collector.Options{})
 
 	const n, long = 140, 10 << 10
 	ctl := runTraced(t, tr, bin, dir, "-n", "140", "-workers", "2",

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/internal/testproc"
 	"github.com/reconscope/reconscope/pkg/collector"
@@ -106,17 +107,22 @@ func lines(t *testing.T, p *testproc.Process) [][]byte {
 	return bytes.Split(b, []byte("\n"))
 }
 
-// newTracer returns a tracer of fakectl with collector options c, writing spans into the
-// returned sink, running until stop (or the test's end); it is closed at the test's end.
-func newTracer(t *testing.T, c collector.Options) (tr *tracer.Tracer, out *testkit.Sink, stop func() error) {
+// tracerOfFakectl is where the tracer's tests start: it skips (or fails, under
+// RECONSCOPE_REQUIRE_BPF=1) without eBPF, copies fakectl to bin in a folder dir of the test's
+// own (copyRelctl), and returns a tracer of fakectl with collector options c, writing spans into
+// the returned sink, running until stop (or the test's end); it is closed at the test's end.
+func tracerOfFakectl(t *testing.T, c collector.Options) (dir, bin string, tr *tracer.Tracer, out *testkit.Sink, stop func() error) {
 	t.Helper()
+	bpftest.Require(t)
+	dir = t.TempDir()
+	bin = copyRelctl(t, dir)
 	out = &testkit.Sink{}
 	tr, err := tracer.New(tracer.Options{Catalog: fakectltest.Catalog(t), Writer: out, Logger: testkit.Quiet(), Collector: c})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tr.Close() })
-	return tr, out, testkit.Go(t, tr.Run)
+	return dir, bin, tr, out, testkit.Go(t, tr.Run)
 }
 
 // runTraced runs fakectl bin with args under tr, traced from before its first reconcile, and

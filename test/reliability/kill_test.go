@@ -21,11 +21,7 @@ import (
 // inside Reconcile. The tracer closes that span as abandoned, the kernel's per-goroutine map
 // keeps nothing of the dead process, and the same binary started again is traced again.
 func TestTargetKilledMidReconcile(t *testing.T) {
-	bpftest.Require(t)
-	dir := t.TempDir()
-	bin := copyRelctl(t, dir)
-
-	tr, out, stop := newTracer(t, collector.Options{})
+	dir, bin, tr, out, stop := tracerOfFakectl(t, collector.Options{})
 	defer func() {
 		if err := stop(); err != nil {
 			t.Errorf("tracer run: %v", err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/internal/testproc"
 )
@@ -20,17 +19,14 @@ import (
 // any other time, saying how many it dropped; the traced process is unharmed. Before the
 // output had its queue, the event loop blocked in the write and SIGTERM was ignored.
 func TestAgentOutputNotRead(t *testing.T) {
-	bpftest.Require(t)
-	_, agent := programs(t)
-	dir := t.TempDir()
-	bin, stop, ctl := busyFakectl(t, dir, 2, "200us")
+	agent, bin, stop, ctl := agentAndBusyFakectl(t, 2, "200us")
 
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() }) // open, never read: writes block once the pipe is full
-	cmd := agentCommand(t, agent, bin, ctl.PID())
+	cmd := agentCommand(agent, agentProbe(t, bin), ctl.PID())
 	cmd.Stdout = w
 	a := testproc.Start(t, "agent", cmd)
 	w.Close() // the agent holds the only write end

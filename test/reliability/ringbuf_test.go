@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/internal/testproc"
 	"github.com/reconscope/reconscope/pkg/collector"
@@ -28,10 +27,7 @@ import (
 // (a reconcile whose return was lost is abandoned; one whose entry was lost has no span, and
 // its return, when not lost too, is counted as an orphan).
 func TestRingBufferOverflow(t *testing.T) {
-	bpftest.Require(t)
-	dir := t.TempDir()
-	bin := copyRelctl(t, dir)
-	tr, out, stopTracer := newTracer(t, collector.Options{RingBufferSize: os.Getpagesize()})
+	dir, bin, tr, out, stopTracer := tracerOfFakectl(t, collector.Options{RingBufferSize: os.Getpagesize()})
 
 	const n = 20000
 	ctl := runTraced(t, tr, bin, dir, "-n", "20000", "-workers", "8")
