@@ -93,6 +93,21 @@ func normalize(t *testing.T, u *unstructured.Unstructured) map[string]any {
 	return m
 }
 
+// loadConfig reads the config.yaml of cm as the agent reads the file the ConfigMap is mounted
+// as (discovery.LoadConfig), failing t with the file when the agent would refuse it.
+func loadConfig(t *testing.T, cm corev1.ConfigMap) discovery.Config {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := discovery.LoadConfig(path)
+	if err != nil {
+		t.Fatalf("the agent refuses the config.yaml of ConfigMap %s:\n%s\n%v", cm.Name, cm.Data["config.yaml"], err)
+	}
+	return cfg
+}
+
 func convert(t *testing.T, u *unstructured.Unstructured, into any) {
 	t.Helper()
 	b, err := json.Marshal(u.Object)
@@ -276,15 +291,7 @@ func TestChartOptions(t *testing.T) {
 	// config: the agent reads the rules the chart wrote, controllers included.
 	var cm corev1.ConfigMap
 	convert(t, objs["ConfigMap/reconscope/reconscope-config"], &cm)
-	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cm.Data["config.yaml"]), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := discovery.LoadConfig(cfgPath)
-	if err != nil {
-		t.Fatalf("the agent refuses the chart's config: %v", err)
-	}
-	f, err := discovery.NewFilter(cfg)
+	f, err := discovery.NewFilter(loadConfig(t, cm))
 	if err != nil {
 		t.Fatal(err)
 	}

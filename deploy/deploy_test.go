@@ -821,15 +821,7 @@ func TestManifestsOnAPIServer(t *testing.T) {
 // TestAgentConfigMap: the discovery config the DaemonSet mounts parses as the agent reads it.
 func TestAgentConfigMap(t *testing.T) {
 	cm := configMap(t, "the reconscope-config", func(c *corev1.ConfigMap) bool { return c.Name == "reconscope-config" })
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := discovery.LoadConfig(path)
-	if err != nil {
-		t.Fatalf("config.yaml: %v", err)
-	}
-	if _, err := discovery.NewFilter(cfg); err != nil {
+	if _, err := discovery.NewFilter(loadConfig(t, *cm)); err != nil {
 		t.Fatalf("config.yaml: %v", err)
 	}
 }

@@ -229,14 +229,7 @@ func TestChartConfigAcceptedByAgent(t *testing.T) {
 	objs := helmTemplate(t, helm, "--values", filepath.Join("testdata", "chart-all-options.yaml"))
 	var cm corev1.ConfigMap
 	convert(t, objs["ConfigMap/reconscope/reconscope-config"], &cm)
-	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := discovery.LoadConfig(path)
-	if err != nil {
-		t.Fatalf("the chart's config.yaml:\n%s\n%v", cm.Data["config.yaml"], err)
-	}
+	cfg := loadConfig(t, cm)
 	if len(cfg.Include) == 0 || len(cfg.Exclude) == 0 {
 		t.Errorf("config %+v: want the values' include and exclude rules", cfg)
 	}
@@ -482,15 +475,7 @@ prometheusRule:
 	// the ConfigMap as the agent reads it, and not in the checksum that rolls the pods.
 	var cfgMap corev1.ConfigMap
 	convert(t, objs["ConfigMap/reconscope/rs-config"], &cfgMap)
-	cfgPath := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfgMap.Data["config.yaml"]), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := discovery.LoadConfig(cfgPath)
-	if err != nil {
-		t.Fatalf("the chart's config.yaml:\n%s\n%v", cfgMap.Data["config.yaml"], err)
-	}
-	dc, err := detail.ParseConfig(cfg.Detail)
+	dc, err := detail.ParseConfig(loadConfig(t, cfgMap).Detail)
 	if err != nil {
 		t.Fatalf("the chart's config.yaml:\n%s\n%v", cfgMap.Data["config.yaml"], err)
 	}
