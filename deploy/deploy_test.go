@@ -3,7 +3,6 @@ package deploy_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -34,6 +33,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 
+	"github.com/reconscope/reconscope/deploy/grafana"
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
@@ -529,33 +529,6 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	return out
 }
 
-// grafanaDashboard is the part of the dashboard model the test reads.
-type grafanaDashboard struct {
-	SchemaVersion int    `json:"schemaVersion"`
-	UID           string `json:"uid"`
-	Title         string `json:"title"`
-	Templating    struct {
-		List []struct {
-			Name  string          `json:"name"`
-			Type  string          `json:"type"`
-			Query json.RawMessage `json:"query"`
-		} `json:"list"`
-	} `json:"templating"`
-	Panels []grafanaPanel `json:"panels"`
-}
-
-type grafanaPanel struct {
-	ID         int             `json:"id"`
-	Type       string          `json:"type"`
-	Title      string          `json:"title"`
-	Datasource json.RawMessage `json:"datasource"`
-	Targets    []struct {
-		Expr       string          `json:"expr"`
-		Datasource json.RawMessage `json:"datasource"`
-	} `json:"targets"`
-	Panels []grafanaPanel `json:"panels"` // of collapsed rows
-}
-
 var (
 	promStrings  = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 	promMatchers = regexp.MustCompile(`\{[^}]*\}`)
@@ -601,13 +574,9 @@ func TestMetricNames(t *testing.T) {
 }
 
 func TestDashboard(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("grafana", "reconscope-dashboard.json"))
+	d, err := grafana.Read()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var d grafanaDashboard
-	if err := json.Unmarshal(b, &d); err != nil {
-		t.Fatalf("dashboard JSON: %v", err)
 	}
 	if d.SchemaVersion < 39 {
 		t.Errorf("schemaVersion %d, want 39 or later", d.SchemaVersion)
@@ -639,14 +608,9 @@ func TestDashboard(t *testing.T) {
 			allowed[name+suffix] = true
 		}
 	}
-	var panels []grafanaPanel
-	for _, p := range d.Panels {
-		panels = append(panels, p)
-		panels = append(panels, p.Panels...)
-	}
 	ids := map[int]bool{}
 	used := map[string]bool{}
-	for _, p := range panels {
+	for _, p := range d.AllPanels() {
 		if ids[p.ID] {
 			t.Errorf("panel %q: id %d is not unique", p.Title, p.ID)
 		}

@@ -30,6 +30,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
+	"github.com/reconscope/reconscope/deploy/grafana"
 	"github.com/reconscope/reconscope/internal/bpftest"
 	"github.com/reconscope/reconscope/internal/ociimage"
 	"github.com/reconscope/reconscope/internal/testkit"
@@ -1108,21 +1109,8 @@ func helmInstall(t *testing.T, env *testenv.Env, cs *kubernetes.Clientset, nodeI
 // show data.
 func checkDashboard(t *testing.T, prom string, since time.Time, want map[string]string, native bool) {
 	t.Helper()
-	b, err := os.ReadFile("../../deploy/grafana/reconscope-dashboard.json")
+	d, err := grafana.Read()
 	if err != nil {
-		t.Fatal(err)
-	}
-	var d struct {
-		Templating struct {
-			List []struct {
-				Name  string          `json:"name"`
-				Type  string          `json:"type"`
-				Query json.RawMessage `json:"query"`
-			} `json:"list"`
-		} `json:"templating"`
-		Panels []dashPanel `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &d); err != nil {
 		t.Fatal(err)
 	}
 	set := map[string]string{}
@@ -1154,13 +1142,8 @@ func checkDashboard(t *testing.T, prom string, since time.Time, want map[string]
 		}
 		set[v.Name] = value
 	}
-	var panels []dashPanel
-	for _, p := range d.Panels {
-		panels = append(panels, p)
-		panels = append(panels, p.Panels...)
-	}
 	n := 0
-	for _, p := range panels {
+	for _, p := range d.AllPanels() {
 		for _, tg := range p.Targets {
 			q := expandVars(tg.Expr, set)
 			// The dashboard reads a histogram native first, then " or " the classic series.
@@ -1178,14 +1161,6 @@ func checkDashboard(t *testing.T, prom string, since time.Time, want map[string]
 		}
 	}
 	t.Logf("dashboard (native histograms: %v): %d variables offer the test's values; %d panel queries all show data", native, len(set), n)
-}
-
-type dashPanel struct {
-	Title   string `json:"title"`
-	Targets []struct {
-		Expr string `json:"expr"`
-	} `json:"targets"`
-	Panels []dashPanel `json:"panels"`
 }
 
 // expandVars replaces Grafana's variables in a query: $__rate_interval by 1m, $name by the
