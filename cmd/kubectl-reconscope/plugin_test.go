@@ -9,10 +9,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/span"
 )
@@ -157,31 +157,13 @@ func TestTailOneAgentDown(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader on other goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestTailFollow: with follow, tail prints the spans the agents keep, then those that finish
 // after it started, filtered.
 func TestTailFollow(t *testing.T) {
 	a, b := twoAgents(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &testkit.LogBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- tail(ctx, []source{a.source("a"), b.source("b")}, exporter.SpanFilter{Controllers: []string{"gadgets"}}, true, newSpanPrinter("json", out), &bytes.Buffer{})

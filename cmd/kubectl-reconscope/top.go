@@ -407,30 +407,24 @@ func nanLast(a, b float64) int {
 func (r *report) rank(by string) {
 	slices.SortFunc(r.controllers, func(a, b *controllerRow) int {
 		rate, p99, errs := nanLast(a.rate, b.rate), nanLast(a.p99, b.p99), nanLast(a.errors, b.errors)
-		var first int
-		switch by {
-		case "p99":
-			first = cmp.Or(p99, rate, errs)
-		case "errors":
-			first = cmp.Or(errs, rate, p99)
-		default:
-			first = cmp.Or(rate, errs, p99)
-		}
-		return cmp.Or(first, cmp.Compare(a.controller, b.controller), cmp.Compare(a.workload, b.workload))
+		return cmp.Or(byFirst(by, rate, p99, errs), cmp.Compare(a.controller, b.controller), cmp.Compare(a.workload, b.workload))
 	})
 	slices.SortFunc(r.objects, func(a, b *objectRow) int {
 		rate, p99, errs := nanLast(a.reconciles, b.reconciles), nanLast(a.p99, b.p99), cmp.Compare(b.errors, a.errors)
-		var first int
-		switch by {
-		case "p99":
-			first = cmp.Or(p99, rate, errs)
-		case "errors":
-			first = cmp.Or(errs, rate, p99)
-		default:
-			first = cmp.Or(rate, errs, p99)
-		}
-		return cmp.Or(first, cmp.Compare(a.controller, b.controller), cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
+		return cmp.Or(byFirst(by, rate, p99, errs), cmp.Compare(a.controller, b.controller), cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
 	})
+}
+
+// byFirst orders two rows by the comparisons of their rate, p99 and errors: the one by names
+// first, ties by the other two (rate before errors before p99).
+func byFirst(by string, rate, p99, errs int) int {
+	switch by {
+	case "p99":
+		return cmp.Or(p99, rate, errs)
+	case "errors":
+		return cmp.Or(errs, rate, p99)
+	}
+	return cmp.Or(rate, errs, p99)
 }
 
 func seconds(s float64) string {
