@@ -71,6 +71,19 @@ func TestWatcherScan(t *testing.T) {
 	step()
 }
 
+// nextEvent returns w's next event as eventString writes it, failing t when none comes within
+// timeout.
+func nextEvent(t *testing.T, w *Watcher, timeout time.Duration) string {
+	t.Helper()
+	select {
+	case ev := <-w.Events():
+		return eventString(ev)
+	case <-time.After(timeout):
+		t.Fatalf("no event within %s", timeout)
+		return ""
+	}
+}
+
 func TestWatcherRun(t *testing.T) {
 	f := newFakeProc(t)
 	f.add(10, "manager", 10, "manager", "")
@@ -80,16 +93,7 @@ func TestWatcherRun(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() { errc <- w.Run(ctx) }()
 
-	next := func() string {
-		t.Helper()
-		select {
-		case ev := <-w.Events():
-			return eventString(ev)
-		case <-time.After(5 * time.Second):
-			t.Fatal("no event within 5s")
-			return ""
-		}
-	}
+	next := func() string { t.Helper(); return nextEvent(t, w, 5*time.Second) }
 	if got := next(); got != "start 10 manager" {
 		t.Fatalf("first event %q, want start 10 manager", got)
 	}
@@ -169,16 +173,7 @@ func TestWatcherExecPrompt(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = w.Run(ctx) }()
-	next := func() string {
-		t.Helper()
-		select {
-		case ev := <-w.Events():
-			return eventString(ev)
-		case <-time.After(10 * time.Second):
-			t.Fatal("no event within 10s")
-			return ""
-		}
-	}
+	next := func() string { t.Helper(); return nextEvent(t, w, 10*time.Second) }
 	if got := next(); got != "start 10 manager" {
 		t.Fatalf("first event %q", got)
 	}
