@@ -41,16 +41,8 @@ func TestControllerManagerTriggeredByOperator(t *testing.T) {
 	bpftest.Require(t)
 	const ns, app = "operator-pair", "web"
 	env, truth, lt, dep := startOperatorPair(t, ns, app)
-	c, bg, labels := env.Client, context.Background(), dep.Spec.Selector.MatchLabels
-	var rs appsv1.ReplicaSet
-	testkit.WaitFor(t, "the Deployment's ReplicaSet", 60*time.Second, func() (bool, string) {
-		var list appsv1.ReplicaSetList
-		if err := c.List(bg, &list, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil || len(list.Items) == 0 {
-			return false, fmt.Sprint(err)
-		}
-		rs = list.Items[0]
-		return true, ""
-	})
+	c, bg := env.Client, context.Background()
+	rs := waitReplicaSet(t, env, dep, "", func(appsv1.ReplicaSet) (bool, string) { return true, "" })
 	// The fixture annotates the ReplicaSet once.
 	if err := c.Create(bg, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "annotator",
 		Annotations: map[string]string{"scripted.reconscope.io/script": "times:1;annotate:replicaset/" + app}}}); err != nil {
@@ -157,14 +149,8 @@ func TestControllerManagerConflictNamesWriter(t *testing.T) {
 	bpftest.Require(t)
 	const ns, app = "operator-conflict", "web"
 	env, truth, lt, dep := startOperatorPair(t, ns, app)
-	c, bg, labels := env.Client, context.Background(), dep.Spec.Selector.MatchLabels
-	var rs appsv1.ReplicaSet
-	testkit.WaitFor(t, "the Deployment's ReplicaSet with its Pod", 60*time.Second, func() (bool, string) {
-		var list appsv1.ReplicaSetList
-		if err := c.List(bg, &list, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil || len(list.Items) == 0 {
-			return false, fmt.Sprint(err)
-		}
-		rs = list.Items[0]
+	c, bg := env.Client, context.Background()
+	rs := waitReplicaSet(t, env, dep, " with its Pod", func(rs appsv1.ReplicaSet) (bool, string) {
 		return rs.Status.Replicas == 1, fmt.Sprintf("status.replicas %d", rs.Status.Replicas)
 	})
 
@@ -283,6 +269,22 @@ func TestControllerManagerConflictNamesWriter(t *testing.T) {
 	if !found {
 		t.Error("no span of the fixture has its update of the ReplicaSet answered 409")
 	}
+}
+
+// waitReplicaSet waits until dep has a ReplicaSet and ready holds for it (what names the
+// wait beyond "the Deployment's ReplicaSet"), and returns it.
+func waitReplicaSet(t *testing.T, env *testenv.Env, dep *appsv1.Deployment, what string, ready func(appsv1.ReplicaSet) (bool, string)) appsv1.ReplicaSet {
+	t.Helper()
+	var rs appsv1.ReplicaSet
+	testkit.WaitFor(t, "the Deployment's ReplicaSet"+what, 60*time.Second, func() (bool, string) {
+		var list appsv1.ReplicaSetList
+		if err := env.Client.List(context.Background(), &list, client.InNamespace(dep.Namespace), client.MatchingLabels(dep.Spec.Selector.MatchLabels)); err != nil || len(list.Items) == 0 {
+			return false, fmt.Sprint(err)
+		}
+		rs = list.Items[0]
+		return ready(rs)
+	})
+	return rs
 }
 
 // startOperatorPair starts the test bed's stripped kube-controller-manager with its replicaset
