@@ -116,14 +116,19 @@ func requeueProbes() []*Probe {
 func itemKnown(p *Probe) *Probe {
 	p.ItemKnown = true
 	for _, d := range []*Decoder{&p.DecodeEntry, &p.DecodeReturn} {
-		decode := *d
-		*d = func(r *Raw) span.Event {
-			e := decode(r)
-			e.Item = shapeItem(r.Args[2], r.Function)
-			return e
-		}
+		*d = withItem(*d, func(r *Raw) uint64 { return r.Args[2] })
 	}
 	return p
+}
+
+// withItem is decode giving each event the identity of its item, whose words item reads from
+// the record, of the shape of the record's function (shapeItem).
+func withItem(decode Decoder, item func(*Raw) uint64) Decoder {
+	return func(r *Raw) span.Event {
+		e := decode(r)
+		e.Item = shapeItem(item(r), r.Function)
+		return e
+	}
 }
 
 // shapeItem is the identity of an item whose words give item, in a queue of the shape of fn
@@ -151,28 +156,14 @@ func shapeItem(item uint64, fn string) uint64 {
 // words 0 and 2 the site reads (Vals 0 and 1).
 func stringsKnown(p *Probe) *Probe {
 	p.ItemKnown = true
+	inArgs := func(r *Raw) uint64 { return stringsItem(r.Args[2], r.Args[4]) }
 	if p.Bracket != nil {
 		p.Entry = p.Entry.val(0, ValueArg{Base: 2}).val(1, ValueArg{Base: 2, Field: FieldRef{Add: 16}})
-		get := p.DecodeEntry
-		p.DecodeEntry = func(r *Raw) span.Event {
-			e := get(r)
-			e.Item = shapeItem(stringsItem(r.Vals[0], r.Vals[1]), r.Function)
-			return e
-		}
-		done := p.DecodeReturn
-		p.DecodeReturn = func(r *Raw) span.Event {
-			e := done(r)
-			e.Item = shapeItem(stringsItem(r.Args[2], r.Args[4]), r.Function)
-			return e
-		}
+		p.DecodeEntry = withItem(p.DecodeEntry, func(r *Raw) uint64 { return stringsItem(r.Vals[0], r.Vals[1]) })
+		p.DecodeReturn = withItem(p.DecodeReturn, inArgs)
 		return p
 	}
-	decode := p.DecodeEntry
-	p.DecodeEntry = func(r *Raw) span.Event {
-		e := decode(r)
-		e.Item = shapeItem(stringsItem(r.Args[2], r.Args[4]), r.Function)
-		return e
-	}
+	p.DecodeEntry = withItem(p.DecodeEntry, inArgs)
 	return p
 }
 
