@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -62,24 +60,6 @@ func createManifests(t *testing.T, c client.Client, file string, kinds ...string
 	}
 }
 
-// serviceAccountToken creates the ServiceAccount namespace/name (unless it exists) and returns
-// a token for it from the TokenRequest API.
-func serviceAccountToken(t *testing.T, cs kubernetes.Interface, namespace, name string) string {
-	t.Helper()
-	ctx := context.Background()
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	if _, err := cs.CoreV1().ServiceAccounts(namespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
-		t.Fatal(err)
-	}
-	expiry := int64(3600)
-	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
-		&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &expiry}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("TokenRequest for %s/%s: %v", namespace, name, err)
-	}
-	return tr.Status.Token
-}
-
 // TestRunMetricsSecure runs the agent with --metrics-secure against a real kube-apiserver, as
 // the ServiceAccount the manifests give it (deploy/daemonset.yaml's, plus the RBAC of the
 // deploy/metrics-auth component), and scrapes it as a user would: without a token (401), with
@@ -96,7 +76,7 @@ func TestRunMetricsSecure(t *testing.T) {
 	// The agent's identity: the manifests' ServiceAccount and roles, nothing more.
 	createManifests(t, env.Client, "deploy/daemonset.yaml", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
 	createManifests(t, env.Client, "deploy/metrics-auth/rbac.yaml", "ClusterRole", "ClusterRoleBinding")
-	agentToken := serviceAccountToken(t, cs, "reconscope", "reconscope-agent")
+	agentToken := testenv.ServiceAccountToken(t, cs, "reconscope", "reconscope-agent")
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
 	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: agentToken}
@@ -108,26 +88,12 @@ func TestRunMetricsSecure(t *testing.T) {
 	}
 
 	// Two scrapers: one bound to the reader role, one not.
-	reader := serviceAccountToken(t, cs, "default", "prometheus")
-	stranger := serviceAccountToken(t, cs, "default", "stranger")
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reconscope-metrics"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "reconscope-agent-metrics-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "prometheus"}},
-	}
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	reader := testenv.ServiceAccountToken(t, cs, "default", "prometheus")
+	stranger := testenv.ServiceAccountToken(t, cs, "default", "stranger")
+	testenv.BindClusterRole(t, cs, "prometheus-reconscope-metrics", "reconscope-agent-metrics-reader", "default", "prometheus")
 	// A kubectl reconscope user, bound to the spans reader role.
-	viewer := serviceAccountToken(t, cs, "default", "viewer")
-	binding = &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "viewer-reconscope-spans"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "reconscope-agent-spans-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "viewer"}},
-	}
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	viewer := testenv.ServiceAccountToken(t, cs, "default", "viewer")
+	testenv.BindClusterRole(t, cs, "viewer-reconscope-spans", "reconscope-agent-spans-reader", "default", "viewer")
 
 	addr := testenv.FreeAddr(t)
 	cmd := exec.Command(agent, "run", "--kubeconfig", agentKubeconfig, "--node-name", "node-1", "--metrics-addr", addr,
@@ -194,15 +160,8 @@ func TestRunMetricsSecure(t *testing.T) {
 	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	oncall := serviceAccountToken(t, cs, "default", "oncall")
-	switcher := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "oncall-reconscope-detail"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "reconscope-detail-switcher"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "oncall"}},
-	}
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, switcher, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	oncall := testenv.ServiceAccountToken(t, cs, "default", "oncall")
+	testenv.BindClusterRole(t, cs, "oncall-reconscope-detail", "reconscope-detail-switcher", "default", "oncall")
 	for _, tt := range []struct {
 		name, method, path, token string
 		want                      int

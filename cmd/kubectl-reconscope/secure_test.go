@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -65,31 +63,11 @@ func TestSecuredAgent(t *testing.T) {
 	env := testenv.Start(t, testenv.Options{})
 	ctx := context.Background()
 	cs := kubernetes.NewForConfigOrDie(env.Config)
-	token := func(name string) string {
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}
-		if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, sa, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		exp := int64(3600)
-		tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, name,
-			&authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr.Status.Token
-	}
 	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, spansReaderRole(t), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	viewer, stranger := token("viewer"), token("stranger")
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "viewer-spans"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "reconscope-agent-spans-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "viewer"}},
-	}
-	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	viewer, stranger := testenv.ServiceAccountToken(t, cs, "default", "viewer"), testenv.ServiceAccountToken(t, cs, "default", "stranger")
+	testenv.BindClusterRole(t, cs, "viewer-spans", "reconscope-agent-spans-reader", "default", "viewer")
 
 	// The agent: its handler behind the filter --metrics-secure puts in front of it, over TLS.
 	m := exporter.NewMetrics(exporter.MetricsOptions{})

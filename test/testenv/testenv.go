@@ -9,7 +9,7 @@
 // -timeout expires; the cleanup then fails the test if any of those processes is still alive.
 //
 //	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}})
-//	bin := testenv.testkit.Build(t, "./test/fixtures/scripted-controller")
+//	bin := testkit.Build(t, "./test/fixtures/scripted-controller")
 //	ctl := testenv.StartProcess(t, "scripted", exec.Command(bin, "--kubeconfig", env.Kubeconfig))
 //
 // The first run builds the control plane (about 11 minutes on 2 cores): run
