@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/reconscope/reconscope/internal/testkit"
 )
 
 // ProbeLink is one uprobe link the kernel holds, as `bpftool link list` shows it.
@@ -103,14 +104,12 @@ func LinksOn(t testing.TB, bin string, exited ...int) []ProbeLink {
 // exited is as for LinksOn.
 func LinksLeftOn(t testing.TB, bin string, exited ...int) []ProbeLink {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		left := LinksOn(t, bin, exited...)
-		if len(left) == 0 || time.Now().After(deadline) {
-			return left
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var left []ProbeLink
+	testkit.Poll(10*time.Second, func() bool {
+		left = LinksOn(t, bin, exited...)
+		return len(left) == 0
+	})
+	return left
 }
 
 // LinksHeldBy returns the uprobe links (as UprobeLinks lists them) that process pid holds a

@@ -317,22 +317,27 @@ func (n *Node) serveAPI() error {
 
 // waitContainerd waits until containerd answers on its socket.
 func (n *Node) waitContainerd(timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
 	var last error
-	for time.Now().Before(deadline) {
-		select {
-		case <-n.Containerd.Done():
-			return fmt.Errorf("exited: %v", n.Containerd.Wait())
-		default:
+	answers := testkit.Poll(timeout, func() bool {
+		if n.Containerd.Exited() {
+			last = fmt.Errorf("exited: %v", n.Containerd.Wait())
+			return true
 		}
 		out, err := exec.Command(n.ctr, "--address", n.socket, "version").CombinedOutput()
-		if err == nil {
-			return nil
+		if err != nil {
+			last = fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+			return false
 		}
-		last = fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
-		time.Sleep(200 * time.Millisecond)
+		last = nil
+		return true
+	})
+	switch {
+	case !answers:
+		return fmt.Errorf("not answering after %s: %v", timeout, last)
+	case last != nil:
+		return last // exited
 	}
-	return fmt.Errorf("not answering after %s: %v", timeout, last)
+	return nil
 }
 
 // waitReady waits for the Node object to say Ready.

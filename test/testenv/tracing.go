@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -110,22 +111,17 @@ func StartCollector(t testing.TB, config string, overrides ...string) *Collector
 		args = append(args, "--config=file:"+path)
 	}
 	c := &Collector{proc: StartProcess(t, "otelcol", exec.Command(filepath.Join(dir, "otelcol"), args...))}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.Eventually(t, "testenv: the collector to start", 60*time.Second, func() bool {
 		b, _ := os.ReadFile(c.proc.StderrPath())
 		if bytes.Contains(b, []byte("Everything is ready. Begin running and processing data.")) {
-			return c
+			return true
 		}
-		select {
-		case <-c.proc.Done():
+		if c.proc.Exited() {
 			t.Fatalf("testenv: the collector exited at start: %v", c.proc.Wait())
-		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("testenv: the collector did not start within 60s")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false
+	})
+	return c
 }
 
 // StderrPath is the file holding the collector's log (its debug exporter's output too).
@@ -135,26 +131,20 @@ func (c *Collector) StderrPath() string { return c.proc.StderrPath() }
 func waitServing(t testing.TB, p *Process, name, u string) {
 	t.Helper()
 	c := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.WaitFor(t, fmt.Sprintf("testenv: %s to answer %s", name, u), 60*time.Second, func() (bool, string) {
 		resp, err := c.Get(u)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return true, ""
 			}
 			err = fmt.Errorf("%s", resp.Status)
 		}
-		select {
-		case <-p.Done():
+		if p.Exited() {
 			t.Fatalf("testenv: %s exited at start: %v", name, p.Wait())
-		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("testenv: %s does not answer %s: %v", name, u, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false, err.Error()
+	})
 }
 
 // Services lists the service names Jaeger has spans of.
