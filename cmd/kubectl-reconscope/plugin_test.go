@@ -168,18 +168,17 @@ func TestTailFollow(t *testing.T) {
 	go func() {
 		done <- tail(ctx, []source{a.source("a"), b.source("b")}, exporter.SpanFilter{Controllers: []string{"gadgets"}}, true, newSpanPrinter("json", out), &bytes.Buffer{})
 	}()
-	for a.stream.Followers() == 0 || b.stream.Followers() == 0 {
-		time.Sleep(5 * time.Millisecond) // both streams open
-	}
+	testkit.Eventually(t, "both streams open", 10*time.Second, func() bool { return a.stream.Followers() > 0 && b.stream.Followers() > 0 })
 	a.reconcile(20, "widgets", "ns-a", "w1", span.ResultSuccess, time.Millisecond) // not selected
 	a.reconcile(21, "gadgets", "ns-c", "late", span.ResultSuccess, time.Millisecond)
-	for !strings.Contains(out.String(), `"name":"late"`) {
+	testkit.WaitFor(t, "the new span", 10*time.Second, func() (bool, string) {
 		select {
 		case err := <-done:
 			t.Fatalf("tail ended (%v) before the new span:\n%s", err, out.String())
-		case <-time.After(5 * time.Millisecond):
+		default:
 		}
-	}
+		return strings.Contains(out.String(), `"name":"late"`), out.String()
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("tail: %v", err)

@@ -170,9 +170,7 @@ func TestSpanStreamHTTPSlowReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	for st.Followers() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, "the follower to register", 10*time.Second, func() bool { return st.Followers() != 0 })
 	big := strings.Repeat("x", 4096) // fills the socket buffers quickly
 	for i := 0; st.ReadersDropped() == 0; i++ {
 		s := streamSpan(i, "widgets", "error")
