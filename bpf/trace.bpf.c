@@ -9,7 +9,15 @@
  * written by user space from the probe catalog. The programs read the Go ABI registers,
  * the strings the site names, the goroutine's identity, and (for spans) the reconcile ID
  * or the returned error's message, and submit one struct event to the ring buffer.
- * They never write to the traced process and every read is bounded. */
+ * They never write to the traced process and every read is bounded.
+ *
+ * Over 500 lines, on purpose: this file is one BPF object, compiled as one unit, and most of it
+ * is one algorithm, the path of one probe hit (handle and the static inline steps it calls in
+ * turn: the registers and strings a site names, the goroutine's state, the span's exclusion, the
+ * deferred records, the error's message), which the verifier checks as one program. The two
+ * exec-time programs (on_exec, identify) share its maps and counters. What another object shares
+ * (the maps and first steps of every hit) is already apart, in include/hit.h; moving the rest
+ * into headers only this file includes would split one pass across files. */
 
 #include "include/types.h"
 #include "include/bpf_helpers.h"
