@@ -20,8 +20,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/reconscope/reconscope/internal/testkit"
@@ -77,15 +75,7 @@ func TestRunMetricsSecure(t *testing.T) {
 	createManifests(t, env.Client, "deploy/daemonset.yaml", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
 	createManifests(t, env.Client, "deploy/metrics-auth/rbac.yaml", "ClusterRole", "ClusterRoleBinding")
 	agentToken := testenv.ServiceAccountToken(t, cs, "reconscope", "reconscope-agent")
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
-	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: agentToken}
-	kc.Contexts["agent"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "agent"}
-	kc.CurrentContext = "agent"
-	agentKubeconfig := filepath.Join(t.TempDir(), "agent.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, agentKubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	agentKubeconfig := env.KubeconfigWithToken(t, agentToken)
 
 	// Two scrapers: one bound to the reader role, one not.
 	reader := testenv.ServiceAccountToken(t, cs, "default", "prometheus")

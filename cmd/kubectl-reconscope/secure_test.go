@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/metricsauth"
@@ -38,21 +37,6 @@ func spansReaderRole(t *testing.T) *rbacv1.ClusterRole {
 	}
 	t.Fatal("deploy/metrics-auth/rbac.yaml has no ClusterRole reconscope-agent-spans-reader")
 	return nil
-}
-
-// kubeconfigWithToken writes a kubeconfig whose user authenticates with token.
-func kubeconfigWithToken(t *testing.T, env *testenv.Env, token string) string {
-	t.Helper()
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
-	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
-	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "user"}
-	kc.CurrentContext = "test"
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // TestSecuredAgent: an agent serving --metrics-secure (HTTPS, each bearer token reviewed by a
@@ -103,7 +87,7 @@ func TestSecuredAgent(t *testing.T) {
 		return out.String(), nil
 	}
 
-	out, err := read(kubeconfigWithToken(t, env, viewer), "")
+	out, err := read(env.KubeconfigWithToken(t, viewer), "")
 	if err != nil {
 		t.Fatalf("viewer: %v\n%s", err, out)
 	}
@@ -111,7 +95,7 @@ func TestSecuredAgent(t *testing.T) {
 		t.Errorf("viewer's tail --errors = %v, want widgets ns-a/w1's error", got)
 	}
 	// --token wins over the kubeconfig's
-	if _, err := read(kubeconfigWithToken(t, env, stranger), viewer); err != nil {
+	if _, err := read(env.KubeconfigWithToken(t, stranger), viewer); err != nil {
 		t.Errorf("--token of the viewer: %v", err)
 	}
 	for _, tt := range []struct {
@@ -121,7 +105,7 @@ func TestSecuredAgent(t *testing.T) {
 		{"not bound", stranger, []string{"403", "system:serviceaccount:default:stranger", "reconscope-agent-spans-reader"}},
 		{"no token", "", []string{"401", "--token"}},
 	} {
-		msg, err := read(kubeconfigWithToken(t, env, tt.token), "")
+		msg, err := read(env.KubeconfigWithToken(t, tt.token), "")
 		if err == nil {
 			t.Errorf("%s: read the secured agent", tt.name)
 			continue

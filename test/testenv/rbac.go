@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -10,6 +11,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // ServiceAccountToken creates the ServiceAccount namespace/name (unless it exists) and returns
@@ -42,4 +45,20 @@ func BindClusterRole(t testing.TB, cs kubernetes.Interface, binding, role, names
 	if _, err := cs.RbacV1().ClusterRoleBindings().Create(context.Background(), b, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("bind ClusterRole %s to %s/%s: %v", role, namespace, serviceAccount, err)
 	}
+}
+
+// KubeconfigWithToken writes a kubeconfig of the test bed's API server whose user
+// authenticates with token (ServiceAccountToken's), and returns its path.
+func (e *Env) KubeconfigWithToken(t testing.TB, token string) string {
+	t.Helper()
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: e.Config.Host, CertificateAuthorityData: e.Config.CAData}
+	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
+	kc.Contexts["test"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "user"}
+	kc.CurrentContext = "test"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
