@@ -223,17 +223,7 @@ func truthWrites(t *testing.T, path, name, uid string) []targetWrite {
 // ground truth at path.
 func truthReads(t *testing.T, path, uid string, from time.Time) []groundtruth.Record {
 	t.Helper()
-	recs, err := groundtruth.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []groundtruth.Record
-	for _, r := range recs {
-		if r.UID == uid && r.Start.After(from) {
-			out = append(out, r)
-		}
-	}
-	return out
+	return truthOf(t, path, func(r groundtruth.Record) bool { return r.UID == uid && r.Start.After(from) })
 }
 
 // readerSpan is a reader reconcile of the ground truth, the write that made the version it

@@ -100,8 +100,8 @@ func checkTruth(t *testing.T, what string, required []groundtruth.Record, truthP
 	t.Errorf("%s: %d reconciles required, %d spans; after %s, %d problems:\n  %s", what, len(required), len(got), timeout, len(problems), strings.Join(problems, "\n  "))
 }
 
-// truthOf returns the records of the ground truth at path whose object keep accepts.
-func truthOf(t *testing.T, path string, keep func(name string) bool) []groundtruth.Record {
+// truthOf returns the records of the ground truth at path that keep accepts.
+func truthOf(t *testing.T, path string, keep func(groundtruth.Record) bool) []groundtruth.Record {
 	t.Helper()
 	all, err := groundtruth.ReadFile(path)
 	if err != nil {
@@ -109,7 +109,7 @@ func truthOf(t *testing.T, path string, keep func(name string) bool) []groundtru
 	}
 	var out []groundtruth.Record
 	for _, r := range all {
-		if keep(r.Name) {
+		if keep(r) {
 			out = append(out, r)
 		}
 	}
@@ -123,7 +123,7 @@ func waitTruthSettled(t *testing.T, path, what string, keep func(string) bool) [
 	var recs []groundtruth.Record
 	n, since := -1, time.Now()
 	testkit.WaitFor(t, what+" settled in the ground truth", 120*time.Second, func() (bool, string) {
-		recs = truthOf(t, path, keep)
+		recs = truthOf(t, path, func(r groundtruth.Record) bool { return keep(r.Name) })
 		if len(recs) != n {
 			n, since = len(recs), time.Now()
 		}
