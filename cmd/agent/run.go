@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -27,8 +28,8 @@ import (
 const runSummary = `Usage: reconscope-agent run [flags]
 
 The node agent (the DaemonSet's entrypoint): finds every Go controller process on this node
-by scanning /proc (at once when a process execs, from the sched_process_exec raw tracepoint,
-and every --scan-interval), traces those the probe catalog supports (one attach per executable, shared
+by reading each process that execs as it does (from the sched_process_exec raw tracepoint)
+and scanning /proc every --scan-interval, traces those the probe catalog supports (one attach per executable, shared
 by its processes; a new process of an attached executable is traced from its exec, in the kernel,
 also one that restarts within --keep-attached of its executable's last process), names their pod and container from a pod informer limited to this node
 (needs get/list/watch on pods; without API access it keeps tracing with host-only metadata
@@ -58,7 +59,7 @@ func runCommand(stdout, stderr io.Writer) *cobra.Command {
 	cmd := newCommand("run", runSummary)
 	fs := cmd.Flags()
 	procRoot := fs.String("proc-root", discovery.DefaultProcRoot, "where the host's /proc is mounted (hostPID: /proc)")
-	interval := fs.Duration("scan-interval", discovery.DefaultScanInterval, "how often /proc is scanned for new and exited processes (an exec anywhere on the node also prompts a scan)")
+	interval := fs.Duration("scan-interval", 0, fmt.Sprintf("how often /proc is scanned in full, for exits and for processes exec notifications missed (0: %s with the sched_process_exec notifications, which read each exec'd process at once; %s without them)", discovery.DefaultExecScanInterval, discovery.DefaultScanInterval))
 	configPath := fs.String("config", "", "YAML file selecting the processes to trace (include/exclude rules; docs/daemonset.md)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for the pod informer (default: in-cluster config; none: host-only metadata)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -171,6 +172,12 @@ func runCommand(stdout, stderr io.Writer) *cobra.Command {
 			go watchDetailConfig(ctx, *configPath, detailSeen, tf.detail, tf.detailFor, tf.policy, log)
 		}
 		execs, err := t.WatchExecs(ctx)
+		if *interval <= 0 {
+			*interval = discovery.DefaultExecScanInterval
+			if err != nil {
+				*interval = discovery.DefaultScanInterval
+			}
+		}
 		if err != nil {
 			log.Warn("no exec notifications: new processes are found by the /proc scan only", "interval", *interval, "err", err)
 		}

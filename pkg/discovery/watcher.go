@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"slices"
 	"sort"
 	"time"
 
@@ -37,6 +38,12 @@ func (Exited) isEvent()  {}
 // DefaultScanInterval is how often a [Watcher] rescans /proc unless told otherwise.
 const DefaultScanInterval = 2 * time.Second
 
+// DefaultExecScanInterval is how often the agent rescans /proc in full when exec
+// notifications find new processes: a scan reads every process's stat and executable (3 ms
+// for 70 processes here, BenchmarkScan), the agent's largest cost at rest when it ran every
+// DefaultScanInterval. Exits are noticed by the tracer itself.
+const DefaultExecScanInterval = 30 * time.Second
+
 // WatcherOptions configures a [Watcher].
 type WatcherOptions struct {
 	// ProcRoot is where proc is mounted. Empty means [DefaultProcRoot].
@@ -51,10 +58,13 @@ type WatcherOptions struct {
 	// Logger receives the Watcher's warnings. Nil means slog.Default().
 	Logger *slog.Logger
 	// Execs, when set, receives the PID of each process that called execve (the agent feeds
-	// it from the sched_process_exec raw tracepoint): each one prompts a scan before the next
-	// Interval, at most one per WakeDelay, so a new controller is traced at once.
+	// it from the sched_process_exec raw tracepoint): those processes are read before the next
+	// Interval, at most one batch per WakeDelay, so a new controller is traced at once. Only
+	// they are read, not the whole of /proc: on a node where something execs every second
+	// (exec probes, shell scripts) a full scan per exec would cost more than the interval's.
+	// A PID of 0 says that notifications were lost: the next batch is a full scan.
 	Execs <-chan int
-	// WakeDelay is the least time between two scans prompted by Execs. Zero means 100ms.
+	// WakeDelay is the least time between two batches prompted by Execs. Zero means 100ms.
 	WakeDelay time.Duration
 }
 
@@ -62,9 +72,10 @@ type WatcherOptions struct {
 // [Started] for each new process and an [Exited] for each one gone, on the channel returned by
 // Events. Events of one scan come Exited first, then Started, each in PID order.
 //
-// With WatcherOptions.Execs, an exec anywhere on the host prompts a scan at once (debounced by
-// WakeDelay), so a new controller is traced about as soon as it runs; the periodic scan stays
-// the safety net that also finds processes started before the agent and notices exits.
+// With WatcherOptions.Execs, the process of an exec anywhere on the host is read at once
+// (batched by WakeDelay), so a new controller is traced about as soon as it runs; the periodic
+// scan stays the safety net that notices exits and what notifications missed, and can run far
+// less often (the agent: [DefaultExecScanInterval]).
 type Watcher struct {
 	opts   WatcherOptions
 	log    *slog.Logger
@@ -127,7 +138,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-		case _, ok := <-execs:
+		case pid, ok := <-execs:
 			if !ok {
 				execs = nil // no more prompts: the ticker alone
 				evs = nil
@@ -140,8 +151,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 				case <-time.After(wait):
 				}
 			}
-			drain(execs) // one scan serves every exec so far
 			lastWake = time.Now()
+			if pids, all := gather(execs, pid); !all {
+				evs = w.look(pids, false)
+				continue
+			}
 		}
 		evs, err = w.scan()
 		if err != nil {
@@ -160,6 +174,15 @@ func (w *Watcher) scan() ([]Event, error) {
 	if err != nil {
 		return nil, err
 	}
+	evs := w.look(pids, true)
+	w.warnedScan = false
+	return evs, nil
+}
+
+// look reads the processes pids (sorted) and returns the events that make up the difference
+// with what is known of them. With all, pids is every process in /proc, and a known process
+// missing from it is over; without, only pids are looked at (processes that exec'd).
+func (w *Watcher) look(pids []int, all bool) []Event {
 	var exited []Event
 	var started []Event
 	seen := make(map[int]bool, len(pids))
@@ -188,7 +211,7 @@ func (w *Watcher) scan() ([]Event, error) {
 	}
 	var gone []int
 	for pid := range w.known {
-		if !seen[pid] {
+		if all && !seen[pid] {
 			gone = append(gone, pid)
 		}
 	}
@@ -203,20 +226,30 @@ func (w *Watcher) scan() ([]Event, error) {
 			"processes", denied)
 		w.warnedDenied = true
 	}
-	w.warnedScan = false
-	return append(exited, started...), nil
+	return append(exited, started...)
 }
 
-// drain empties ch without waiting.
-func drain(ch <-chan int) {
-	for {
+// maxLook is the most exec'd processes read one by one in a batch; more make a full scan.
+const maxLook = 64
+
+// gather returns first and the PIDs ch holds now, sorted and each once, without waiting; all
+// says to scan /proc in full instead: notifications were lost (a PID of 0), or there are more
+// than maxLook of them.
+func gather(ch <-chan int, first int) (pids []int, all bool) {
+	pids = append(pids, first)
+	for more := true; more; {
 		select {
-		case _, ok := <-ch:
+		case pid, ok := <-ch:
 			if !ok {
-				return
+				more = false
+				break
 			}
+			pids = append(pids, pid)
 		default:
-			return
+			more = false
 		}
 	}
+	slices.Sort(pids)
+	pids = slices.Compact(pids)
+	return pids, len(pids) > maxLook || pids[0] <= 0
 }

@@ -189,3 +189,77 @@ func TestWatcherExecPrompt(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 }
+
+// TestWatcherExecReadsOnlyExecd: an exec prompt reads the processes that exec'd, not the whole
+// of /proc (the periodic scan finds the rest); an exec of another program under a known PID is
+// an exit and a start; a 0 (notifications lost) makes the next batch a full scan.
+func TestWatcherExecReadsOnlyExecd(t *testing.T) {
+	f := newFakeProc(t)
+	f.add(10, "manager", 10, "manager", "")
+	execs := make(chan int, 4)
+	w := NewWatcher(WatcherOptions{ProcRoot: f.root, Interval: time.Hour, Execs: execs, WakeDelay: time.Millisecond,
+		Logger: testkit.Quiet()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = w.Run(ctx) }()
+	next := func() string {
+		t.Helper()
+		select {
+		case ev := <-w.Events():
+			return eventString(ev)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no event within 10s")
+			return ""
+		}
+	}
+	none := func() {
+		t.Helper()
+		select {
+		case ev := <-w.Events():
+			t.Fatalf("unexpected event %q", eventString(ev))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if got := next(); got != "start 10 manager" {
+		t.Fatalf("first event %q", got)
+	}
+	f.add(20, "operator", 20, "operator", "") // started without a notification
+	f.add(30, "shell", 30, "shell", "")
+	execs <- 30
+	if got := next(); got != "start 30 shell" {
+		t.Fatalf("after the exec of 30: %q, want start 30 shell", got)
+	}
+	none() // 20 sent no notification: not read
+	f.setExe(30, "controller")
+	execs <- 30
+	for _, want := range []string{"exit 30", "start 30 controller"} {
+		if got := next(); got != want {
+			t.Fatalf("after 30 exec'd again: %q, want %q", got, want)
+		}
+	}
+	f.remove(10)
+	execs <- 0
+	for _, want := range []string{"exit 10", "start 20 operator"} {
+		if got := next(); got != want {
+			t.Fatalf("after notifications were lost: %q, want %q", got, want)
+		}
+	}
+	none()
+}
+
+// BenchmarkScan is one full scan of this machine's /proc, every process known from the scan
+// before (the steady state): what DefaultExecScanInterval spaces out.
+func BenchmarkScan(b *testing.B) {
+	w := NewWatcher(WatcherOptions{Logger: testkit.Quiet()})
+	if _, err := w.scan(); err != nil {
+		b.Fatal(err)
+	}
+	n := len(w.known)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := w.scan(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(n), "processes")
+}

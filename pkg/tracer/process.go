@@ -134,7 +134,7 @@ func (t *Tracer) UntracePID(pid int) {
 }
 
 // WatchExecs reports the PID of every process that calls execve on the host, until ctx ends
-// (collector.WatchExecs), for discovery to look at. With Options.AdmitExecs, it also takes in
+// (collector.WatchExecs), for discovery to look at; a 0 says that PIDs were lost meanwhile. With Options.AdmitExecs, it also takes in
 // each new process of an attached executable, which the kernel traces from its exec: the
 // tracer traces it here too (its load address, its spans' executable) and asks Options.Admit.
 func (t *Tracer) WatchExecs(ctx context.Context) (<-chan int, error) {
@@ -145,6 +145,7 @@ func (t *Tracer) WatchExecs(ctx context.Context) (<-chan int, error) {
 	out := make(chan int, 256)
 	go func() {
 		defer close(out)
+		lost := false
 		for ex := range execs {
 			if ex.Admitted {
 				t.admit(ex)
@@ -158,9 +159,19 @@ func (t *Tracer) WatchExecs(ctx context.Context) (<-chan int, error) {
 					t.UntracePID(ex.PID)
 				}
 			}
+			// Never waits on the loop: admission above must not fall behind. A PID that finds
+			// the channel full is lost to the loop, which is then told so with a 0 (scan all).
+			if lost {
+				select {
+				case out <- 0:
+					lost = false
+				default:
+				}
+			}
 			select {
 			case out <- ex.PID:
 			default:
+				lost = true
 			}
 		}
 	}()
