@@ -35,6 +35,12 @@ const (
 // each time a quarter of the buffer fills), only how soon a span is written does.
 const PollInterval = 200 * time.Millisecond
 
+// IdlePollInterval is the longest wait between two polls: after a poll that found no record
+// the wait doubles, up to this, and a record brings it back to PollInterval. An agent on a node
+// whose controllers are at rest is woken once a second instead of five times; the first record
+// after a rest is read up to this late, unless the kernel wakes the reader.
+const IdlePollInterval = time.Second
+
 // ReadStats counts what the reader saw.
 type ReadStats struct {
 	Events    uint64
@@ -69,7 +75,9 @@ func (c *Collector) Run(ctx context.Context, handle func(span.Event), idle func(
 	// os.ErrDeadlineExceeded, without waiting.
 	c.reader.SetDeadline(time.Unix(1, 0))
 	timedOut := false
+	interval := PollInterval
 	for {
+		read := false
 		for {
 			err := c.reader.ReadInto(&rec)
 			if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -82,6 +90,7 @@ func (c *Collector) Run(ctx context.Context, handle func(span.Event), idle func(
 				return c.ReadStats(), fmt.Errorf("read ring buffer: %w", err)
 			}
 			c.handleRecord(rec.RawSample, &raw, handle)
+			read = true
 		}
 		if timedOut && idle != nil {
 			idle()
@@ -89,7 +98,12 @@ func (c *Collector) Run(ctx context.Context, handle func(span.Event), idle func(
 		if w.closed.Load() {
 			return c.ReadStats(), nil // drained after the stop
 		}
-		err := w.wait(PollInterval)
+		if read {
+			interval = PollInterval
+		} else if timedOut {
+			interval = min(2*interval, IdlePollInterval)
+		}
+		err := w.wait(interval)
 		timedOut = errors.Is(err, os.ErrDeadlineExceeded)
 		if err != nil && !timedOut {
 			if errors.Is(err, os.ErrClosed) {
