@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -248,4 +250,26 @@ func selectSyncHandlers(catalog []*probes.Probe, controllers discovery.Controlle
 		log.Info("sync handlers not attached: their controller is not selected (--controller)", "probes", strings.Join(left, ","))
 	}
 	return kept
+}
+
+// oneProcessor runs the agent's goroutines on one processor (GOMAXPROCS=1) unless the
+// environment sets GOMAXPROCS. The agent's work comes in short bursts (a ring buffer drain, a
+// span written, a scrape): with a second processor the runtime wakes another thread for each
+// goroutine made ready and lets it spin looking for work, which cost more than the work itself
+// (kube-controller-manager at 500 Deployments, side by side: BENCHMARKS.md section 5).
+// Inspections still run two at once, each on its goroutine. Only for run and trace, the
+// commands that stay (args: the command line after the program's name), and from main, not
+// from run: tests call run in their own process.
+func oneProcessor(args []string) {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			if a == "run" || a == "trace" {
+				runtime.GOMAXPROCS(1)
+			}
+			return
+		}
+	}
 }

@@ -51,6 +51,7 @@ Examples:
 `
 
 func main() {
+	oneProcessor(os.Args[1:])
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -52,7 +52,8 @@ type Options struct {
 	// no. Nil keeps every admitted process, with no metadata.
 	Admit func(pid int) (ProcessMeta, bool)
 	// Inspections bounds how many executables are inspected and attached at once. Zero means
-	// GOMAXPROCS, at least 2.
+	// GOMAXPROCS: more at once would not end sooner, each holding its heap (~25-35 MiB for
+	// kube-controller-manager) meanwhile; the agent's peak memory is theirs.
 	Inspections int
 	// Inspected, when set, is called after each executable is inspected and attached, once
 	// the inspection's heap is given back to the system: cmd/agent takes the pages of its own
@@ -167,7 +168,7 @@ func New(opts Options) (*Tracer, error) {
 		opts.Housekeeping = 500 * time.Millisecond
 	}
 	if opts.Inspections <= 0 {
-		opts.Inspections = max(2, runtime.GOMAXPROCS(0))
+		opts.Inspections = runtime.GOMAXPROCS(0)
 	}
 	if opts.Grace == 0 {
 		opts.Grace = DefaultGrace
