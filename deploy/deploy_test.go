@@ -37,6 +37,7 @@ import (
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/kubeapi"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/test/testenv"
 )
@@ -756,9 +757,13 @@ func TestManifestsOnAPIServer(t *testing.T) {
 	}
 	agentCfg := rest.CopyConfig(env.Config)
 	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + agentNamespace}}
+	agent, err := kubeapi.NewForConfig(agentCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var logs testkit.LogBuffer
 	x, err := discovery.NewPodIndex(discovery.PodIndexOptions{
-		Client:   kubernetes.NewForConfigOrDie(agentCfg),
+		Client:   agent,
 		NodeName: node,
 		Logger:   logs.Logger(),
 	})

@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/reconscope/reconscope/internal/cli"
 	"github.com/reconscope/reconscope/pkg/exporter"
@@ -252,7 +251,7 @@ type metricsSecurity struct {
 
 // newMetricsSecurity builds --metrics-secure's TLS (certFile and keyFile, or self-signed) and
 // token filter (reviews made with client, the agent's identity).
-func newMetricsSecurity(client kubernetes.Interface, certFile, keyFile string, log *slog.Logger) (*metricsSecurity, error) {
+func newMetricsSecurity(client metricsauth.Reviewer, certFile, keyFile string, log *slog.Logger) (*metricsSecurity, error) {
 	if client == nil {
 		return nil, errors.New("--metrics-secure reviews scrapers' tokens with the API server: run in a pod (in-cluster config) or give --kubeconfig")
 	}

@@ -12,7 +12,6 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/reconscope/reconscope/pkg/discovery"
 	"github.com/reconscope/reconscope/pkg/exporter"
 	"github.com/reconscope/reconscope/pkg/ktime"
+	"github.com/reconscope/reconscope/pkg/kubeapi"
 	"github.com/reconscope/reconscope/pkg/tracer"
 )
 
@@ -196,8 +196,9 @@ func runCommand(stdout, stderr io.Writer) *cobra.Command {
 }
 
 // kubeClient returns a client for the pod informer, or nil (host-only metadata) when there is
-// no configuration; the PodIndex says so once.
-func kubeClient(kubeconfig string, log *slog.Logger) kubernetes.Interface {
+// no configuration; the PodIndex says so once. It returns an interface so that no client is a
+// nil PodIndexOptions.Client and reviewer, not a nil *kubeapi.Client in a non-nil interface.
+func kubeClient(kubeconfig string, log *slog.Logger) kubeapi.Interface {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -210,7 +211,7 @@ func kubeClient(kubeconfig string, log *slog.Logger) kubernetes.Interface {
 		return nil
 	}
 	cfg.UserAgent = "reconscope-agent/" + agentBuild().Version
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := kubeapi.NewForConfig(cfg)
 	if err != nil {
 		log.Warn("Kubernetes client", "err", err)
 		return nil

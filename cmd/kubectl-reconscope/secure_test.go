@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/reconscope/reconscope/pkg/exporter"
+	"github.com/reconscope/reconscope/pkg/kubeapi"
 	"github.com/reconscope/reconscope/pkg/metricsauth"
 	"github.com/reconscope/reconscope/pkg/span"
 	"github.com/reconscope/reconscope/test/testenv"
@@ -56,7 +57,11 @@ func TestSecuredAgent(t *testing.T) {
 	// The agent: its handler behind the filter --metrics-secure puts in front of it, over TLS.
 	m := exporter.NewMetrics(exporter.MetricsOptions{})
 	st := exporter.NewSpanStream(10, exporter.JSONClock)
-	filter := metricsauth.New(metricsauth.Options{Client: cs, Open: []string{"/healthz", "/readyz"}})
+	reviews, err := kubeapi.NewForConfig(env.Config) // the agent's client
+	if err != nil {
+		t.Fatal(err)
+	}
+	filter := metricsauth.New(metricsauth.Options{Client: reviews, Open: []string{"/healthz", "/readyz"}})
 	srv := httptest.NewTLSServer(filter.Wrap(exporter.AgentHandler(m, st)))
 	defer srv.Close()
 	agent := &agentEndpoint{srv: srv, writer: exporter.Multi{st, m}, stream: st}

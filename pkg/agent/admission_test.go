@@ -12,6 +12,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/discovery"
+	"github.com/reconscope/reconscope/pkg/kubeapi/kubeapitest"
 	"github.com/reconscope/reconscope/pkg/proc"
 )
 
@@ -108,7 +109,7 @@ func syncedIndex(t *testing.T, node, uid, containerID string) *discovery.PodInde
 		Status: corev1.PodStatus{Phase: corev1.PodRunning,
 			ContainerStatuses: []corev1.ContainerStatus{{Name: "manager", ContainerID: "containerd://" + containerID}}},
 	}
-	x, err := discovery.NewPodIndex(discovery.PodIndexOptions{Client: fake.NewClientset(pod), NodeName: node, Logger: testkit.Quiet()})
+	x, err := discovery.NewPodIndex(discovery.PodIndexOptions{Client: kubeapitest.Clientset{Interface: fake.NewClientset(pod)}, NodeName: node, Logger: testkit.Quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/discovery"
+	"github.com/reconscope/reconscope/pkg/kubeapi"
 	"github.com/reconscope/reconscope/test/testenv"
 )
 
@@ -82,7 +83,10 @@ func TestPodIndexAPIServer(t *testing.T) {
 	const user = "reconscope-agent-test"
 	agentCfg := rest.CopyConfig(env.Config)
 	agentCfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	agent := kubernetes.NewForConfigOrDie(agentCfg)
+	agent, err := kubeapi.NewForConfig(agentCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	var logs testkit.LogBuffer
 	x, err := discovery.NewPodIndex(discovery.PodIndexOptions{

@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -108,12 +107,20 @@ func (p PodInfo) ServiceName(container string) string {
 	return container
 }
 
+// PodClient lists and watches the pods of every namespace: the agent's is package kubeapi's
+// Client. A client that implements IsWatchListSemanticsUnSupported() bool (client-go's
+// fake clientset does) tells the informer whether it may stream its lists as watches.
+type PodClient interface {
+	ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error)
+	WatchPods(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
 // PodIndexOptions configures a [PodIndex].
 type PodIndexOptions struct {
 	// Client reaches the API server. It needs get, list and watch on pods, nothing else. Nil
 	// means there is no API access (say, not running in a cluster): the index stays empty and
 	// reports so once, and the agent works with host-only metadata.
-	Client kubernetes.Interface
+	Client PodClient
 	// NodeName is the node whose pods are indexed (field selector spec.nodeName=NodeName):
 	// the agent's own node, from the downward API (env NODE_NAME from spec.nodeName).
 	// Required when Client is set.
@@ -169,17 +176,16 @@ func NewPodIndex(opts PodIndexOptions) (*PodIndex, error) {
 		return nil, ErrNoNodeName
 	}
 	selector := fields.OneTermEqualSelector("spec.nodeName", opts.NodeName).String()
-	pods := opts.Client.CoreV1().Pods(metav1.NamespaceAll)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = selector
-			l, err := pods.List(ctx, o)
+			l, err := opts.Client.ListPods(ctx, o)
 			x.report(ctx, err)
 			return l, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
-			w, err := pods.Watch(ctx, o)
+			w, err := opts.Client.WatchPods(ctx, o)
 			x.report(ctx, err)
 			return w, err
 		},

@@ -17,13 +17,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/pkg/discovery/cgroup"
+	"github.com/reconscope/reconscope/pkg/kubeapi"
+	"github.com/reconscope/reconscope/pkg/kubeapi/kubeapitest"
 )
 
 // testPod is a pod on node with one container of each kind, whose IDs start with the digit d.
@@ -67,9 +68,9 @@ func startIndex(t *testing.T, opts PodIndexOptions) *PodIndex {
 }
 
 // syncedIndex is startIndex of node-a's pods in client, once it has synced.
-func syncedIndex(t *testing.T, client kubernetes.Interface) *PodIndex {
+func syncedIndex(t *testing.T, client *fake.Clientset) *PodIndex {
 	t.Helper()
-	x := startIndex(t, PodIndexOptions{Client: client, NodeName: "node-a"})
+	x := startIndex(t, PodIndexOptions{Client: kubeapitest.Clientset{Interface: client}, NodeName: "node-a"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if !x.WaitSynced(ctx) || !x.Synced() {
@@ -199,7 +200,7 @@ func TestPodIndexDegraded(t *testing.T) {
 		return false, nil, nil
 	})
 	var logs testkit.LogBuffer
-	x := startIndex(t, PodIndexOptions{Client: client, NodeName: "node-a", Logger: logs.Logger()})
+	x := startIndex(t, PodIndexOptions{Client: kubeapitest.Clientset{Interface: client}, NodeName: "node-a", Logger: logs.Logger()})
 	testkit.Eventually(t, "sync after two refusals", 15*time.Second, x.Synced)
 	if _, ok := x.Lookup(strings.Repeat("1a", 32)); !ok {
 		t.Error("Lookup after recovery found nothing")
@@ -247,7 +248,7 @@ func TestPodIndexNoClient(t *testing.T) {
 }
 
 func TestPodIndexNeedsNodeName(t *testing.T) {
-	if _, err := NewPodIndex(PodIndexOptions{Client: fake.NewClientset()}); !errors.Is(err, ErrNoNodeName) {
+	if _, err := NewPodIndex(PodIndexOptions{Client: kubeapitest.Clientset{Interface: fake.NewClientset()}}); !errors.Is(err, ErrNoNodeName) {
 		t.Fatalf("err = %v, want ErrNoNodeName", err)
 	}
 }
@@ -269,7 +270,7 @@ func TestPodIndexServerDown(t *testing.T) {
 			return rt.RoundTrip(r)
 		})
 	}}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubeapi.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

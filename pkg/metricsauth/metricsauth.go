@@ -2,8 +2,8 @@
 // operators (controller-runtime's pkg/metrics/filters.WithAuthenticationAndAuthorization):
 // the endpoint serves TLS, each request's bearer token is authenticated with a TokenReview and
 // the request is authorized with a SubjectAccessReview for the non-resource URL it asks for
-// (verb get for GET /metrics). It uses client-go's typed clients only (no k8s.io/apiserver),
-// and caches each token's decision briefly.
+// (verb get for GET /metrics). It needs only a [Reviewer] (no k8s.io/apiserver), and caches
+// each token's decision briefly.
 //
 // The agent's identity needs create on tokenreviews (authentication.k8s.io) and on
 // subjectaccessreviews (authorization.k8s.io); a reader needs
@@ -22,8 +22,6 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Defaults of Options.
@@ -40,10 +38,17 @@ const (
 	maxCached = 4096
 )
 
+// Reviewer creates TokenReviews and SubjectAccessReviews: the agent's is package kubeapi's
+// Client.
+type Reviewer interface {
+	CreateTokenReview(ctx context.Context, review *authnv1.TokenReview) (*authnv1.TokenReview, error)
+	CreateSubjectAccessReview(ctx context.Context, review *authzv1.SubjectAccessReview) (*authzv1.SubjectAccessReview, error)
+}
+
 // Options configures New.
 type Options struct {
 	// Client creates the TokenReviews and SubjectAccessReviews (the agent's own identity).
-	Client kubernetes.Interface
+	Client Reviewer
 	// Open are paths served without authentication (the kubelet's probes send no token).
 	Open []string
 	// AllowTTL and DenyTTL bound how long a decision is reused. Zero: DefaultAllowTTL,
@@ -180,8 +185,7 @@ func (f *Filter) decide(ctx context.Context, token, verb, path string) (decision
 func (f *Filter) review(ctx context.Context, token, verb, path string) (decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.opts.ReviewTimeout)
 	defer cancel()
-	tr, err := f.opts.Client.AuthenticationV1().TokenReviews().Create(ctx,
-		&authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
+	tr, err := f.opts.Client.CreateTokenReview(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}})
 	if err != nil {
 		return decision{}, fmt.Errorf("create TokenReview: %w (the agent needs create on tokenreviews.authentication.k8s.io)", err)
 	}
@@ -193,7 +197,7 @@ func (f *Filter) review(ctx context.Context, token, verb, path string) (decision
 	for k, v := range u.Extra {
 		extra[k] = authzv1.ExtraValue(v)
 	}
-	sar, err := f.opts.Client.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authzv1.SubjectAccessReview{
+	sar, err := f.opts.Client.CreateSubjectAccessReview(ctx, &authzv1.SubjectAccessReview{
 		Spec: authzv1.SubjectAccessReviewSpec{
 			User:                  u.Username,
 			UID:                   u.UID,
@@ -201,7 +205,7 @@ func (f *Filter) review(ctx context.Context, token, verb, path string) (decision
 			Extra:                 extra,
 			NonResourceAttributes: &authzv1.NonResourceAttributes{Path: path, Verb: verb},
 		},
-	}, metav1.CreateOptions{})
+	})
 	if err != nil {
 		return decision{}, fmt.Errorf("create SubjectAccessReview: %w (the agent needs create on subjectaccessreviews.authorization.k8s.io)", err)
 	}

@@ -22,11 +22,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/reconscope/reconscope/pkg/kubeapi/kubeapitest"
 )
 
 // fakeReviews answers TokenReviews (token "good" and "other" authenticate) and
 // SubjectAccessReviews (user "reader" may get /metrics), counting each.
-func fakeReviews() (*fake.Clientset, func() (int, int)) {
+func fakeReviews() (Reviewer, func() (int, int)) {
 	cs := fake.NewClientset()
 	var mu sync.Mutex
 	var tokens, sars int
@@ -52,7 +54,7 @@ func fakeReviews() (*fake.Clientset, func() (int, int)) {
 		sar.Status.Allowed = sar.Spec.User == "reader" && na != nil && na.Path == "/metrics" && na.Verb == "get"
 		return true, sar, nil
 	})
-	return cs, func() (int, int) { mu.Lock(); defer mu.Unlock(); return tokens, sars }
+	return kubeapitest.Clientset{Interface: cs}, func() (int, int) { mu.Lock(); defer mu.Unlock(); return tokens, sars }
 }
 
 // TestFilterCaches: each token's decision is reviewed once and reused until its TTL passes
