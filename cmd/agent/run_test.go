@@ -142,12 +142,12 @@ func fakeContainer(t *testing.T, pid int, podUID, containerID string) {
 
 // fixtureInPod runs the fixture controller as container "manager" of pod default/podName on
 // node: the pod object with that container's ID in its status, and the process in a cgroup
-// named the way containerd names it (with the UID the API server gave the pod).
+// named the way containerd names it (with the UID the API server gave the pod) from before it
+// execs the fixture, as runc does (fixtureOnNode): the agent reads a process as it execs.
 func fixtureInPod(t *testing.T, env *testenv.Env, fixture, node, podName, containerID string) *testenv.Process {
 	t.Helper()
-	pod := podWithContainer(t, env, node, podName, containerID)
-	ctl := testenv.StartProcess(t, "scripted", exec.Command(fixture, "--kubeconfig", env.Kubeconfig))
-	fakeContainer(t, ctl.PID(), string(pod.UID), containerID)
+	ctl, release := fixtureOnNode(t, env, fixture, node, podName, containerID)
+	release()
 	return ctl
 }
 

@@ -165,7 +165,13 @@ func (l *Loop) Run(ctx context.Context) {
 			continue
 		}
 		p := started.Process
-		if p.PID == self || untraceable[p.ExeID] {
+		if p.PID == self {
+			continue
+		}
+		if untraceable[p.ExeID] {
+			// Said each time, at debug: which processes the agent looked at and let go, as
+			// for the first process of the executable below.
+			l.log.Debug("not traced", "pid", p.PID, "exe", p.Exe, "reason", "its executable has nothing to trace (found before)")
 			continue
 		}
 		switch meta, v := a.Decide(p); v {
