@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +38,18 @@ type Queue struct {
 // NewQueue starts a queue of at most size spans (DefaultQueueSize when size <= 0) in front
 // of w; what w returns as an error, and the first drop, are logged to log.
 func NewQueue(w Writer, size int, log *slog.Logger) *Queue {
-	return newQueue(w, size, log, BatchDelay)
+	return newQueue(w, size, log, batchDelay(runtime.GOMAXPROCS(0)))
+}
+
+// batchDelay is the queue's wait for the rest of a burst with procs processors. On one (the
+// agent's run and trace) the queue's goroutine runs only once the producer has handed over
+// its burst and waits itself: the burst is in the channel already, and a wait would only be
+// one more wakeup of the process (and of the runtime's monitor thread after it) per burst.
+func batchDelay(procs int) time.Duration {
+	if procs == 1 {
+		return 0
+	}
+	return BatchDelay
 }
 
 // BatchDelay is how long a Queue that has written every span it had waits for more before it

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,15 +80,22 @@ func (c *countingWriter) WriteBuffered(s *span.Span) error {
 // events), a millisecond apart. cpu-ns/span is the process's CPU time (the producer's, the
 // queue goroutine's, the runtime's waking and parking them) per span: "batched" waits
 // BatchDelay for the rest of a burst; "flush-when-empty" flushes and waits on the channel
-// whenever it is empty, as the queue did before.
+// whenever it is empty, as the queue did before; "one-processor" is the agent's (GOMAXPROCS=1,
+// no wait: batchDelay), beside the same with the wait.
 func BenchmarkQueue(b *testing.B) {
 	const burst = 32
 	s := benchSpans()["reconcile"]
 	for _, bc := range []struct {
 		name  string
 		delay time.Duration
-	}{{"batched", BatchDelay}, {"flush-when-empty", 0}} {
+		procs int // GOMAXPROCS while it runs; 0 leaves it
+	}{{"batched", BatchDelay, 0}, {"flush-when-empty", 0, 0},
+		// The agent's: one processor, and the delay NewQueue gives it there (none).
+		{"one-processor", batchDelay(1), 1}, {"one-processor-batched", BatchDelay, 1}} {
 		b.Run(bc.name, func(b *testing.B) {
+			if bc.procs > 0 {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(bc.procs))
+			}
 			null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 			if err != nil {
 				b.Fatal(err)
