@@ -257,7 +257,7 @@ func selectSyncHandlers(catalog []*probes.Probe, controllers discovery.Controlle
 // span written, a scrape): with a second processor the runtime wakes another thread for each
 // goroutine made ready and lets it spin looking for work, which cost more than the work itself
 // (kube-controller-manager at 500 Deployments, side by side: BENCHMARKS.md section 5).
-// Inspections still run two at once, each on its goroutine. Only for run and trace, the
+// Inspections follow it, one at a time (tracer.Options.Inspections). Only for run and trace, the
 // commands that stay (args: the command line after the program's name), and from main, not
 // from run: tests call run in their own process.
 func oneProcessor(args []string) {

@@ -210,9 +210,11 @@ func (w *Watcher) look(pids []int, all bool) []Event {
 		started = append(started, Started{Process: p})
 	}
 	var gone []int
-	for pid := range w.known {
-		if all && !seen[pid] {
-			gone = append(gone, pid)
+	if all { // a batch of exec'd processes says nothing of the others
+		for pid := range w.known {
+			if !seen[pid] {
+				gone = append(gone, pid)
+			}
 		}
 	}
 	sort.Ints(gone)
