@@ -12,10 +12,11 @@ BIN      := bin/reconscope-agent
 PLUGIN   := bin/kubectl-reconscope
 LDFLAGS  := -X main.version=$(VERSION)
 SUDO     := $(shell if [ "$$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then echo "sudo -E env PATH=$$PATH"; fi)
-# make test's packages: the two that run longest first (test/integration, cmd/agent: 7 minutes
-# each, mostly waiting on real controllers), so they start at once instead of one after the
-# other, and the rest run beside them (TEST_P packages at a time: 3 made cmd/agent's fault tests flaky). go test keeps the order
-# given and lists each package once.
+# make test's packages: the two that run longest first (test/integration, cmd/agent: mostly
+# waiting on real controllers; test/integration's tests run two at a time, each with a control
+# plane of its own), so they start at once instead of one after the other, and the rest run
+# beside them (TEST_P packages at a time: 3 made cmd/agent's fault tests flaky). go test keeps
+# the order given and lists each package once.
 PKGS     := ./test/integration/ ./cmd/agent/ ./...
 TEST_P   ?= 2
 # kernels `make kernels` boots (SERIES-ARCH, comma-separated), and the file whose table it rewrites.

@@ -128,7 +128,7 @@ func once(key, out, name string, run func(bin string) error) (again bool, err er
 		if b.err != nil {
 			return false, b.err
 		}
-		return true, copyFile(b.bin, out)
+		return true, CopyFile(b.bin, out)
 	}
 	b.err = func() error {
 		dir, err := buildsDir()
@@ -148,7 +148,7 @@ func once(key, out, name string, run func(bin string) error) (again bool, err er
 	if err != nil {
 		return false, err
 	}
-	return false, copyFile(b.bin, out)
+	return false, CopyFile(b.bin, out)
 }
 
 // buildsDir makes this process's builds folder the first time, after removing those of
@@ -176,7 +176,7 @@ func buildsDir() (string, error) {
 }
 
 // copyFile copies the executable src to dst, replacing it, with src's mode.
-func copyFile(src, dst string) error {
+func CopyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 // HTTP status; the span's UID is the object's real UID; phases add up to the duration.
 func TestCallsInsideReconcile(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	forEachBuild(t, func(t *testing.T, build fixtureBuild) {
 		f := startTracedFixture(t, build.flags...)
 		ctx := context.Background()

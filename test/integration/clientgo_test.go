@@ -28,6 +28,7 @@ import (
 // the right objects, with their API calls (pod creation, status updates) nested.
 func TestKubeControllerManager(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	for _, stripped := range []bool{true, false} {
 		name := "plain"
 		if stripped {
@@ -297,6 +298,7 @@ func watchVersions(t *testing.T, env *testenv.Env, ns string) func() map[objectV
 // writes carry the versions they made.
 func TestKubeControllerManagerWorkloads(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"statefulset", "daemonset", "job"}, StrippedControllerManager: true})
 	tr, s, _ := testenv.Trace(t, "kube-controller-manager", env.ControllerManagerPID)
 	defer tr.Close()

@@ -24,6 +24,7 @@ import (
 // Plain and stripped.
 func TestDetailReconcile(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	forEachBuild(t, func(t *testing.T, build fixtureBuild) {
 		testDetailReconcile(t, "detail-"+build.name, probes.DetailReconcile.Catalog(probes.Catalog()), build.flags, true)
 	})
@@ -37,6 +38,7 @@ func TestDetailReconcile(t *testing.T) {
 // one it has is the one the reconcile read.
 func TestDeferredRead(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	catalog := slices.DeleteFunc(probes.DetailReconcile.Catalog(probes.Catalog()), func(p *probes.Probe) bool {
 		return slices.Contains(probes.ReconcileReads, p) && !p.DeferredRead
 	})

@@ -21,6 +21,7 @@ import (
 // API write made the Service's Endpoints object, as the API server has it.
 func TestEndpointController(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"endpoints-controller"}, StrippedControllerManager: true})
 	tr, s, _ := testenv.Trace(t, "kube-controller-manager", env.ControllerManagerPID)
 	defer tr.Close()

@@ -30,6 +30,7 @@ import (
 // and nothing else is reported.
 func TestControllerFight(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	env := testenv.Start(t, testenv.Options{})
 	bin := testkit.Build(t, fixturePkg)
 	dir := t.TempDir()

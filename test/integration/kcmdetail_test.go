@@ -30,6 +30,7 @@ import (
 // error), reconcile what the worker did.
 func TestKubeControllerManagerDetailsAgree(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	details := []probes.Detail{probes.DetailReconcile, probes.DetailCalls}

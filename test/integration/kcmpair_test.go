@@ -39,6 +39,7 @@ import (
 // one whose sync stopped with a consistency error before reading anything (issue 27, item 6).
 func TestControllerManagerTriggeredByOperator(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	const ns, app = "operator-pair", "web"
 	env, truth, lt, dep := startOperatorPair(t, ns, app)
 	c, bg := env.Client, context.Background()
@@ -147,6 +148,7 @@ func TestControllerManagerTriggeredByOperator(t *testing.T) {
 // controller's, status the replicaset controller's).
 func TestControllerManagerConflictNamesWriter(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	const ns, app = "operator-conflict", "web"
 	env, truth, lt, dep := startOperatorPair(t, ns, app)
 	c, bg := env.Client, context.Background()

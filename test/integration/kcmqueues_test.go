@@ -53,6 +53,7 @@ import (
 // record nothing), and every queue still has as many spans as items.
 func TestKubeControllerManagerQueues(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Switches allowed and none made: until the switch below the attached plan is the one of

@@ -27,6 +27,7 @@ import (
 // replicaset sync handler is not attached, the deployment one is.
 func TestKubeControllerManagerSelectController(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	selected, err := discovery.NewControllers([]string{"deployment"}, nil)

@@ -65,6 +65,7 @@ func versionSpanID(uid, rv string) string {
 // derived IDs only.
 func TestLifelinesAcrossControllers(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	env := testenv.Start(t, testenv.Options{ControllerManager: []string{"replicaset", "deployment"}, StrippedControllerManager: true})
 	lt := startLifelineTracer(t, env.ControllerManagerPID)
 	recv, s := lt.recv, lt.sink
@@ -311,6 +312,7 @@ func linksOfType(sp *tracepb.Span, typ string) []*tracepb.Span_Link {
 // to kube-controller-manager, through derived IDs only. Its UID is the API server's.
 func TestLifelineFromOperatorToControllerManager(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	const ns = "operator-lifeline"
 	env, truth, lt := startOperatorAndControllerManager(t, ns)
 	c, bg := env.Client, context.Background()

@@ -37,6 +37,7 @@ func mixedOptions(pol *detail.Policy) tracer.Options {
 // none, and both have exactly the fixture's reconciles, with their results, IDs and UIDs.
 func TestDetailPerController(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	forEachBuild(t, func(t *testing.T, build fixtureBuild) {
 		testDetailPerController(t, "percontroller-"+build.name, build.flags)
 	})
@@ -149,6 +150,7 @@ func testDetailPerController(t *testing.T, ns string, flags []string) {
 // switch's end): a span keeps the detail it began with.
 func TestDetailSwitchAtRunTime(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	pol, f, switched := startSwitching(t, detail.Options{})
 	ctx := context.Background()
 	ns := "switch"

@@ -42,6 +42,7 @@ const provisionerName = "reconscope.example/external-provisioner"
 // source names).
 func TestExternalProvisionerQueues(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	bin := testkit.BuildModule(t, "test/fixtures/external-provisioner", "-trimpath", "-ldflags=-s -w")
 	t.Run("from exec", func(t *testing.T) {
 		provisionerQueues(t, bin, map[string]string{"claims": "claims", "volumes": "volumes"})

@@ -71,6 +71,7 @@ func touch(t *testing.T, c client.Client, ns, name, value string) {
 // not the time since the absorbed delay would have ended.
 func TestQueueWaitAbsorbedDelay(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	f := startTracedFixture(t)
 	const ns, name = "queue-absorb", "absorb"
 	createScripted(t, f.env, ns, map[string]string{name: "times:1;requeue-after:2s"})
@@ -114,6 +115,7 @@ func TestQueueWaitAbsorbedDelay(t *testing.T) {
 // the queue wait is only the time the object was ready in the queue.
 func TestQueueWaitRateLimitedBackoff(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	f := startTracedFixture(t)
 	const ns, name, errors = "queue-backoff", "backoff", 6
 	createScripted(t, f.env, ns, map[string]string{name: fmt.Sprintf("times:%d;error", errors)})
@@ -143,6 +145,7 @@ func TestQueueWaitRateLimitedBackoff(t *testing.T) {
 // one that is not there not_found, never a bare status 0 like a hit.
 func TestCacheReadOutcome(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	f := startTracedFixture(t)
 	const ns, name = "cache-outcome", "reader"
 	ctx := context.Background()

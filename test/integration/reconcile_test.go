@@ -184,6 +184,7 @@ func (f *tracedFixture) runScripts(t *testing.T, ns string) []groundtruth.Record
 
 func TestReconcileSpansMatchGroundTruth(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	forEachBuild(t, func(t *testing.T, build fixtureBuild) {
 		f := startTracedFixture(t, build.flags...)
 		recs := f.runScripts(t, "gt-"+build.name)

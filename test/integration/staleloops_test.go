@@ -148,6 +148,7 @@ func callRV(rec groundtruth.Record, verb, name string) string {
 // ConfigMap, writer's reads) and no hot loop is reported.
 func TestStaleRead(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	const ns = "stale"
 	pause := filepath.Join(t.TempDir(), "pause")
 	c := startControllers(t, ns, map[string][]string{"reader": {"--cache-pause-file", pause}, "writer": nil})
@@ -269,6 +270,7 @@ func TestStaleRead(t *testing.T) {
 // the last one runs no script.)
 func TestHotLoop(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	const ns = "hotloop"
 	c := startControllers(t, ns, map[string][]string{"looper": nil, "calm": nil})
 	bg := context.Background()

@@ -30,6 +30,7 @@ import (
 // function entries the kernel emulates: no single-step per watch event.
 func TestTriggers(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	f := startTracedFixtureArgs(t, []string{"--owns", "pod"})
 	const ns = "triggers"
 	objects := map[string]string{
@@ -221,6 +222,7 @@ func TestTriggersHitsPerWatchEvent(t *testing.T) {
 // newer version.
 func TestWriteConflictNamesOtherWriter(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	c := startControllers(t, "conflict", map[string][]string{"alpha": nil, "beta": nil})
 	env := c.env
 	bg := context.Background()
@@ -290,6 +292,7 @@ func TestWriteConflictNamesOtherWriter(t *testing.T) {
 // update event. RequeueAfter and error retries are TestTriggers' (requeue_after, retry).
 func TestResyncTrigger(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	f := startTracedFixtureArgs(t, []string{"--sync-period", "1s"})
 	const ns = "resync"
 	createScripted(t, f.env, ns, map[string]string{"steady": "success"})

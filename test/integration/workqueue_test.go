@@ -44,6 +44,7 @@ func traceWorkQueues(t *testing.T, flags ...string) (bin string, tr *tracer.Trac
 // exactly as the program's own record of what it did. Plain and stripped.
 func TestWorkQueueItems(t *testing.T) {
 	bpftest.Require(t)
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	for _, stripped := range []bool{false, true} {
 		name, flags := "plain", []string{}
 		if stripped {
@@ -210,6 +211,7 @@ func readQueueTruth(t *testing.T, path string) []string {
 // the pool goroutine chose (its AddRateLimited and AddAfter, also off the Get's goroutine),
 // exactly as the program's own record; no span of an item that could not be paired, none lost.
 func TestWorkQueueHandoff(t *testing.T) {
+	t.Parallel() // its own control plane, executables (copies) and tracer
 	bin, tr, s, _, stop := traceWorkQueues(t)
 
 	truth := filepath.Join(t.TempDir(), "truth.jsonl")

@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/reconscope/reconscope/internal/testkit"
 	"github.com/reconscope/reconscope/internal/testproc"
 )
 
@@ -197,17 +198,20 @@ func Start(t testing.TB, opts Options) *Env {
 }
 
 // trackControlPlane records envtest's etcd and kube-apiserver (children of the test binary) for
-// the leftover checks.
+// the leftover checks: this test bed's own, told from those of tests running in parallel by the
+// folder of their own each is started with (kube-apiserver's certificates, etcd's data).
 func trackControlPlane(t testing.TB, te *envtest.Environment) {
-	want := map[string]string{}
-	for name, path := range map[string]string{
-		"kube-apiserver": te.ControlPlane.APIServer.Path,
-		"etcd":           te.ControlPlane.Etcd.Path,
+	type binary struct{ name, dir string }
+	want := map[string]binary{}
+	for _, b := range []struct{ name, path, dir string }{
+		{"kube-apiserver", te.ControlPlane.APIServer.Path, te.ControlPlane.APIServer.CertDir},
+		{"etcd", te.ControlPlane.Etcd.Path, te.ControlPlane.Etcd.DataDir},
 	} {
+		path := b.path
 		if real, err := filepath.EvalSymlinks(path); err == nil {
 			path = real
 		}
-		want[path] = name
+		want[path] = binary{b.name, b.dir}
 	}
 	procs, err := testproc.AllProcs()
 	if err != nil {
@@ -219,10 +223,19 @@ func trackControlPlane(t testing.TB, te *envtest.Environment) {
 			continue
 		}
 		exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(s.PID), "exe"))
-		if name, ok := want[exe]; err == nil && ok {
-			testproc.Track(t, name, s.PID)
+		if b, ok := want[exe]; err == nil && ok && startedIn(s.PID, b.dir) {
+			testproc.Track(t, b.name, s.PID)
 		}
 	}
+}
+
+// startedIn says whether process pid's command line names dir (any process, when dir is empty).
+func startedIn(pid int, dir string) bool {
+	if dir == "" {
+		return true
+	}
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	return err == nil && strings.Contains(string(cmdline), dir)
 }
 
 // startControllerManager runs kube-controller-manager with the admin kubeconfig and waits for its
@@ -233,7 +246,13 @@ func startControllerManager(t testing.TB, env *Env, opts Options) {
 	if opts.StrippedControllerManager {
 		name += "-stripped"
 	}
-	path := filepath.Join(env.BinDir, name)
+	// A copy of its own: another test bed's kube-controller-manager (tests run in parallel)
+	// then runs another executable, which a tracer attached from the exec does not admit and
+	// whose uprobes are not this one's.
+	path := filepath.Join(t.TempDir(), name)
+	if err := testkit.CopyFile(filepath.Join(env.BinDir, name), path); err != nil {
+		t.Fatalf("testenv: copy %s: %v", name, err)
+	}
 	port, err := freePort()
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
