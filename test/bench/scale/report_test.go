@@ -81,8 +81,9 @@ controller's queues have been quiet for a second.
   workqueue_work_duration_seconds (one per item processed: a sync handler call, a Reconcile);
 - **CPU per reconcile** is the controller's CPU time (user + system, /proc/PID/stat) during the
   steps, over those reconciles; the idle part is not in it;
-- **p50 / p99** are its reconcile durations estimated from that histogram (buckets are powers of
-  10, so coarse) the way Prometheus's histogram_quantile does;
+- **p50 / p99** are its reconcile durations estimated from that histogram the way Prometheus's
+  histogram_quantile does: from its native buckets (9 % wide) where the controller keeps them
+  (controller-runtime), else from its classic buckets (powers of 10, so coarse: kube-controller-manager);
 - **idle** is its CPU time over the idle part's wall time, as a share of one core (the CPU clock
   counts in ticks of 10 ms: a difference below ` + pct(0.01/cfg.idle.Seconds()) + ` is within one tick);
 - **goroutines created** are the controller's own count (its ` + "`" + goroutinesCreated + "`" + `, Go's
