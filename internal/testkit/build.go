@@ -175,7 +175,8 @@ func buildsDir() (string, error) {
 	return dir, nil
 }
 
-// copyFile copies the executable src to dst, replacing it, with src's mode.
+// CopyFile copies the executable src to dst, replacing it, with src's mode: a file of its own
+// (another inode, so that uprobes attached to one do not fire in the other).
 func CopyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {

@@ -88,10 +88,11 @@ func TestCausalityAcrossNodes(t *testing.T) {
 	// reconcile, 300 ms long, then begins before the writer's reconcile ends, and the later
 	// patches come while it runs, so that its next reconcile begins after the writer's last has
 	// ended; without the 50 ms, on a fast machine all three patches came before the reader's
-	// first reconcile, which began within the writer's last) and returns once, by the fixtures' own records, the reader has
-	// reconciled the last version written and every reader reconcile since from has its span
-	// in the agents' output: the writes (versions and times from the writer's ground truth),
-	// the reader's reconciles since from (its ground truth), and the agents' spans.
+	// first reconcile, which began within the writer's last) and returns once, by the
+	// fixtures' own records, the reader has reconciled the last version written and every
+	// reader reconcile since from has its span in the agents' output: the writes (versions and
+	// times from the writer's ground truth), the reader's reconciles since from (its ground
+	// truth), and the agents' spans.
 	writeTarget := func(name string, from time.Time, agents ...*testenv.Process) (writes []targetWrite, reads []groundtruth.Record, spans []exporter.JSONSpan) {
 		t.Helper()
 		w := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cns, Name: name,
