@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -308,26 +307,6 @@ func TestRunAPIServerUnreachableForAMinute(t *testing.T) {
 	}
 }
 
-// copyExecutable copies the executable src to dst: another file, another inode, the same code.
-func copyExecutable(t *testing.T, src, dst string) {
-	t.Helper()
-	in, err := os.Open(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // percentile is the p-th percentile (0 to 100) of sorted d, nearest rank.
 func percentile(d []time.Duration, p int) time.Duration {
 	if len(d) == 0 {
@@ -355,7 +334,9 @@ func TestRunHundredProcessesAtOnce(t *testing.T) {
 			src = stripped
 		}
 		exes[i] = filepath.Join(dir, fmt.Sprintf("scripted-%02d", i))
-		copyExecutable(t, src, exes[i])
+		if err := testkit.CopyFile(src, exes[i]); err != nil { // another inode, the same code
+			t.Fatal(err)
+		}
 	}
 	createRequeueing(t, env, "tick", time.Second)
 

@@ -69,7 +69,7 @@ func TestCausalityAcrossNodes(t *testing.T) {
 		if err := os.MkdirAll(filepath.Dir(exe[role]), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := copyFile(fixtureBin, exe[role]); err != nil {
+		if err := testkit.CopyFile(fixtureBin, exe[role]); err != nil {
 			t.Fatal(err)
 		}
 		truth[role] = filepath.Join(filepath.Dir(exe[role]), "truth.jsonl")

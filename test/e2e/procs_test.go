@@ -82,28 +82,11 @@ func usePrivateControlPlane(t *testing.T) {
 		if err := os.Link(src, dst); err == nil {
 			continue
 		}
-		if err := copyFile(src, dst); err != nil { // another file system: copy
+		if err := testkit.CopyFile(src, dst); err != nil { // another file system: copy
 			t.Fatalf("control plane: %v", err)
 		}
 	}
 	t.Setenv(testenv.ControlPlaneDirEnv, private)
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("copy %s: %w", src, err)
-	}
-	return out.Close()
 }
 
 // checkPortsFree fails the test when a port builtins needs is taken: builtins would exit, and
