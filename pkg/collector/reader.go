@@ -31,9 +31,11 @@ const (
 // wake the reader (records are submitted without a wakeup below the threshold). Each poll
 // wakes the Go runtime's monitor thread, which then polls every 20µs to 10ms for a while: at
 // 50ms that cost the agent more CPU than reading the records of kube-controller-manager at
-// work (BENCHMARKS.md, section 5). Losses do not depend on it (the kernel wakes the reader
-// each time a quarter of the buffer fills), only how soon a span is written does.
-const PollInterval = 200 * time.Millisecond
+// work, and at 200ms a fifth of its CPU per reconcile there (0.82× at 500ms, BENCHMARKS.md,
+// section 5). Losses do not depend on it (the kernel wakes the reader each time a quarter of
+// the buffer fills), only how soon a span is written does: within half a second, a tenth of
+// the OpenTelemetry batch exporter's default delay.
+const PollInterval = 500 * time.Millisecond
 
 // IdlePollInterval is the longest wait between two polls: after a poll that found no record
 // the wait doubles, up to this, and a record brings it back to PollInterval. An agent on a node

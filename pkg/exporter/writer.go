@@ -232,8 +232,13 @@ type JSONWriter struct {
 
 // NewJSONWriter returns a writer of JSON lines to w; each line is flushed as it is written.
 func NewJSONWriter(w io.Writer, clock ktime.Clock) *JSONWriter {
-	return &JSONWriter{w: bufio.NewWriter(w), clock: clock}
+	return &JSONWriter{w: bufio.NewWriterSize(w, jsonBuffer), clock: clock}
 }
+
+// jsonBuffer is the size of a JSONWriter's buffer: a Queue's burst of spans (one poll of the
+// ring buffer: tens of spans of a few hundred bytes each at kube-controller-manager's pace) fits in one
+// write, where bufio's default 4 KiB took one write every six spans.
+const jsonBuffer = 64 << 10
 
 // Write implements Writer.
 func (j *JSONWriter) Write(s *span.Span) error {

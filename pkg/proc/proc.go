@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/prometheus/procfs"
@@ -111,6 +112,62 @@ func (fs FS) Stat(pid int) (Stat, error) {
 func (fs FS) Exited(pid int) bool {
 	st, err := fs.Stat(pid)
 	return err != nil || st.State == 'Z' || st.State == 'X'
+}
+
+// ExitCheck is a process's stat file held open, to ask again and again whether that process has
+// exited (the tracer's housekeeping, twice a second for every traced process): one read each
+// time, not the open, size, reads and close of a new one, and nothing allocated. It names the
+// process it was opened for, not its PID: once that process is reaped the file reads as exited,
+// even if the PID has been given to another process since.
+type ExitCheck struct {
+	mu  sync.Mutex
+	f   *os.File // nil once closed
+	buf [256]byte
+}
+
+// OpenExitCheck opens process pid's stat file, held open until Close.
+func (fs FS) OpenExitCheck(pid int) (*ExitCheck, error) {
+	f, err := os.Open(fs.Path(pid, "stat"))
+	if err != nil {
+		return nil, fmt.Errorf("open stat: %w", err)
+	}
+	return &ExitCheck{f: f}, nil
+}
+
+// Exited says whether the process is gone or a zombie, as FS.Exited does. A closed ExitCheck
+// says false: whoever closed it no longer asks about that process.
+func (s *ExitCheck) Exited() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return false
+	}
+	// The state (field 3) follows comm, which ends at the line's last ')': within the first
+	// 256 bytes, since the PID has at most 10 digits and comm at most 64 bytes; after it come
+	// only numbers.
+	n, err := s.f.ReadAt(s.buf[:], 0)
+	if n == 0 && err != nil {
+		return true // ESRCH: the process was reaped
+	}
+	b := s.buf[:n]
+	end := bytes.LastIndexByte(b, ')')
+	if end < 0 || end+2 >= len(b) {
+		return true
+	}
+	state := b[end+2]
+	return state == 'Z' || state == 'X'
+}
+
+// Close closes the file.
+func (s *ExitCheck) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return nil
+	}
+	err := s.f.Close()
+	s.f = nil
+	return err
 }
 
 // ParseStat reads comm (field 2), the state (field 3) and starttime (field 22) of a

@@ -2,9 +2,11 @@ package proc
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 )
 
 func TestParseStat(t *testing.T) {
@@ -80,5 +82,59 @@ func TestFSReadsItsRoot(t *testing.T) {
 	}
 	if _, err := New(filepath.Join(root, "missing")).PIDs(); err == nil {
 		t.Error("PIDs of a missing root succeeded")
+	}
+}
+
+// TestExitCheck follows a real process through its life with one stat file held open: running,
+// a zombie once killed, gone once reaped. Its name looks like the end of a stat line's comm
+// and a zombie's state, which the check must not take for them.
+func TestExitCheck(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep executable:", err)
+	}
+	link := filepath.Join(t.TempDir(), "a) Z (b")
+	if err := os.Symlink(sleep, link); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(link, "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	fs := New("")
+	check, err := fs.OpenExitCheck(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Close()
+	if check.Exited() {
+		t.Fatal("a running process is taken for exited")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !check.Exited() {
+		if time.Now().After(deadline) {
+			t.Fatal("a killed process (a zombie, not reaped) is not seen exited in 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st, err := fs.Stat(cmd.Process.Pid); err != nil || st.State != 'Z' {
+		t.Fatalf("the killed process, not reaped: %+v, %v; want state Z", st, err)
+	}
+	_ = cmd.Wait()
+	if !check.Exited() {
+		t.Error("a reaped process is not seen exited")
+	}
+	if err := check.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if check.Exited() {
+		t.Error("a closed check says exited; want false (nobody asks about that process any more)")
+	}
+	if _, err := fs.OpenExitCheck(cmd.Process.Pid); err == nil {
+		t.Error("OpenExitCheck of a reaped process: no error")
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/reconscope/reconscope/pkg/collector"
 	"github.com/reconscope/reconscope/pkg/probes"
+	"github.com/reconscope/reconscope/pkg/proc"
 	"github.com/reconscope/reconscope/pkg/symbols"
 )
 
@@ -23,6 +24,24 @@ type process struct {
 	exe   *exe
 	ready chan struct{} // closed once the collector traces it (or failed: err)
 	err   error
+	// alive is its stat file, held open for housekeeping to ask whether it has exited (nil if
+	// it could not be opened: the path is read each time instead). Closed when it is untraced.
+	alive *proc.ExitCheck
+}
+
+// exited says whether process pid, traced as p, has exited.
+func (p *process) exited(fs proc.FS, pid int) bool {
+	if p.alive != nil {
+		return p.alive.Exited()
+	}
+	return fs.Exited(pid)
+}
+
+// close releases what p holds once it is out of the table.
+func (p *process) close() {
+	if p.alive != nil {
+		p.alive.Close()
+	}
 }
 
 // TracePID starts tracing process pid. It inspects the process's executable, attaches its
@@ -88,6 +107,7 @@ func (t *Tracer) addProcess(pid int, e *exe, held bool) error {
 		t.adm.await(pid, false)
 	}
 	p := &process{exe: e, ready: make(chan struct{})}
+	p.alive, _ = t.proc.OpenExitCheck(pid) // gone already: Trace fails, or housekeeping sees it
 	t.procs[pid] = p
 	e.pids[pid] = true
 	e.idle = time.Time{}
@@ -107,6 +127,7 @@ func (t *Tracer) addProcess(pid int, e *exe, held bool) error {
 	close(p.ready)
 	t.mu.Unlock()
 	if gone {
+		p.close()
 		t.adm.unwait(pid)
 	}
 	return err
@@ -126,6 +147,7 @@ func (t *Tracer) UntracePID(pid int) {
 	t.adm.forget(pid)
 	if p != nil {
 		<-p.ready
+		p.close()
 	}
 	t.col.Untrace(pid)
 	if p != nil {
@@ -222,6 +244,13 @@ func (t *Tracer) PIDs() []int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return slices.Collect(maps.Keys(t.procs))
+}
+
+// processes returns the process table as it is now.
+func (t *Tracer) processes() map[int]*process {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.procs)
 }
 
 // exePath returns the path of process pid's executable, and whether pid is traced.

@@ -52,11 +52,8 @@ func (t *Tracer) housekeep(idle bool) {
 			t.log.Info("process exited", "pid", pid)
 		}
 	}
-	for _, pid := range t.PIDs() {
-		if t.dying[pid] {
-			continue
-		}
-		if t.proc.Exited(pid) {
+	for pid, p := range t.processes() {
+		if !t.dying[pid] && p.exited(t.proc, pid) {
 			t.dying[pid] = true
 		}
 	}
