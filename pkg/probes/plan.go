@@ -103,6 +103,23 @@ func FieldsRead(catalog []*Probe) []FieldRef {
 	return out
 }
 
+// ResolveOffsets asks bin every field offset that FieldsRead names for each catalog, then
+// lets the binary's DWARF go (symbols.Binary.ReleaseDWARF): the binary answers those offsets
+// from its cache from then on, so its DWARF (~10 MiB for kubelet or an unstripped
+// kube-controller-manager) and its function table, read next (~20 MiB), are never in memory
+// at once, which lowers the peak of an inspection by a third. NewPlan calls it with its
+// catalog; a caller that will plan more than one catalog on the same binary (the calls plan
+// beside the executable's) calls it first with all of them. It must not run concurrently
+// with other methods of bin.
+func ResolveOffsets(bin *symbols.Binary, catalogs ...[]*Probe) {
+	for _, c := range catalogs {
+		for _, f := range FieldsRead(c) {
+			_, _ = bin.FieldOffset(f.Type, f.Path)
+		}
+	}
+	bin.ReleaseDWARF()
+}
+
 // Missing says why a probe of the catalog does not apply to the binary.
 type Missing struct {
 	ProbeID string
@@ -138,8 +155,11 @@ func Untraceable(err error) bool {
 }
 
 // NewPlan matches the catalog against bin. It returns ErrNothingToTrace (with the plan, whose
-// Missing says why) when no site was found. It only reads bin and catalog.
+// Missing says why) when no site was found. It reads bin and catalog, and lets bin's DWARF go
+// once it has asked every offset the catalog may read (ResolveOffsets). It must not run
+// concurrently with other methods of bin.
 func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
+	ResolveOffsets(bin, catalog)
 	p := &Plan{Binary: bin}
 	offsets := map[FieldRef]*OffsetUse{}
 	offset := func(ref FieldRef) (uint64, bool) {

@@ -140,6 +140,17 @@ func (b *Binary) Release() {
 	b.readOnDemand()
 }
 
+// ReleaseDWARF drops the DWARF read so far (the runtime unit and its index of struct types:
+// ~10 MiB for kubelet or an unstripped kube-controller-manager). Field offsets already asked
+// stay answered from FieldOffset's cache; one not asked yet reads the DWARF again. A caller
+// that asks every offset it needs first can so let the DWARF go before it reads the function
+// table, and the two are never in memory at once (probes.ResolveOffsets).
+func (b *Binary) ReleaseDWARF() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.dwarf = sync.OnceValues(b.openDWARF)
+}
+
 // Close releases the file and everything read from it; later calls that need the file fail.
 // Values already returned (functions, sites, offsets) stay valid. Close must not run
 // concurrently with other methods.

@@ -71,7 +71,10 @@ func (b *Binary) fieldOffset(typeName, fieldPath string) (Offset, error) {
 	case module == "":
 		dwarfProblem = "no module of the binary provides package " + TypePackage(typeName)
 	default:
-		d, err := b.dwarf()
+		b.mu.Lock()
+		dwarf := b.dwarf // ReleaseDWARF may replace it
+		b.mu.Unlock()
+		d, err := dwarf()
 		if err == nil && d != nil {
 			var off uint64
 			var found bool

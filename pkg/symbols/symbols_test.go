@@ -916,3 +916,31 @@ func TestOpenBytes(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// TestReleaseDWARF: once the DWARF is let go, the offsets already asked are answered as before
+// (from the cache), and one not asked yet is read again from the DWARF, with the value a
+// binary that never let it go gives.
+func TestReleaseDWARF(t *testing.T) {
+	for _, fx := range fixtures {
+		t.Run(fx.name, func(t *testing.T) {
+			b := openFixture(t, fx.name)
+			if !b.HasDWARF {
+				t.Skip("no DWARF")
+			}
+			fresh := openFixture(t, fx.name)
+			asked, err := b.FieldOffset("runtime.g", "goid")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.ReleaseDWARF()
+			if again, err := b.FieldOffset("runtime.g", "goid"); err != nil || again != asked {
+				t.Errorf("FieldOffset(runtime.g, goid) after ReleaseDWARF = %+v, %v; want %+v", again, err, asked)
+			}
+			got, err := b.FieldOffset("main.Controller", "count")
+			want, werr := fresh.FieldOffset("main.Controller", "count")
+			if err != nil || werr != nil || got != want || got.Source != "dwarf" {
+				t.Errorf("FieldOffset(main.Controller, count) after ReleaseDWARF = %+v, %v; a binary that kept its DWARF says %+v, %v", got, err, want, werr)
+			}
+		})
+	}
+}

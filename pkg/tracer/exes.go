@@ -181,6 +181,11 @@ func (t *Tracer) inspectAndAttach(id proc.KernelFileID, open func() (*symbols.Bi
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("inspect: %w", err)
 	}
+	if t.mixed {
+		// Both plans' offsets while the DWARF is in memory, then not again (the calls plan,
+		// made after, would read it again beside the function table).
+		probes.ResolveOffsets(bin, t.opts.Catalog, probes.DetailCalls.Catalog(t.opts.CallsCatalog))
+	}
 	plan, err := probes.NewPlan(bin, t.opts.Catalog)
 	if err != nil {
 		bin.Close()
