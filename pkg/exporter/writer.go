@@ -236,8 +236,8 @@ func NewJSONWriter(w io.Writer, clock ktime.Clock) *JSONWriter {
 }
 
 // jsonBuffer is the size of a JSONWriter's buffer: a Queue's burst of spans (one poll of the
-// ring buffer: tens of spans of a few hundred bytes each at kube-controller-manager's pace) fits in one
-// write, where bufio's default 4 KiB took one write every six spans.
+// ring buffer: tens of spans of a few hundred bytes each at kube-controller-manager's pace)
+// fits in one write, where bufio's default 4 KiB took one write for every 4 KiB of it.
 const jsonBuffer = 64 << 10
 
 // Write implements Writer.
