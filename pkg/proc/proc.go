@@ -111,8 +111,12 @@ func (fs FS) Stat(pid int) (Stat, error) {
 // caller may run in another PID namespace, where signals cannot reach the process.
 func (fs FS) Exited(pid int) bool {
 	st, err := fs.Stat(pid)
-	return err != nil || st.State == 'Z' || st.State == 'X'
+	return err != nil || exitedState(st.State)
 }
+
+// exitedState says whether a stat line's state (field 3) is that of a process that has exited:
+// a zombie (Z) or dead (X).
+func exitedState(state byte) bool { return state == 'Z' || state == 'X' }
 
 // ExitCheck is a process's stat file held open, to ask again and again whether that process has
 // exited (the tracer's housekeeping, twice a second for every traced process): one read each
@@ -154,8 +158,7 @@ func (s *ExitCheck) Exited() bool {
 	if end < 0 || end+2 >= len(b) {
 		return true
 	}
-	state := b[end+2]
-	return state == 'Z' || state == 'X'
+	return exitedState(b[end+2])
 }
 
 // Close closes the file.
