@@ -6,8 +6,11 @@ package probes
 // beside the Plan and Site types they fill and the accessors that read them back.
 
 import (
+	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -182,14 +185,13 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		p.GoidOffset = v
 	}
 
-	// The binary's own table, not a copy: the functions kept in the plan get names of their
-	// own (keep), so that the table can go once the plan is attached (symbols.Binary.Release).
-	funcs, err := bin.FunctionTable()
+	// One scan of the binary's function names for the whole catalog: the names are read from
+	// the file as it goes, not held (symbols.Binary.EachFunction).
+	candidates, err := p.match(bin, catalog)
 	if err != nil {
 		return nil, fmt.Errorf("read functions: %w", err)
 	}
 	matched := map[string]bool{} // probe IDs that found a site
-	candidates := p.match(bin, funcs, catalog)
 	for _, c := range candidates {
 		pr, fns := c.probe, c.fns
 		if pr.Fallback && matched[pr.ID] {
@@ -206,7 +208,7 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 		}
 		for _, fn := range fns {
 			if pr.Bracket != nil {
-				entry, end, ret, err := bracketSites(bin, funcs, fn, pr.Bracket)
+				entry, end, ret, err := bracketSites(bin, fn, pr.Bracket)
 				if err != nil {
 					p.missing(pr.ID, fmt.Sprintf("%s: queue layout unknown: %v; nothing attached for it", fn.Name, err))
 					continue
@@ -242,7 +244,7 @@ func NewPlan(bin *symbols.Binary, catalog []*Probe) (*Plan, error) {
 			var rets []symbols.Site
 			var in []symbols.Function // the function each return site is in, when not fn
 			if !pr.EntryOnly && pr.ReturnCallers != nil && bin.Arch == "amd64" {
-				rets, in = p.returnAddresses(bin, funcs, fn, pr)
+				rets, in = p.returnAddresses(bin, fn, pr)
 			}
 			if !pr.EntryOnly && rets == nil {
 				rets, err = bin.ReturnSites(fn)
@@ -319,7 +321,13 @@ func (p *Plan) supersede() {
 	p.Choices = slices.DeleteFunc(p.Choices, func(c Choice) bool {
 		return slices.ContainsFunc(fns, func(fn string) bool { return strings.HasPrefix(c.Sites, fn) })
 	})
-	for pr := range left {
+	// In catalog order (Probe.ID, then the pattern): a map's order would make inspect's
+	// output differ from run to run.
+	prs := slices.Collect(maps.Keys(left))
+	slices.SortFunc(prs, func(a, b *Probe) int {
+		return cmp.Or(strings.Compare(a.ID, b.ID), strings.Compare(a.Symbol.String(), b.Symbol.String()))
+	})
+	for _, pr := range prs {
 		why := pr.SupersededBy + " is attached: its spans are these queue items', at no extra probe hit"
 		if pr.Enriches != "" {
 			why = "detail reconcile: " + pr.Enriches + " is attached, its item is the span (controller, object, result); " +
@@ -362,15 +370,18 @@ func (p *Plan) fallback(pr *Probe, fns []symbols.Function) {
 // the functions pr.ReturnCallers matches (and the function each is in), when that is exact:
 // every call found is direct and no branch of a caller targets its return address. It records
 // the choice either way; nil means fn's RETs.
-func (p *Plan) returnAddresses(bin *symbols.Binary, funcs []symbols.Function, fn symbols.Function, pr *Probe) ([]symbols.Site, []symbols.Function) {
+func (p *Plan) returnAddresses(bin *symbols.Binary, fn symbols.Function, pr *Probe) ([]symbols.Site, []symbols.Function) {
 	var callers []symbols.Function
-	for _, f := range funcs {
-		if pr.ReturnCallers.MatchString(f.Name) && f.Entry != fn.Entry {
-			callers = append(callers, keep(f))
+	err := bin.EachFunction(func(entry, end uint64, name []byte) bool {
+		if entry != fn.Entry && pr.ReturnCallers.Match(name) {
+			callers = append(callers, symbols.Function{Name: string(name), Entry: entry, End: end})
 		}
-	}
+		return true
+	})
 	var sites []symbols.Site
-	err := errors.New("no function matches " + pr.ReturnCallers.String())
+	if err == nil {
+		err = errors.New("no function matches " + pr.ReturnCallers.String())
+	}
 	if len(callers) > 0 {
 		sites, err = bin.ReturnAddressSites(fn, callers)
 	}
@@ -389,12 +400,6 @@ func (p *Plan) returnAddresses(bin *symbols.Binary, funcs []symbols.Function, fn
 	}
 	p.Choices = append(p.Choices, Choice{ProbeID: pr.ID, Sites: fmt.Sprintf("%s's entry and the return addresses of its calls: %s", fn.Name, strings.Join(where, ", "))})
 	return sites, in
-}
-
-// keep returns f with a name of its own, not a part of the binary's function table.
-func keep(f symbols.Function) symbols.Function {
-	f.Name = strings.Clone(f.Name)
-	return f
 }
 
 // funcContaining returns the function of fns whose code holds addr.
@@ -443,14 +448,14 @@ func callPairSites(bin *symbols.Binary, fn symbols.Function, c *CallPair) (entry
 // bracketSites finds the sites of a Bracket probe in fn: the single direct call of a function
 // b.Call matches (the entry site), and the entry of the method b.End of fn's receiver (the
 // return site).
-func bracketSites(bin *symbols.Binary, funcs []symbols.Function, fn symbols.Function, b *Bracket) (entry symbols.Site, end symbols.Function, ret symbols.Site, err error) {
+func bracketSites(bin *symbols.Binary, fn symbols.Function, b *Bracket) (entry symbols.Site, end symbols.Function, ret symbols.Site, err error) {
 	calls, err := bin.Calls(fn)
 	if err != nil {
 		return entry, end, ret, err
 	}
 	var sites []symbols.Site
 	for _, c := range calls {
-		if callee, ok := funcContaining(funcs, c.Target); ok && callee.Entry == c.Target && b.Call.MatchString(callee.Name) {
+		if callee, ok := bin.FunctionAt(c.Target); ok && callee.Entry == c.Target && b.Call.MatchString(callee.Name) {
 			sites = append(sites, c.Site)
 		}
 	}
@@ -479,8 +484,10 @@ type candidate struct {
 // of one probe never share a function: when the module's version is unknown (a devel or
 // replaced build) the size of a result type (Probe.Result) picks the layout, and a
 // function no single layout fits is refused with a message.
-func (p *Plan) match(bin *symbols.Binary, funcs []symbols.Function, catalog []*Probe) []candidate {
-	var out []candidate
+func (p *Plan) match(bin *symbols.Binary, catalog []*Probe) ([]candidate, error) {
+	// The probes whose module the binary has, then one scan of its functions for them all.
+	var active []*Probe
+	why := map[*Probe]string{}     // a probe left out: why, in catalog order below
 	unknown := map[*Probe]string{} // probes whose module version is unknown: the version
 	for _, pr := range catalog {
 		if pr.Module != "" {
@@ -491,24 +498,55 @@ func (p *Plan) match(bin *symbols.Binary, funcs []symbols.Function, catalog []*P
 			if !semver.IsValid(v) {
 				unknown[pr] = v
 			} else if !inRange(v, pr.MinVersion, pr.MaxVersion) {
-				why := fmt.Sprintf("%s %s is outside this layout's range [%s, %s]", pr.Module, v, orAny(pr.MinVersion), orAny(pr.MaxVersion))
+				w := fmt.Sprintf("%s %s is outside this layout's range [%s, %s]", pr.Module, v, orAny(pr.MinVersion), orAny(pr.MaxVersion))
 				if pr.Bracket != nil {
-					why = "queue layout unknown: " + why + "; nothing attached for it"
+					w = "queue layout unknown: " + w + "; nothing attached for it"
 				}
-				p.missing(pr.ID, why)
+				why[pr] = w
 				continue
 			}
 		}
-		var fns []symbols.Function
-		for _, f := range funcs {
-			if pr.Symbol.MatchString(f.Name) && (pr.Unless == nil || !pr.Unless.MatchString(f.Name)) {
-				fns = append(fns, keep(f))
-			}
+		if !slices.Contains(active, pr) {
+			active = append(active, pr)
 		}
-		if len(fns) == 0 {
+	}
+	fns := make(map[*Probe][]symbols.Function, len(active))
+	// A literal every match contains (an anchored pattern's prefix) rules most names out
+	// before the regexp runs.
+	lits := make([][]byte, len(active))
+	for i, pr := range active {
+		lit, _ := pr.Symbol.LiteralPrefix()
+		lits[i] = []byte(lit)
+	}
+	err := bin.EachFunction(func(entry, end uint64, name []byte) bool {
+		var f *symbols.Function
+		for i, pr := range active {
+			if !bytes.Contains(name, lits[i]) || !pr.Symbol.Match(name) || (pr.Unless != nil && pr.Unless.Match(name)) {
+				continue
+			}
+			if f == nil {
+				f = &symbols.Function{Name: string(name), Entry: entry, End: end}
+			}
+			fns[pr] = append(fns[pr], *f)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []candidate
+	for _, pr := range catalog {
+		if w, ok := why[pr]; ok {
+			p.missing(pr.ID, w)
+			continue
+		}
+		if !slices.Contains(active, pr) {
+			continue
+		}
+		if len(fns[pr]) == 0 {
 			p.missing(pr.ID, fmt.Sprintf("no function matches %s", pr.Symbol))
 		}
-		out = append(out, candidate{pr, fns})
+		out = append(out, candidate{pr, fns[pr]})
 	}
 	// Which layouts of one probe ID claim each function.
 	type idFn struct {
@@ -576,7 +614,7 @@ func (p *Plan) match(bin *symbols.Binary, funcs []symbols.Function, catalog []*P
 			out[i].fns = slices.DeleteFunc(out[i].fns, func(f symbols.Function) bool { return f.Entry == k.entry })
 		}
 	}
-	return out
+	return out, nil
 }
 
 func funcByEntry(fns []symbols.Function, entry uint64) symbols.Function {

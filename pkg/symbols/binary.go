@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 )
 
@@ -57,7 +56,7 @@ type Binary struct {
 
 	symtab     func() (*symtab, error)
 	pclnHeader func() (*pclnHeader, error)
-	functions  func() ([]Function, error)
+	functions  func() (*funcTable, error)
 	pclnArgs   func() (pclnTable, error)
 	modData    func() (*moduledata, error)
 	itabList   func() ([]Itab, error)
@@ -158,7 +157,7 @@ func (b *Binary) Close() error {
 	closed := func() error { return fmt.Errorf("read %s: %w", b.name(), os.ErrClosed) }
 	b.symtab = func() (*symtab, error) { return nil, closed() }
 	b.pclnHeader = func() (*pclnHeader, error) { return nil, closed() }
-	b.functions = func() ([]Function, error) { return nil, closed() }
+	b.functions = func() (*funcTable, error) { return nil, closed() }
 	b.pclnArgs = func() (pclnTable, error) { return pclnTable{}, closed() }
 	b.modData = func() (*moduledata, error) { return nil, closed() }
 	b.itabList = func() ([]Itab, error) { return nil, closed() }
@@ -464,23 +463,6 @@ func (b *Binary) sectionBytes(s *elf.Section) ([]byte, error) {
 		return nil, fmt.Errorf("%w: reading section %s: %v", ErrTruncated, s.Name, err)
 	}
 	return buf, nil
-}
-
-// readStringAt reads n bytes of the file as one string without a second copy: names of
-// functions are substrings of it and cost no allocation each.
-func (b *Binary) readStringAt(off, n uint64) (string, error) {
-	if off > uint64(b.size) || n > uint64(b.size)-off {
-		return "", fmt.Errorf("%w: %d bytes at file offset %#x run past the end of the file", ErrTruncated, n, off)
-	}
-	var sb strings.Builder
-	sb.Grow(int(n))
-	if _, err := io.Copy(&sb, io.NewSectionReader(b.r, int64(off), int64(n))); err != nil {
-		return "", fmt.Errorf("%w: reading %d bytes at file offset %#x: %v", ErrTruncated, n, off, err)
-	}
-	if uint64(sb.Len()) != n {
-		return "", fmt.Errorf("%w: short read at file offset %#x", ErrTruncated, off)
-	}
-	return sb.String(), nil
 }
 
 // symbolValue returns the value of the first .symtab symbol with that name.

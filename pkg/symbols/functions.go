@@ -1,13 +1,14 @@
 package symbols
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
+	"sync"
 )
 
 // Function is one function of the binary. Entry and End are virtual addresses as linked
@@ -25,39 +26,51 @@ func (f Function) Size() uint64 { return f.End - f.Entry }
 // function symbols of .symtab (Go functions, assembly functions with their ".abi0" suffix,
 // and in cgo binaries the C functions too); stripped binaries list the Go functions of
 // .gopclntab, whose bounds are the same. The slice and its names are copies the caller may
-// keep or modify: keeping a few of them does not keep the binary's whole symbol table alive.
+// keep or modify. Each name is read from the file: EachFunction scans them without keeping
+// them.
 func (b *Binary) Functions() ([]Function, error) {
-	funcs, err := b.functions()
+	t, err := b.functions()
 	if err != nil {
 		return nil, err
 	}
-	out := slices.Clone(funcs)
+	out := make([]Function, len(t.funcs))
 	for i := range out {
-		out[i].Name = strings.Clone(out[i].Name)
+		out[i] = t.function(i)
 	}
 	return out, nil
 }
 
-// FunctionTable returns every function, as Functions does, without copying them: the slice
-// and its names share the binary's tables (for kube-controller-manager, 150 000 functions
-// whose copies would cost 18 MiB more while a plan is made). The caller must not modify it,
-// and should copy (strings.Clone) the name of a Function it keeps, so that keeping it does
-// not keep the tables alive after Release.
-func (b *Binary) FunctionTable() ([]Function, error) {
-	return b.functions()
+// EachFunction calls yield for every function of Functions, in address order, until yield
+// returns false. The name is in a buffer reused for the next call: yield converts it
+// (string(name)) to keep it. The binary keeps only the functions' bounds (24 bytes a
+// function); the names are read from the file as the scan goes, so a scan costs no memory
+// for them (kube-controller-manager's are 13 MiB).
+func (b *Binary) EachFunction(yield func(entry, end uint64, name []byte) bool) error {
+	t, err := b.functions()
+	if err != nil {
+		return err
+	}
+	t.each(func(i int, name []byte) bool {
+		return yield(t.funcs[i].entry, t.funcs[i].end, name)
+	})
+	return nil
 }
 
-// detach returns f with a name that does not share memory with the symbol table.
-func detach(f Function) Function {
-	f.Name = strings.Clone(f.Name)
-	return f
+// FunctionAt returns the function whose code holds addr (an address as linked).
+func (b *Binary) FunctionAt(addr uint64) (Function, bool) {
+	t, err := b.functions()
+	if err != nil {
+		return Function{}, false
+	}
+	return b.funcAt(t, addr)
 }
 
 // Lookup returns the function with exactly this name, such as
 // "k8s.io/client-go/rest.(*Request).Do". Assembly functions are found with or without
-// their ".abi0" suffix, which .symtab has and .gopclntab lacks.
+// their ".abi0" suffix, which .symtab has and .gopclntab lacks. The first lookup indexes the
+// names by their hash (8 bytes a function).
 func (b *Binary) Lookup(name string) (Function, error) {
-	funcs, err := b.functions()
+	t, err := b.functions()
 	if err != nil {
 		return Function{}, err
 	}
@@ -65,17 +78,29 @@ func (b *Binary) Lookup(name string) (Function, error) {
 	if strings.HasSuffix(name, ".abi0") {
 		alt = strings.TrimSuffix(name, ".abi0")
 	}
-	found := -1
-	for i := range funcs {
-		if funcs[i].Name == name {
-			return detach(funcs[i]), nil
+	// The names as stored: .symtab's have the suffix, .gopclntab's have it added.
+	var ids []int
+	for _, stored := range []string{name, alt, strings.TrimSuffix(name, ".abi0")} {
+		for _, i := range t.withStoredName(stored) {
+			if !slices.Contains(ids, i) {
+				ids = append(ids, i)
+			}
 		}
-		if found < 0 && funcs[i].Name == alt {
+	}
+	slices.Sort(ids)
+	found := -1
+	var buf []byte
+	for _, i := range ids {
+		buf = t.appendName(buf[:0], i)
+		if string(buf) == name {
+			return t.function(i), nil
+		}
+		if found < 0 && string(buf) == alt {
 			found = i
 		}
 	}
 	if found >= 0 {
-		return detach(funcs[found]), nil
+		return t.function(found), nil
 	}
 	return Function{}, fmt.Errorf("look up function %s in %s: %w (is its package linked into this program? it may also have been inlined everywhere or removed as dead code)", name, b.name(), ErrSymbolNotFound)
 }
@@ -87,53 +112,64 @@ func (b *Binary) Lookup(name string) (Function, error) {
 //
 // It returns an error wrapping ErrSymbolNotFound when nothing matches.
 func (b *Binary) Match(re *regexp.Regexp) ([]Function, error) {
-	funcs, err := b.functions()
+	t, err := b.functions()
 	if err != nil {
 		return nil, err
 	}
 	lit, _ := re.LiteralPrefix()
 	var out []Function
-	for _, f := range funcs {
-		if lit != "" && !strings.Contains(f.Name, lit) {
-			continue
+	t.each(func(i int, name []byte) bool {
+		if lit != "" && !bytes.Contains(name, []byte(lit)) {
+			return true
 		}
-		if re.MatchString(f.Name) {
-			out = append(out, detach(f))
+		if re.Match(name) {
+			out = append(out, Function{Name: string(name), Entry: t.funcs[i].entry, End: t.funcs[i].end})
 		}
-	}
+		return true
+	})
 	if len(out) == 0 {
 		return nil, fmt.Errorf("match functions %q in %s: %w", re.String(), b.name(), ErrSymbolNotFound)
 	}
 	return out, nil
 }
 
-// funcAt returns the function containing addr, if the function table is loaded.
-func (b *Binary) funcAt(funcs []Function, addr uint64) (Function, bool) {
-	i := sort.Search(len(funcs), func(i int) bool { return funcs[i].Entry > addr }) - 1
-	if i >= 0 && addr < funcs[i].End {
-		return funcs[i], true
+// funcAt returns the function containing addr, with a name of its own.
+func (b *Binary) funcAt(t *funcTable, addr uint64) (Function, bool) {
+	if t == nil {
+		return Function{}, false
+	}
+	if i, ok := t.at(addr); ok {
+		return t.function(i), true
 	}
 	return Function{}, false
 }
 
-func (b *Binary) readFunctions() ([]Function, error) {
-	funcs, err := fromSymtab(b, (*symtab).functions, b.pclnFunctions)
+func (b *Binary) readFunctions() (*funcTable, error) {
+	st, err := b.symtab()
 	if err != nil {
 		return nil, err
 	}
-	cmp := func(a, b Function) int {
-		switch {
-		case a.Entry < b.Entry:
-			return -1
-		case a.Entry > b.Entry:
-			return 1
+	if st != nil {
+		if t := st.functions(); len(t.funcs) > 0 {
+			var x, y []byte
+			cmp := func(a, c funcEntry) int {
+				switch {
+				case a.entry < c.entry:
+					return -1
+				case a.entry > c.entry:
+					return 1
+				}
+				x, _ = t.names.appendName(x[:0], a.name)
+				y, _ = t.names.appendName(y[:0], c.name)
+				return bytes.Compare(x, y)
+			}
+			if !slices.IsSortedFunc(t.funcs, cmp) {
+				slices.SortFunc(t.funcs, cmp)
+			}
+			return t, nil
 		}
-		return strings.Compare(a.Name, b.Name)
 	}
-	if !slices.IsSortedFunc(funcs, cmp) {
-		slices.SortFunc(funcs, cmp)
-	}
-	return funcs, nil
+	return b.pclnFunctions()
 }
 
 // fromSymtab returns what read finds in the symbol table or, when the binary has none (it was
@@ -153,10 +189,13 @@ func fromSymtab[T any](b *Binary, read func(*symtab) []T, fallback func() ([]T, 
 	return out, nil
 }
 
-// symtab is the raw .symtab with its string table; names are substrings of strtab.
+// symtab is .symtab read through a block cache, with its string table: neither is held
+// whole (kube-controller-manager's are 4 and 13 MiB).
 type symtab struct {
-	raw    []byte // Elf64_Sym entries, 24 bytes each
-	strtab string
+	mu    sync.Mutex
+	syms  *blockReader // Elf64_Sym entries, 24 bytes each
+	n     int
+	names *nameRegion
 }
 
 const symSize = 24
@@ -169,58 +208,85 @@ func (b *Binary) readSymtab() (*symtab, error) {
 	if s.Type != elf.SHT_SYMTAB || s.Link == 0 || int(s.Link) >= len(b.f.Sections) {
 		return nil, fmt.Errorf("%w: malformed .symtab section", ErrTruncated)
 	}
-	raw, err := b.sectionBytes(s)
-	if err != nil {
-		return nil, err
-	}
 	strs := b.f.Sections[s.Link]
-	strtab, err := b.readStringAt(strs.Offset, strs.Size)
-	if err != nil {
-		return nil, err
+	for _, sec := range []*elf.Section{s, strs} {
+		if sec.Type == elf.SHT_NOBITS || sec.Offset > uint64(b.size) || sec.Size > uint64(b.size)-sec.Offset {
+			return nil, fmt.Errorf("%w: section %s claims %d bytes at file offset %#x, past the end of the file", ErrTruncated, sec.Name, sec.Size, sec.Offset)
+		}
 	}
-	return &symtab{raw: raw, strtab: strtab}, nil
+	return &symtab{
+		syms:  newBlockReader(b.r, int64(s.Offset), int64(s.Size)),
+		n:     int(s.Size / symSize),
+		names: newNameRegion(b, strs.Offset, strs.Size),
+	}, nil
 }
 
-func (st *symtab) name(off uint32) string {
-	if uint64(off) >= uint64(len(st.strtab)) {
-		return ""
-	}
-	s := st.strtab[off:]
-	if i := strings.IndexByte(s, 0); i >= 0 {
-		return s[:i]
-	}
-	return s
+// sym is one Elf64_Sym: its name's offset in .strtab, type, section and value.
+type sym struct {
+	name        uint32
+	info        byte
+	shndx       uint16
+	value, size uint64
 }
 
-// each calls fn for every symbol until fn returns false.
-func (st *symtab) each(fn func(name string, info byte, shndx uint16, value, size uint64) bool) {
+// each calls fn for every symbol until fn returns false. fn must not call each.
+func (st *symtab) each(fn func(s sym) bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	le := binary.LittleEndian
-	for i := symSize; i+symSize <= len(st.raw); i += symSize {
-		e := st.raw[i : i+symSize]
-		if !fn(st.name(le.Uint32(e)), e[4], le.Uint16(e[6:]), le.Uint64(e[8:]), le.Uint64(e[16:])) {
+	for i := 1; i < st.n; i++ {
+		e, ok := st.syms.at(uint64(i*symSize), symSize)
+		if !ok {
+			return
+		}
+		if !fn(sym{le.Uint32(e), e[4], le.Uint16(e[6:]), le.Uint64(e[8:]), le.Uint64(e[16:])}) {
 			return
 		}
 	}
 }
 
-func (st *symtab) functions() []Function {
-	funcs := make([]Function, 0, len(st.raw)/symSize)
-	st.each(func(name string, info byte, shndx uint16, value, size uint64) bool {
-		if elf.SymType(info&0xf) != elf.STT_FUNC || shndx == uint16(elf.SHN_UNDEF) || shndx >= uint16(elf.SHN_LORESERVE) || size == 0 || name == "" {
-			return true
+// eachNamed is each with every symbol's name, in a buffer reused for the next call.
+func (st *symtab) eachNamed(fn func(name []byte, s sym) bool) {
+	var buf []byte
+	st.each(func(s sym) bool {
+		buf, _ = st.names.appendName(buf[:0], s.name)
+		return fn(buf, s)
+	})
+}
+
+func (st *symtab) functions() *funcTable {
+	isFunc := func(s sym) bool {
+		return elf.SymType(s.info&0xf) == elf.STT_FUNC && s.shndx != uint16(elf.SHN_UNDEF) && s.shndx < uint16(elf.SHN_LORESERVE) && s.size > 0
+	}
+	// Counted first: a slice grown by appends would allocate twice its size on the way.
+	n := 0
+	st.each(func(s sym) bool {
+		if isFunc(s) {
+			n++
 		}
-		funcs = append(funcs, Function{Name: name, Entry: value, End: value + size})
 		return true
 	})
-	return funcs
+	t := &funcTable{funcs: make([]funcEntry, 0, n), names: st.names}
+	var buf []byte
+	st.each(func(s sym) bool {
+		if !isFunc(s) {
+			return true
+		}
+		if buf, _ = st.names.appendName(buf[:0], s.name); len(buf) == 0 {
+			return true
+		}
+		t.funcs = append(t.funcs, funcEntry{entry: s.value, end: s.value + s.size, name: s.name})
+		return true
+	})
+	return t
 }
 
 func (st *symtab) lookup(name string) (uint64, bool) {
 	var v uint64
 	found := false
-	st.each(func(n string, _ byte, shndx uint16, value, _ uint64) bool {
-		if n == name && shndx != uint16(elf.SHN_UNDEF) {
-			v, found = value, true
+	st.eachNamed(func(n []byte, s sym) bool {
+		if string(n) == name && s.shndx != uint16(elf.SHN_UNDEF) {
+			v, found = s.value, true
 			return false
 		}
 		return true

@@ -6,10 +6,8 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"sort"
-	"strings"
 )
 
 // Magic numbers of the Go function table (runtime.pcHeader.magic).
@@ -96,7 +94,7 @@ func (b *Binary) readPclnHeader() (*pclnHeader, error) {
 // from functab relative to moduledata.text, and each function's true end from its pcsp
 // table (which covers exactly the function's code, without the alignment padding up to
 // the next function), so the bounds equal the symbol sizes of an unstripped build.
-func (b *Binary) pclnFunctions() ([]Function, error) {
+func (b *Binary) pclnFunctions() (*funcTable, error) {
 	funcs, _, err := b.readPcln()
 	return funcs, err
 }
@@ -111,15 +109,9 @@ func (b *Binary) ArgsSize(fn Function) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	funcs, args := t.funcs, t.args
-	i, found := slices.BinarySearchFunc(funcs, fn.Entry, func(f Function, e uint64) int {
-		switch {
-		case f.Entry < e:
-			return -1
-		case f.Entry > e:
-			return 1
-		}
-		return 0
+	funcs, args := t.funcs.funcs, t.args
+	i, found := slices.BinarySearchFunc(funcs, fn.Entry, func(f funcEntry, e uint64) int {
+		return cmp.Compare(f.entry, e)
 	})
 	if !found {
 		return 0, fmt.Errorf("argument size of %s in %s: %w: no function of the Go function table starts at %#x", fn.Name, b.name(), ErrSymbolNotFound, fn.Entry)
@@ -129,29 +121,29 @@ func (b *Binary) ArgsSize(fn Function) (int, error) {
 
 // pclnTable is .gopclntab's function table with each function's argument size.
 type pclnTable struct {
-	funcs []Function
+	funcs *funcTable
 	args  []int32
 }
 
 // readPcln reads every function of .gopclntab and its argument size, in table order
-// (ascending entry). It keeps only the function name table (names are substrings of it) and
-// reads the rest of .gopclntab (function table, _func records, pc-value tables: two thirds of
-// it, 27 MiB of kube-controller-manager's 41 MiB) through a small block cache, so that
-// inspecting a big binary does not hold its whole function table in memory.
-func (b *Binary) readPcln() ([]Function, []int32, error) {
+// (ascending entry). It reads .gopclntab (function table, _func records, pc-value tables:
+// 27 MiB of kube-controller-manager's 41 MiB) through a small block cache and keeps each
+// function's bounds and the place of its name, not the name table (13 MiB more), so that
+// inspecting a big binary does not hold its tables in memory.
+func (b *Binary) readPcln() (*funcTable, []int32, error) {
 	h, err := b.pclnHeader()
 	if err != nil {
 		return nil, nil, err
 	}
-	// One string for the name table: names are substrings of it.
+	// The name table stays in the file: names are read when asked.
 	namesEnd := h.cuOff
 	if namesEnd < h.funcnameOff || namesEnd > h.size {
 		namesEnd = h.size
 	}
-	funcnames, err := b.readStringAt(h.off+h.funcnameOff, namesEnd-h.funcnameOff)
-	if err != nil {
-		return nil, nil, err
+	if h.off > uint64(b.size) || namesEnd > uint64(b.size)-h.off {
+		return nil, nil, fmt.Errorf("%w: the Go function table's names run past the end of the file", ErrTruncated)
 	}
+	funcnames := newNameRegion(b, h.off+h.funcnameOff, namesEnd-h.funcnameOff)
 	pctab := newBlockReader(b.r, int64(h.off+h.pctabOff), int64(h.size-h.pctabOff))
 	functab := newBlockReader(b.r, int64(h.off+h.pclnOff), int64(h.size-h.pclnOff))
 	entrySize := uint64(8)
@@ -190,7 +182,7 @@ func (b *Binary) readPcln() ([]Function, []int32, error) {
 		off, ok := u32(i * entrySize)
 		return text.addr(uint64(off)), ok
 	}
-	funcs := make([]Function, 0, h.nfunc)
+	funcs := make([]funcEntry, 0, h.nfunc)
 	asm := make([]bool, 0, h.nfunc)
 	args := make([]int32, 0, h.nfunc)
 	for i := uint64(0); i < h.nfunc; i++ {
@@ -221,12 +213,8 @@ func (b *Binary) readPcln() ([]Function, []int32, error) {
 			flagOff += 4
 		}
 		flags, _ := u32(flagOff) // funcID, flag, pad, nfuncdata; 0 if cut off
-		if !(ok1 && ok2 && ok3 && ok4 && ok5) || uint64(nameOff) >= uint64(len(funcnames)) {
+		if !(ok1 && ok2 && ok3 && ok4 && ok5) || uint64(nameOff) >= funcnames.size() {
 			return nil, nil, fmt.Errorf("%w: function %d of the Go function table points outside it", ErrTruncated, i)
-		}
-		name := funcnames[nameOff:]
-		if j := strings.IndexByte(name, 0); j >= 0 {
-			name = name[:j]
 		}
 		end := next
 		if next > start {
@@ -236,12 +224,13 @@ func (b *Binary) readPcln() ([]Function, []int32, error) {
 		} else {
 			end = start
 		}
-		funcs = append(funcs, Function{Name: name, Entry: start, End: end})
+		funcs = append(funcs, funcEntry{entry: start, end: end, name: nameOff})
 		asm = append(asm, byte(flags>>8)&funcFlagAsm != 0)
 		args = append(args, int32(argSize))
 	}
-	b.nameABI0(funcs, asm)
-	return funcs, args, nil
+	t := &funcTable{funcs: funcs, names: funcnames}
+	b.nameABI0(t, asm)
+	return t, args, nil
 }
 
 // funcFlagAsm is abi.FuncFlagAsm: the function was written in assembly (Go 1.18+).
@@ -254,53 +243,16 @@ const funcFlagAsm = 1 << 2
 // match both, and the wrapper's first instruction runs before it loads g into R14. The ABI0
 // half is the assembly function when one of the two is one; otherwise it is the wrapper:
 // the one whose code calls (or tail-jumps to) the other.
-func (b *Binary) nameABI0(funcs []Function, asm []bool) {
-	// Functions with the same name, found by sorting their names' hashes (16 bytes a
-	// function; a map of the names cost 50 for kube-controller-manager's 150 000).
-	type hashed struct {
-		h uint64
-		i int32
-	}
-	seed := maphash.MakeSeed()
-	keys := make([]hashed, len(funcs))
-	for i := range funcs {
-		keys[i] = hashed{maphash.String(seed, funcs[i].Name), int32(i)}
-	}
-	slices.SortFunc(keys, func(a, b hashed) int {
-		if c := cmp.Compare(a.h, b.h); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.i, b.i)
-	})
-	var group []int
-	for lo := 0; lo < len(keys); {
-		hi := lo + 1
-		for hi < len(keys) && keys[hi].h == keys[lo].h {
-			hi++
-		}
-		// Within equal hashes, in table order: the names equal to the first one left, then
-		// the rest (a hash collision) the same way.
-		for k := lo; hi-lo > 1 && k < hi; k++ {
-			if keys[k].i < 0 {
-				continue
-			}
-			group = group[:0]
-			name := funcs[keys[k].i].Name
-			for m := k; m < hi; m++ {
-				if keys[m].i >= 0 && funcs[keys[m].i].Name == name {
-					group = append(group, int(keys[m].i))
-					keys[m].i = -1
-				}
-			}
-			b.nameABI0Group(funcs, asm, group)
-		}
-		lo = hi
-	}
+func (b *Binary) nameABI0(t *funcTable, asm []bool) {
+	// Functions with the same name, found by sorting their names' hashes (the table's lookup
+	// index, 8 bytes a function; a map of the names cost 50 for kube-controller-manager's
+	// 150 000).
+	t.sameStoredName(func(group []int) { b.nameABI0Group(t, asm, group) })
 }
 
 // nameABI0Group names the ABI0 halves among functions of one name, given in table order: each
 // is paired with the one holding the plain name so far.
-func (b *Binary) nameABI0Group(funcs []Function, asm []bool, group []int) {
+func (b *Binary) nameABI0Group(t *funcTable, asm []bool, group []int) {
 	if len(group) < 2 {
 		return
 	}
@@ -312,13 +264,13 @@ func (b *Binary) nameABI0Group(funcs []Function, asm []bool, group []int) {
 			abi0 = i
 		case asm[j] && !asm[i]:
 			abi0 = j
-		case b.calls(funcs[i], funcs[j].Entry):
+		case b.calls(t.bounds(i), t.funcs[j].entry):
 			abi0 = i
-		case b.calls(funcs[j], funcs[i].Entry):
+		case b.calls(t.bounds(j), t.funcs[i].entry):
 			abi0 = j
 		}
 		if abi0 >= 0 {
-			funcs[abi0].Name += ".abi0"
+			t.funcs[abi0].abi0 = true
 			if abi0 == j {
 				j = i
 			}

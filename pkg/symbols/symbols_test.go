@@ -408,7 +408,7 @@ func checkCalls(t *testing.T, b *Binary, fn Function, insns []objInsn, funcs []F
 			}
 			continue
 		}
-		callee, found := b.funcAt(funcs, c.Target)
+		callee, found := b.FunctionAt(c.Target)
 		if !found || callee.Entry != c.Target || normName(callee.Name) != normName(name) {
 			t.Errorf("%s: call at %#x targets %#x (%s), objdump says %s", fn.Name, c.Addr, c.Target, callee.Name, name)
 		}

@@ -1,6 +1,7 @@
 package symbols
 
 import (
+	"bytes"
 	"cmp"
 	"debug/elf"
 	"encoding/binary"
@@ -162,9 +163,9 @@ func (b *Binary) ItabTypeName(mem io.ReaderAt, bias, itab uint64) (string, error
 func (b *Binary) readItabs() ([]Itab, error) {
 	addrs, err := fromSymtab(b, func(st *symtab) []uint64 {
 		var addrs []uint64
-		st.each(func(name string, _ byte, shndx uint16, value, _ uint64) bool {
-			if (strings.HasPrefix(name, "go:itab.") || strings.HasPrefix(name, "go.itab.")) && shndx != uint16(elf.SHN_UNDEF) {
-				addrs = append(addrs, value)
+		st.eachNamed(func(name []byte, s sym) bool {
+			if (bytes.HasPrefix(name, []byte("go:itab.")) || bytes.HasPrefix(name, []byte("go.itab."))) && s.shndx != uint16(elf.SHN_UNDEF) {
+				addrs = append(addrs, s.value)
 			}
 			return true
 		})
