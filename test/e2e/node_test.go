@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -16,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -493,6 +497,13 @@ patches:
         path: /spec/template/spec/containers/0/env/-
         value: {name: RECONSCOPE_DETAIL, value: calls}
 `, rel, name, tag, nodeIP)
+	if os.Getenv(pprofOutEnv) != "" {
+		// The agent's own profiles on the pod's address, for report to save its heap's.
+		k += `      - op: add
+        path: /spec/template/spec/containers/0/env/-
+        value: {name: RECONSCOPE_PPROF_ADDR, value: ":6060"}
+`
+	}
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -932,8 +943,64 @@ func checkRestarted(t *testing.T, prom string, src spanSource, pod *corev1.Pod, 
 // usage follows the CPU time and memory of the agent's process in its pod.
 type usage struct {
 	pid   int
+	podIP string
 	cpu0  float64 // CPU seconds (user+system) at the start
 	start time.Time
+
+	reports int // heap profiles saved
+
+	// The largest resident memory sampled since the start (every 20 ms), and its parts then:
+	// VmHWM says how high it went, not of what.
+	mu   sync.Mutex
+	peak rssSample
+}
+
+// rssSample is one reading of a process's resident memory, in KiB.
+type rssSample struct{ total, anon, file, shmem uint64 }
+
+// sample follows the process's resident memory until it exits or the test ends.
+func (u *usage) sample(t *testing.T) {
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", u.pid))
+			if err != nil {
+				return
+			}
+			var s rssSample
+			for _, l := range strings.Split(string(status), "\n") {
+				k, v, ok := strings.Cut(l, ":")
+				if !ok {
+					continue
+				}
+				var kb uint64
+				fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
+				switch k {
+				case "VmRSS":
+					s.total = kb
+				case "RssAnon":
+					s.anon = kb
+				case "RssFile":
+					s.file = kb
+				case "RssShmem":
+					s.shmem = kb
+				}
+			}
+			u.mu.Lock()
+			if s.total > u.peak.total {
+				u.peak = s
+			}
+			u.mu.Unlock()
+		}
+	}()
 }
 
 // startUsage finds the agent's process (the one in the pod's cgroup) and notes its CPU time.
@@ -952,8 +1019,9 @@ func startUsage(t *testing.T, pod *corev1.Pod) *usage {
 		}
 		var pid int
 		fmt.Sscan(filepath.Base(d), &pid)
-		u := &usage{pid: pid, start: time.Now()}
+		u := &usage{pid: pid, podIP: pod.Status.PodIP, start: time.Now()}
 		u.cpu0, _ = u.cpu()
+		u.sample(t)
 		return u
 	}
 	t.Fatalf("no reconscope-agent process in the cgroup of pod %s", pod.Name)
@@ -992,9 +1060,42 @@ func (u *usage) report(t *testing.T, while string) {
 		return "?"
 	}
 	wall := time.Since(u.start)
-	t.Logf("agent pod's process (pid %d) while %s: %.2f s of CPU in %s (%.1f%% of one core), RSS %s (peak %s; anonymous %s, file %s, shared %s)",
+	u.mu.Lock()
+	p := u.peak
+	u.mu.Unlock()
+	t.Logf("agent pod's process (pid %d) while %s: %.2f s of CPU in %s (%.1f%% of one core), RSS %s (peak %s; anonymous %s, file %s, shared %s); the highest sampled since it was found: %d kB (anonymous %d, file %d, shared %d)",
 		u.pid, while, cpu-u.cpu0, wall.Round(time.Second), 100*(cpu-u.cpu0)/wall.Seconds(), field("VmRSS"), field("VmHWM"),
-		field("RssAnon"), field("RssFile"), field("RssShmem"))
+		field("RssAnon"), field("RssFile"), field("RssShmem"), p.total, p.anon, p.file, p.shmem)
+	if dir := os.Getenv(pprofOutEnv); dir != "" {
+		u.saveHeapProfile(t, dir)
+	}
+}
+
+// pprofOutEnv names a directory: when set, the node tests' agents serve their profiles
+// (--pprof-addr, on the pod's address) and each usage report saves the agent's heap profile
+// there, to see which of its parts hold its memory on a node.
+const pprofOutEnv = "RECONSCOPE_E2E_PPROF_OUT"
+
+// saveHeapProfile saves the agent's heap profile (after a GC) in dir.
+func (u *usage) saveHeapProfile(t *testing.T, dir string) {
+	t.Helper()
+	u.reports++
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", net.JoinHostPort(u.podIP, "6060")))
+	if err != nil {
+		t.Logf("agent's heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Logf("agent's heap profile: %s, %v", resp.Status, err)
+		return
+	}
+	file := filepath.Join(dir, fmt.Sprintf("%s-agent-%d-heap-%d.pb.gz", t.Name(), u.pid, u.reports))
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err == nil {
+		err = os.WriteFile(file, raw, 0o644)
+	}
+	t.Logf("agent's heap profile: %s (%v)", file, err)
 }
 
 // startBuiltinsDeployment runs controller-runtime's builtins example as a one-replica
