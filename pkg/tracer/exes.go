@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/reconscope/reconscope/pkg/collector"
@@ -177,6 +178,7 @@ func (t *Tracer) sameFile(e *exe, attachPath string, att, calls *collector.Attac
 }
 
 func (t *Tracer) inspectAndAttach(id proc.KernelFileID, open func() (*symbols.Binary, error), attachPath string) (*probes.Plan, *collector.Attachment, *probes.Plan, error) {
+	defer collectHarder()()
 	bin, err := open()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("inspect: %w", err)
@@ -227,6 +229,44 @@ func (t *Tracer) inspectAndAttach(id proc.KernelFileID, open func() (*symbols.Bi
 		}
 	}
 	return plan, att, callsPlan, nil
+}
+
+// inspectGOGC is the garbage collector's percent while an inspection runs (GOGC's meaning): an
+// inspection allocates tens of MiB in half a second, most of it garbage soon, and at the
+// runtime's default (100) the heap could grow by the agent's whole live heap before a
+// collection; these are the peaks of the agent's resident memory (issue 28, item 4). The
+// inspection takes no longer (docs/daemonset.md). Between inspections the agent keeps the
+// environment's GOGC: collecting as often then cost it a quarter more CPU per reconcile.
+const inspectGOGC = 25
+
+// gcHarder counts the inspections running, whose first lowers the GC percent to inspectGOGC
+// and whose last sets back the percent found then.
+var gcHarder struct {
+	sync.Mutex
+	running int
+	prev    int
+}
+
+// collectHarder lowers the GC percent for an inspection (inspectGOGC, unless it is lower or
+// off) and returns the function that ends it. Inspections may overlap (Options.Inspections).
+func collectHarder() (done func()) {
+	gcHarder.Lock()
+	if gcHarder.running == 0 {
+		gcHarder.prev = debug.SetGCPercent(inspectGOGC)
+		if gcHarder.prev < 0 || gcHarder.prev < inspectGOGC {
+			debug.SetGCPercent(gcHarder.prev) // off, or lower already: left as it was
+		}
+	}
+	gcHarder.running++
+	gcHarder.Unlock()
+	return func() {
+		gcHarder.Lock()
+		gcHarder.running--
+		if gcHarder.running == 0 {
+			debug.SetGCPercent(gcHarder.prev)
+		}
+		gcHarder.Unlock()
+	}
 }
 
 // unref drops a reference taken by acquire, detaching the executable if nothing uses it.
