@@ -404,13 +404,13 @@ func (c *Collector) attach(path string, id proc.KernelFileID, plan *probes.Plan,
 }
 
 // writeErrorLayouts tells the kernel where the message of each known error type is, for every
-// static itab of that type in the executable. The keys are per executable: a process is covered
-// from its first instruction, whatever its load address. The itabs' names are kept after the
-// plan's tables are released (symbols.Binary.Itabs): attaching the calls probes later reads
-// no table of the file again.
+// static itab of that type in the executable (the `error` interface's: an error value's itab is
+// one). The keys are per executable: a process is covered from its first instruction, whatever
+// its load address. The error itabs' names are kept after the plan's tables are released
+// (symbols.Binary.ErrorItabs): attaching the calls probes later reads no table of the file again.
 func (a *Attachment) writeErrorLayouts() error {
 	bin := a.Plan.Binary
-	itabs, err := bin.Itabs()
+	itabs, err := bin.ErrorItabs()
 	if err != nil {
 		a.c.log.Warn("error types will be resolved from process memory only", "exe", a.Path, "err", err)
 	}

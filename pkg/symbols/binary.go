@@ -127,8 +127,8 @@ func (b *Binary) readOnDemand() {
 
 // Release drops the tables read from the file to plan the probes (functions, symbols, the
 // pclntab's argument sizes, itabs, DWARF: tens of MiB for a big controller) and keeps the file
-// open, the module data, which naming a type (TypeName, ItabTypeName) needs, and the itabs'
-// names (Itabs), which every attachment of the executable names types with: a
+// open, the module data, which naming a type (TypeName, ItabTypeName) needs, and the error
+// itabs' names (ErrorItabs), which every attachment of the executable names errors with: a
 // traced executable costs the agent only what tracing it needs. A later call that needs a
 // table reads it again. Values already returned stay valid. Release must not run concurrently
 // with other methods.
@@ -224,7 +224,7 @@ func newBinary(path string, r io.ReaderAt, size int64) (*Binary, error) {
 	}
 
 	b.modData = sync.OnceValues(b.readModuledata)
-	b.itabNames = sync.OnceValues(b.readItabNames)
+	b.itabNames = sync.OnceValues(b.readErrorItabs)
 	b.readOnDemand()
 
 	if err := b.readBuildInfo(); err != nil {

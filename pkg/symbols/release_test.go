@@ -86,8 +86,8 @@ func (c *countingReader) ReadAt(p []byte, off int64) (int, error) {
 	return n, err
 }
 
-// TestItabsKeptAcrossRelease: the itabs' names, which every attachment of an executable names
-// error and object types with (the calls probes' too, attached after Release, at run time),
+// TestItabsKeptAcrossRelease: the error itabs' names, which every attachment of an executable
+// names error types with (the calls probes' too, attached after Release, at run time),
 // are kept across Release: asking for them again reads nothing from the file. Before, they were
 // read again, and for an unstripped binary through its whole symbol table, which then stayed
 // in the agent's heap for as long as the executable was traced (21 MiB for
@@ -110,23 +110,37 @@ func TestItabsKeptAcrossRelease(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			want, err := b.Itabs()
+			want, err := b.ErrorItabs()
 			if err != nil || len(want) == 0 {
-				t.Fatalf("Itabs: %d itabs, %v", len(want), err)
+				t.Fatalf("ErrorItabs: %d itabs, %v", len(want), err)
+			}
+			// The error interface's itabs of ItabList, no other.
+			list, err := b.ItabList()
+			if err != nil {
+				t.Fatal(err)
+			}
+			errs := map[uint64]string{}
+			for _, it := range list {
+				if it.Interface == "error" {
+					errs[it.Addr] = it.Type
+				}
+			}
+			if !maps.Equal(want, errs) || len(errs) == len(list) {
+				t.Errorf("ErrorItabs: %d itabs, ItabList has %d of the error interface among %d", len(want), len(errs), len(list))
 			}
 			b.Release()
 			r.n.Store(0)
-			got, err := b.Itabs()
+			got, err := b.ErrorItabs()
 			if err != nil || !maps.Equal(got, want) {
-				t.Fatalf("Itabs after Release: %d itabs, %v; want the %d before", len(got), err, len(want))
+				t.Fatalf("ErrorItabs after Release: %d itabs, %v; want the %d before", len(got), err, len(want))
 			}
 			if n := r.n.Load(); n != 0 {
-				t.Errorf("Itabs after Release read %d bytes of the file, want none", n)
+				t.Errorf("ErrorItabs after Release read %d bytes of the file, want none", n)
 			}
 			// The map is the caller's: changing it changes no later answer.
 			clear(got)
-			if again, _ := b.Itabs(); len(again) != len(want) {
-				t.Errorf("Itabs after the caller cleared the map: %d itabs, want %d", len(again), len(want))
+			if again, _ := b.ErrorItabs(); len(again) != len(want) {
+				t.Errorf("ErrorItabs after the caller cleared the map: %d itabs, want %d", len(again), len(want))
 			}
 		})
 	}
