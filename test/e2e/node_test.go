@@ -1092,7 +1092,8 @@ func (u *usage) saveHeapProfile(t *testing.T, dir string) {
 		return
 	}
 	file := filepath.Join(dir, fmt.Sprintf("%s-agent-%d-heap-%d.pb.gz", t.Name(), u.pid, u.reports))
-	if err := os.MkdirAll(filepath.Dir(file), 0o755); err == nil {
+	err = os.MkdirAll(filepath.Dir(file), 0o755)
+	if err == nil {
 		err = os.WriteFile(file, raw, 0o644)
 	}
 	t.Logf("agent's heap profile: %s (%v)", file, err)
