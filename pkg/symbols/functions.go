@@ -78,15 +78,9 @@ func (b *Binary) Lookup(name string) (Function, error) {
 	if strings.HasSuffix(name, ".abi0") {
 		alt = strings.TrimSuffix(name, ".abi0")
 	}
-	// The names as stored: .symtab's have the suffix, .gopclntab's have it added.
-	var ids []int
-	for _, stored := range []string{name, alt, strings.TrimSuffix(name, ".abi0")} {
-		for _, i := range t.withStoredName(stored) {
-			if !slices.Contains(ids, i) {
-				ids = append(ids, i)
-			}
-		}
-	}
+	// The names as stored: .symtab's have the suffix, .gopclntab's have it added, so a
+	// function named name or alt is stored as one of the two (never both).
+	ids := append(t.withStoredName(name), t.withStoredName(alt)...)
 	slices.Sort(ids)
 	found := -1
 	var buf []byte
