@@ -253,8 +253,8 @@ func collectHarder() (done func()) {
 	gcHarder.Lock()
 	if gcHarder.running == 0 {
 		gcHarder.prev = debug.SetGCPercent(inspectGOGC)
-		if gcHarder.prev < 0 || gcHarder.prev < inspectGOGC {
-			debug.SetGCPercent(gcHarder.prev) // off, or lower already: left as it was
+		if gcHarder.prev < inspectGOGC {
+			debug.SetGCPercent(gcHarder.prev) // lower already, or off (negative): left as it was
 		}
 	}
 	gcHarder.running++
