@@ -958,6 +958,26 @@ type usage struct {
 // rssSample is one reading of a process's resident memory, in KiB.
 type rssSample struct{ total, anon, file, shmem uint64 }
 
+// memoryStatus reads the sizes in kB of /proc/PID/status (VmRSS, VmHWM, RssAnon, ...).
+func memoryStatus(pid int) (map[string]uint64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for _, l := range strings.Split(string(status), "\n") {
+		k, v, ok := strings.Cut(l, ":")
+		num, kb := strings.CutSuffix(strings.TrimSpace(v), " kB")
+		if !ok || !kb {
+			continue
+		}
+		if n, err := strconv.ParseUint(strings.TrimSpace(num), 10, 64); err == nil {
+			out[k] = n
+		}
+	}
+	return out, nil
+}
+
 // sample follows the process's resident memory until it exits or the test ends.
 func (u *usage) sample(t *testing.T) {
 	done := make(chan struct{})
@@ -971,29 +991,11 @@ func (u *usage) sample(t *testing.T) {
 				return
 			case <-tick.C:
 			}
-			status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", u.pid))
+			st, err := memoryStatus(u.pid)
 			if err != nil {
 				return
 			}
-			var s rssSample
-			for _, l := range strings.Split(string(status), "\n") {
-				k, v, ok := strings.Cut(l, ":")
-				if !ok {
-					continue
-				}
-				var kb uint64
-				fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb)
-				switch k {
-				case "VmRSS":
-					s.total = kb
-				case "RssAnon":
-					s.anon = kb
-				case "RssFile":
-					s.file = kb
-				case "RssShmem":
-					s.shmem = kb
-				}
-			}
+			s := rssSample{total: st["VmRSS"], anon: st["RssAnon"], file: st["RssFile"], shmem: st["RssShmem"]}
 			u.mu.Lock()
 			if s.total > u.peak.total {
 				u.peak = s
@@ -1050,12 +1052,10 @@ func (u *usage) report(t *testing.T, while string) {
 		t.Errorf("agent's CPU time: %v", err)
 		return
 	}
-	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", u.pid))
+	status, _ := memoryStatus(u.pid)
 	field := func(k string) string {
-		for _, l := range strings.Split(string(status), "\n") {
-			if v, ok := strings.CutPrefix(l, k+":"); ok {
-				return strings.TrimSpace(v)
-			}
+		if kb, ok := status[k]; ok {
+			return fmt.Sprintf("%d kB", kb)
 		}
 		return "?"
 	}
